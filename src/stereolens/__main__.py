@@ -1,0 +1,3 @@
+from stereolens.cli import main_entry
+
+main_entry()

@@ -1,0 +1,53 @@
+"""The ``stereolens`` command.
+
+Each package contributes its subcommands through a ``register(subparsers)``
+function in its own ``cli`` module, listed in :data:`COMMAND_MODULES`; this
+module only dispatches, so a broken study package cannot break the others'
+commands at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from stereolens.errors import StereolensError
+
+# Each module exposes ``register(subparsers)``; a subcommand sets ``func`` via
+# ``parser.set_defaults(func=...)`` taking the parsed ``argparse.Namespace``.
+COMMAND_MODULES: list[str] = [
+    "stereolens.config.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stereolens", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except StereolensError as exc:
+        print(f"stereolens: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stereolens: interrupted; finished work is cached and the next run resumes", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+def main_entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main_entry()

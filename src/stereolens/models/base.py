@@ -1,0 +1,116 @@
+"""The one interface every model backend implements.
+
+Studies talk to models only through :class:`LanguageModel`: generation (chat or
+plain completion) and log-likelihood of a continuation given a context.  Masked
+LM methods (PLL, SeT) need the network itself and reach it through
+:attr:`HFModel.model` / :attr:`HFModel.tokenizer` of the Hugging Face backends.
+
+Requests are frozen dataclasses so that their full content (prompt, decoding
+parameters, seed) can be hashed into the response cache key.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+ModelKind = Literal["masked", "causal", "seq2seq", "chat", "completion"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation.  Either ``prompt`` (completion) or ``messages`` (chat)."""
+
+    prompt: str | None = None
+    messages: tuple[ChatMessage, ...] | None = None
+    max_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    # number of alternatives per position to return with log-probabilities (0 = none)
+    top_logprobs: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("GenerationRequest needs exactly one of prompt or messages")
+
+    def as_key(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    finish_reason: str | None = None
+    # per generated position: {token_text: logprob} for the top alternatives
+    top_logprobs: tuple[dict[str, float], ...] | None = None
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class LoglikelihoodRequest:
+    """log P(continuation | context); for chat models ``context`` is a chat transcript."""
+
+    context: str
+    continuation: str
+    messages: tuple[ChatMessage, ...] | None = None
+
+    def as_key(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Loglikelihood:
+    logprob: float  # summed over the continuation's tokens
+    n_tokens: int
+    is_greedy: bool | None = None
+    cached: bool = False
+
+
+@dataclass
+class ModelSpec:
+    """What a config names: enough to load a model and to identify it in a cache key."""
+
+    name: str  # HF name, local path, or remote model id
+    kind: ModelKind
+    backend: Literal["hf", "openai"] = "hf"
+    revision: str | None = None
+    dtype: str | None = None  # "float32" | "bfloat16" | "float16"
+    device: str = "cpu"
+    base_url: str | None = None  # OpenAI-compatible endpoint; else OPENAI_BASE_URL
+    max_concurrency: int = 4
+    max_retries: int = 5
+    timeout_s: float = 60.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LanguageModel(abc.ABC):
+    """A model that can generate text and/or score continuations."""
+
+    spec: ModelSpec
+
+    @property
+    @abc.abstractmethod
+    def identity(self) -> str:
+        """Backend, name and revision or content hash: changes whenever outputs could."""
+
+    @property
+    def supports_loglikelihood(self) -> bool:
+        return True
+
+    @abc.abstractmethod
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """Generate for every request (cached; batched or concurrent as the backend allows)."""
+
+    @abc.abstractmethod
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        """Score every continuation (cached)."""
