@@ -12,6 +12,8 @@ export GX_ANALYTICS_ENABLED := False
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR := false
+# DVC stages call the `stereolens` command installed in the venv.
+export PATH := $(abspath $(BIN)):$(PATH)
 # Public datasets come from this mirror when it exists (../shared/data on the project's machines).
 ifneq ($(wildcard ../shared/data),)
 export STEREOLENS_DATA_MIRROR ?= $(abspath ../shared/data)

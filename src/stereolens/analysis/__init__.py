@@ -1,0 +1,1 @@
+"""Statistics over scores: bias scores, regressions, agreement-free analyses."""

@@ -1,0 +1,1 @@
+"""Great Expectations gates that stop a stage before bad data reaches an analysis."""

@@ -1,0 +1,169 @@
+"""Stages shared by every study (ingest, prepare-model) and the CrowS-Pairs slice."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from stereolens.errors import ConfigError, DataError
+from stereolens.io import read_csv_checked, write_csv, write_json
+from stereolens.stages.common import load_params, model_cache_dir
+from stereolens.stages.registry import stage
+
+
+# --------------------------------------------------------------------------- ingest
+def _ingest_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", required=True, help="name in the dataset registry")
+    parser.add_argument("--registry", default="data/seed/datasets.yaml")
+    parser.add_argument("--output", default=None, help="default: data/raw/<dataset>")
+
+
+@stage("ingest", configure=_ingest_args)
+def ingest(args: argparse.Namespace) -> None:
+    """Copy a pinned public dataset into data/raw/ (mirror or upstream URL, sha256-checked)."""
+    from stereolens.datasets import ingest_dataset, load_registry
+    from stereolens.datasets.ingest import MIRROR_ENV
+
+    registry = load_registry(args.registry)
+    if args.dataset not in registry:
+        raise DataError(f"dataset {args.dataset!r} is not in {args.registry} (known: {', '.join(registry)})")
+    output = ingest_dataset(
+        registry[args.dataset], args.output or f"data/raw/{args.dataset}", mirror=os.environ.get(MIRROR_ENV) or None
+    )
+    print(f"ingested {args.dataset} -> {output}")
+
+
+# --------------------------------------------------------------------------- prepare-model
+@stage("prepare-model")
+def prepare_model(args: argparse.Namespace) -> None:
+    """Materialise the configured model under models/<id>/ (GGUF converted once; hub models recorded)."""
+    model_cfg = load_params("model", path=args.params)["model"]
+    out = Path("models") / model_cfg["id"]
+    if model_cfg.get("source"):
+        from stereolens.models.prepare import convert_gguf, resolve_default_gguf
+
+        convert_gguf(resolve_default_gguf(), out)
+    else:
+        # hub and remote models are loaded by name at use; record exactly which one this run meant
+        reference = {k: model_cfg.get(k) for k in ("id", "name", "kind", "backend", "revision", "base_url")}
+        write_json(out / "MODEL_REFERENCE.json", reference)
+    print(f"model ready: {out}")
+
+
+# --------------------------------------------------------------------------- crows slice
+CROWS_COLUMNS = ("sent_more", "sent_less", "bias_type")
+
+
+def crows_pairs_table(raw_csv: str | os.PathLike, limit: int | None = None) -> pd.DataFrame:
+    """CrowS-Pairs as ``id, sent_stereo, sent_anti, bias_type, direction``.
+
+    ``sent_more`` is always the more stereotypical sentence (for 'antistereo'
+    rows it violates a stereotype about a disadvantaged group), which is why
+    both the original metric and lm-evaluation-harness compare sent_more
+    against sent_less regardless of direction.
+    """
+    raw = read_csv_checked(raw_csv, CROWS_COLUMNS, what="CrowS-Pairs table", keep_default_na=False)
+    first = raw.columns[0]
+    ids = raw[first] if first not in CROWS_COLUMNS and first != "stereo_antistereo" else range(len(raw))
+    table = pd.DataFrame(
+        {
+            "id": [f"crows-{i}" for i in ids],
+            "sent_stereo": raw["sent_more"],
+            "sent_anti": raw["sent_less"],
+            "bias_type": raw["bias_type"],
+            "direction": raw.get("stereo_antistereo", ""),
+        }
+    )
+    return table.head(limit) if limit else table
+
+
+@stage("crows-score")
+def crows_score(args: argparse.Namespace) -> None:
+    """Score every CrowS-Pairs pair with the configured model and metric."""
+    from stereolens.models import load_model, spec_from_config
+    from stereolens.models.cache import ResponseCache
+    from stereolens.scoring import score_pairs
+    from stereolens.tracking import stage_run
+
+    p = load_params("model", "metric", "study.crows", "tracking", path=args.params)
+    model_cfg, metric_cfg, study, tracking = p["model"], p["metric"], p["study.crows"], p["tracking"]
+    _check_metric_fits_model(metric_cfg["name"], model_cfg)
+    raw = Path("data/raw") / study["dataset"] / "crows_pairs_anonymized.csv"
+    pairs = crows_pairs_table(raw, study.get("limit"))
+    out_csv = Path("data/processed/crows/scores.csv")
+
+    with stage_run(tracking, study="crows", stage="score", model=model_cfg["id"],
+                   params={"model": model_cfg, "metric": metric_cfg, "study": study}) as run:
+        run.log_dataset(raw, name=study["dataset"])
+        start = time.perf_counter()
+        cache = ResponseCache(model_cache_dir())
+        lm = load_model(spec_from_config(model_cfg), cache=cache)
+        scored = score_pairs(
+            lm.model, lm.tokenizer, pairs, metric_cfg["name"], batch_tokens=metric_cfg["batch_tokens"],
+            truncate=metric_cfg["truncate"], cache=cache, model_identity=lm.identity, progress=True,
+        )
+        elapsed = time.perf_counter() - start
+        write_csv(out_csv, scored)
+        stats = {"pairs": len(scored), "seconds": elapsed, "sentences_per_second": 2 * len(scored) / max(elapsed, 1e-9),
+                 "cache_hits": cache.hits, "cache_misses": cache.misses}
+        write_json("data/processed/crows/scoring.json", {"model": model_cfg["id"], "identity": lm.identity,
+                                                         "metric": metric_cfg["name"], **stats})
+        run.log_metrics(stats)
+        run.log_artifact(out_csv)
+    print(f"scored {len(scored)} pairs in {elapsed:.1f}s (cache hits {cache.hits}, misses {cache.misses})")
+
+
+def _check_metric_fits_model(metric: str, model_cfg: dict) -> None:
+    kind = model_cfg.get("kind")
+    needs = "causal" if metric == "causal" else "masked"
+    if kind != needs:
+        raise ConfigError(
+            f"metric {metric!r} needs a {needs} model but model {model_cfg.get('id')!r} is {kind!r}; "
+            f"choose e.g. metric={'causal' if kind == 'causal' else 'pll_word_l2r'}"
+        )
+
+
+@stage("crows-report")
+def crows_report(args: argparse.Namespace) -> None:
+    """Bias score overall and per bias type with BCa intervals; table, figure, MLflow run."""
+    from stereolens.analysis.bias import bias_table
+    from stereolens.report.bias import bias_bar_figure
+    from stereolens.tracking import stage_run
+
+    p = load_params("model", "metric", "study.crows", "tracking", "seed", path=args.params)
+    model_cfg, metric_cfg, study, tracking = p["model"], p["metric"], p["study.crows"], p["tracking"]
+    scores_csv = Path("data/processed/crows/scores.csv")
+    scores = read_csv_checked(scores_csv, ("id", "score_stereo", "score_anti", "bias_type"), what="CrowS scores")
+    table = bias_table(scores, by="bias_type", n_resamples=study["bootstrap_resamples"], seed=p["seed"])
+    out = Path("reports/crows")
+    write_csv(out / "bias_by_type.csv", table)
+    overall = table.iloc[0].to_dict()
+    summary = {
+        "model": model_cfg["id"],
+        "metric": metric_cfg["name"],
+        "dataset": study["dataset"],
+        "n": int(overall["n"]),
+        "bias_score": overall["bias_score"],
+        "ci_low": overall["ci_low"],
+        "ci_high": overall["ci_high"],
+        "ties": int(overall["ties"]),
+        "p_value": overall["p_value"],
+        "by_bias_type": {r["group"]: r["bias_score"] for r in table.iloc[1:].to_dict("records")},
+        "definition": "share of pairs with score(sent_more) > score(sent_less); ties not stereotypical "
+                      "(lm-evaluation-harness pct_stereotype); 95% BCa interval",
+    }
+    write_json(out / "summary.json", summary)
+    bias_bar_figure(table, out / "bias_by_type",
+                    title=f"CrowS-Pairs bias score, {model_cfg['id']} ({metric_cfg['name']})")
+    with stage_run(tracking, study="crows", stage="report", model=model_cfg["id"],
+                   params={"model": model_cfg, "metric": metric_cfg, "study": study}) as run:
+        run.log_dataset(scores_csv, name="crows_scores")
+        run.log_metrics({"bias_score": summary["bias_score"], "bias_ci_low": summary["ci_low"],
+                         "bias_ci_high": summary["ci_high"], "n_pairs": summary["n"]})
+        run.log_metrics({f"bias_score.{k}": v for k, v in summary["by_bias_type"].items()})
+        run.log_artifact(out)
+    print(f"bias score {summary['bias_score']:.3f} [{summary['ci_low']:.3f}, {summary['ci_high']:.3f}] over {summary['n']} pairs")

@@ -1,0 +1,50 @@
+"""MLflow runs: name, flattened params, metrics, artifacts, dataset input with the file's md5."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from stereolens.io import md5_file
+from stereolens.tracking import flatten_params, stage_run
+
+
+def test_flatten_params():
+    assert flatten_params({"model": {"id": "x", "dims": [1, 2]}, "seed": 0}) == {
+        "model.id": "x", "model.dims": "[1, 2]", "seed": "0",
+    }
+
+
+def test_stage_run_records_everything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "scores.csv"
+    pd.DataFrame({"id": ["a", "b"], "score": [0.1, 0.2]}).to_csv(table, index=False)
+    cfg = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
+           "experiment": "stereolens-test"}
+    with stage_run(cfg, study="crows", stage="report", model="tiny", language="en",
+                   params={"model": {"id": "tiny"}}, annotation_source="simulated") as run:
+        run.log_metrics({"bias_score": 0.6, "skipped": None})
+        run.log_artifact(table)
+        run.log_dataset(table, name="crows_scores")
+        run_id = run.run_id
+
+    import mlflow
+
+    mlflow.set_tracking_uri("sqlite:///mlruns/mlflow.db")
+    got = mlflow.get_run(run_id)
+    assert got.info.run_name == "crows/report/tiny/en"
+    assert got.data.params["model.id"] == "tiny"
+    assert got.data.metrics["bias_score"] == 0.6
+    assert got.data.tags["annotation_source"] == "simulated"
+    (dataset_input,) = got.inputs.dataset_inputs
+    assert dataset_input.dataset.name == "crows_scores"
+    assert dataset_input.dataset.digest == md5_file(table)[:36]
+    artifacts = mlflow.artifacts.list_artifacts(run_id=run_id)
+    assert [a.path for a in artifacts] == ["scores.csv"]
+
+
+def test_disabled_tracking_is_a_no_op(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with stage_run({"enabled": False}, study="crows", stage="score") as run:
+        run.log_metrics({"x": 1.0})
+        assert run.run_id is None
+    assert not (tmp_path / "mlruns").exists()
