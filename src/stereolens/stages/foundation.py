@@ -11,7 +11,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import load_params, model_cache_dir
+from stereolens.stages.common import languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
 
 
@@ -89,12 +89,15 @@ def crows_score(args: argparse.Namespace) -> None:
     from stereolens.scoring import score_pairs
     from stereolens.tracking import stage_run
 
-    p = load_params("model", "metric", "study.crows", "tracking", path=args.params)
+    p = load_params("model", "metric", "study.crows", "tracking", "language", path=args.params)
     model_cfg, metric_cfg, study, tracking = p["model"], p["metric"], p["study.crows"], p["tracking"]
     _check_metric_fits_model(metric_cfg["name"], model_cfg)
     raw = Path("data/raw") / study["dataset"] / "crows_pairs_anonymized.csv"
     pairs = crows_pairs_table(raw, study.get("limit"))
     out_csv = Path("data/processed/crows/scores.csv")
+    if not languages_to_run(["en"], p["language"]):
+        # CrowS-Pairs is English only: a language filter without English leaves nothing to score
+        pairs = pairs.head(0)
 
     with stage_run(tracking, study="crows", stage="score", model=model_cfg["id"],
                    params={"model": model_cfg, "metric": metric_cfg, "study": study}) as run:
@@ -104,7 +107,7 @@ def crows_score(args: argparse.Namespace) -> None:
         lm = load_model(spec_from_config(model_cfg), cache=cache)
         scored = score_pairs(
             lm.model, lm.tokenizer, pairs, metric_cfg["name"], batch_tokens=metric_cfg["batch_tokens"],
-            truncate=metric_cfg["truncate"], cache=cache, model_identity=lm.identity, progress=True,
+            truncate=metric_cfg["truncate"], cache=cache, identity=lm.identity, progress=True,
         )
         elapsed = time.perf_counter() - start
         write_csv(out_csv, scored)
