@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from stereolens.errors import StereolensError
+
 ModelKind = Literal["masked", "causal", "seq2seq", "chat", "completion"]
 
 
@@ -91,6 +93,18 @@ class ModelSpec:
     max_retries: int = 5
     timeout_s: float = 60.0
     extra: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None  # short label used in run names and reports (config ``id``)
+    source: dict[str, Any] | None = None  # where a prepared model comes from (config ``source``)
+    batch_size: int = 8  # HF backends: requests per forward pass
+    retry_base_s: float = 1.0  # remote backends: first backoff delay, doubled per retry
+
+    @property
+    def label(self) -> str:
+        return self.id or self.name
+
+
+class UnsupportedRequest(StereolensError):
+    """A request this model kind cannot serve (e.g. generation from a masked LM)."""
 
 
 class LanguageModel(abc.ABC):

@@ -44,9 +44,9 @@ def prepare_model(args: argparse.Namespace) -> None:
     model_cfg = load_params("model", path=args.params)["model"]
     out = Path("models") / model_cfg["id"]
     if model_cfg.get("source"):
-        from stereolens.models.prepare import convert_gguf, resolve_default_gguf
+        from stereolens.models.prepare import prepare_default_model
 
-        convert_gguf(resolve_default_gguf(), out)
+        prepare_default_model(out)
     else:
         # hub and remote models are loaded by name at use; record exactly which one this run meant
         reference = {k: model_cfg.get(k) for k in ("id", "name", "kind", "backend", "revision", "base_url")}

@@ -1,0 +1,520 @@
+"""Hugging Face backends: masked, causal and seq2seq LMs through transformers + torch.
+
+Log-likelihoods follow lm-evaluation-harness so that numbers are comparable with
+published ones: the context is conditioned on BOS (EOS when the tokenizer has no
+BOS), trailing spaces of the context move to the continuation, and the token
+boundary comes from encoding context+continuation as one string and splitting it
+at the length of the encoded context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from stereolens.errors import ModelLoadError
+from stereolens.io import write_json
+from stereolens.models.base import (
+    Generation,
+    GenerationRequest,
+    LanguageModel,
+    Loglikelihood,
+    LoglikelihoodRequest,
+    ModelSpec,
+    UnsupportedRequest,
+)
+from stereolens.models.cache import ResponseCache
+from stereolens.models.common import (
+    CachedBatch,
+    cache_payload,
+    cut_at_stop,
+    first_line,
+    generation_from_json,
+    loglikelihood_from_json,
+    render_plain_chat,
+)
+
+# Files whose content can change a model's outputs.  Everything else in a model
+# directory (README, provenance notes, .git) is left out of the identity hash.
+_IDENTITY_SUFFIXES = (".json", ".safetensors", ".bin", ".model", ".txt", ".gguf", ".pt", ".pth", ".jinja", ".tiktoken")
+_IDENTITY_EXCLUDE = {"stereolens_provenance.json"}
+IDENTITY_SIDECAR_DIR = "_identity"
+
+
+# --- identity -----------------------------------------------------------------------
+
+
+def directory_content_hash(path: str | os.PathLike, sidecar_dir: str | os.PathLike | None = None) -> str:
+    """SHA-256 over the names and bytes of a model directory's config, tokenizer and weights.
+
+    Hashing a 1 GB checkpoint takes a few seconds, so the result is remembered in a
+    sidecar file keyed by every file's size and mtime (the sidecar lives outside the
+    model directory, which may be a DVC output that must not change).  Sizes and
+    mtimes only decide when to re-hash; the identity itself is always the content.
+    """
+    root = Path(path).resolve()
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.name.endswith(_IDENTITY_SUFFIXES)
+        and p.name not in _IDENTITY_EXCLUDE
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
+    stat_key = [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    sidecar = None
+    if sidecar_dir is not None:
+        name = hashlib.sha256(str(root).encode()).hexdigest()[:32]
+        sidecar = Path(sidecar_dir) / f"{name}.json"
+        try:
+            saved = json.loads(sidecar.read_text(encoding="utf-8"))
+            if saved.get("stat") == stat_key:
+                return saved["sha256"]
+        except (OSError, ValueError, KeyError):
+            pass
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        with open(p, "rb") as fh:
+            while block := fh.read(1 << 22):
+                h.update(block)
+        h.update(b"\0")
+    digest = h.hexdigest()
+    if sidecar is not None:
+        try:
+            write_json(sidecar, {"path": str(root), "stat": stat_key, "sha256": digest})
+        except OSError:
+            pass  # a read-only cache only costs re-hashing next time
+    return digest
+
+
+# --- loading ------------------------------------------------------------------------
+
+
+def _torch_dtype(name: str | None):
+    import torch
+
+    if name in (None, "float32"):
+        return torch.float32
+    if name == "auto":
+        return "auto"
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _load_reason(spec: ModelSpec, exc: BaseException) -> str:
+    """One line saying why ``spec.name`` did not load."""
+    p = Path(spec.name).expanduser()
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or os.environ.get(
+        "TRANSFORMERS_OFFLINE", ""
+    ).lower() in ("1", "true", "yes")
+    if spec.source and not p.exists():
+        # a model the pipeline prepares itself (the embedded default) that is not there yet
+        return f"not prepared yet: run `stereolens models prepare --output {spec.name}` (or dvc repro)"
+    if p.exists():
+        if p.is_dir() and not (p / "config.json").exists():
+            return "directory has no config.json (not a saved model; run `stereolens models prepare` for the default)"
+        return first_line(exc)
+    looks_like_path = spec.name.startswith((".", "/", "~")) or spec.name.count("/") > 1
+    if looks_like_path:
+        return "no such directory"
+    if offline:
+        return "not a local directory and not in the Hugging Face cache (offline: HF_HUB_OFFLINE=1)"
+    return f"not a local directory and not loadable from the Hugging Face hub ({first_line(exc)})"
+
+
+class HFModel(LanguageModel):
+    """A transformers model and tokenizer; subclasses choose the head via ``auto_class``."""
+
+    backend = "hf"
+    auto_class = "AutoModel"
+
+    def __init__(self, spec: ModelSpec, cache: ResponseCache | None = None) -> None:
+        import transformers
+
+        self.spec = spec
+        self.cache = cache if cache is not None else ResponseCache()
+        auto = getattr(transformers, self.auto_class)
+        kwargs: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
+        try:
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(spec.name, **kwargs)
+            self.model = auto.from_pretrained(spec.name, dtype=_torch_dtype(spec.dtype), **kwargs)
+        except Exception as exc:  # transformers raises OSError/ValueError/KeyError/... here
+            raise ModelLoadError(f"cannot load {spec.kind} model {spec.name!r}: {_load_reason(spec, exc)}") from exc
+        try:
+            self.model.to(spec.device)
+        except (RuntimeError, AssertionError, ValueError) as exc:  # e.g. "cuda" on a CPU-only torch
+            raise ModelLoadError(f"cannot move model {spec.name!r} to device {spec.device!r}: {first_line(exc)}") from exc
+        self.model.eval()
+        self._identity: str | None = None
+
+    @classmethod
+    def from_loaded(cls, model, tokenizer, spec: ModelSpec, *, identity: str, cache: ResponseCache | None = None):
+        """Wrap a model already in memory (e.g. GGUF-loaded, or with pruned heads).
+
+        ``identity`` must say what makes this model different (e.g. ``"...+pruned:3.1,5.0"``):
+        it is the model part of every cache key, so two different models must never share it.
+        """
+        self = cls.__new__(cls)
+        self.spec = spec
+        self.cache = cache if cache is not None else ResponseCache()
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self._identity = identity
+        return self
+
+    @property
+    def identity(self) -> str:
+        if self._identity is None:
+            path = Path(self.spec.name).expanduser()
+            if path.is_dir():
+                digest = directory_content_hash(path, self.cache.root / IDENTITY_SIDECAR_DIR)
+                self._identity = f"hf:sha256:{digest}"
+            else:
+                # a hub name: pin the commit actually loaded, so "main" moving on changes the key
+                commit = getattr(self.model.config, "_commit_hash", None) or self.spec.revision or "unpinned"
+                self._identity = f"hf:{self.spec.name}@{commit}"
+        return self._identity
+
+    def _params(self) -> dict[str, Any]:
+        # dtype changes the numbers; device does not beyond float noise, so cached
+        # answers stay valid when the same model moves between CPU and GPU
+        return {"kind": self.spec.kind, "dtype": self.spec.dtype or "float32"}
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def _local_rng(self):
+        """Seeding inside this context leaves the caller's global RNG state as it was."""
+        import torch
+
+        return torch.random.fork_rng(devices=[self.device.index or 0] if self.device.type == "cuda" else [])
+
+    def _payload(self, op: str):
+        params = self._params()
+        return lambda req: cache_payload(self.backend, self.identity, op, req, params)
+
+    def _batches(self, indices: list[int], lengths: dict[int, int]):
+        # longest first (as lm-eval): the first batch shows at once whether memory suffices,
+        # and similar lengths together waste little on padding
+        order = sorted(indices, key=lambda i: -lengths[i])
+        size = max(1, self.spec.batch_size)
+        for start in range(0, len(order), size):
+            yield order[start : start + size]
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        raise UnsupportedRequest(f"model {self.spec.name!r} ({self.spec.kind}) cannot generate text")
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        raise UnsupportedRequest(f"model {self.spec.name!r} ({self.spec.kind}) cannot score continuations")
+
+
+class HFMaskedLM(HFModel):
+    """A masked LM.  PLL / SeT scoring needs the network itself: use ``.model`` and ``.tokenizer``."""
+
+    auto_class = "AutoModelForMaskedLM"
+
+    @property
+    def supports_loglikelihood(self) -> bool:
+        return False
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        raise UnsupportedRequest(
+            f"model {self.spec.name!r} is a masked LM: score it with stereolens.scoring (PLL, PLL-word-l2r, SeT)"
+        )
+
+
+class HFCausalLM(HFModel):
+    """A decoder-only LM: log-likelihoods (lm-eval style) and batched generation."""
+
+    auto_class = "AutoModelForCausalLM"
+
+    @property
+    def prefix_token_id(self) -> int:
+        tok = self.tokenizer
+        if tok.bos_token_id is not None:
+            return tok.bos_token_id
+        if tok.eos_token_id is not None:
+            return tok.eos_token_id
+        raise UnsupportedRequest(f"model {self.spec.name!r}: tokenizer has neither BOS nor EOS to condition on")
+
+    @property
+    def max_length(self) -> int:
+        cfg = self.model.config
+        for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            value = getattr(cfg, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        model_max = getattr(self.tokenizer, "model_max_length", None)
+        return model_max if isinstance(model_max, int) and 0 < model_max < 10**7 else 2048
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
+        """(context tokens incl. BOS, continuation tokens) split the way lm-eval splits them."""
+        n_spaces = len(context) - len(context.rstrip())
+        if n_spaces > 0:
+            continuation = context[-n_spaces:] + continuation
+            context = context[:-n_spaces]
+        if context == "":
+            return [self.prefix_token_id], self._encode(continuation)
+        whole = self._encode(context + continuation)
+        n_ctx = len(self._encode(context))
+        return [self.prefix_token_id] + whole[:n_ctx], whole[n_ctx:]
+
+    def _params(self) -> dict[str, Any]:
+        return {**super()._params(), "prefix": "bos" if self.tokenizer.bos_token_id is not None else "eos"}
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        batch = CachedBatch(self.cache, requests, self._payload("loglikelihood"), loglikelihood_from_json)
+        if not batch.todo:
+            return batch.finish()
+        import torch
+
+        encoded: dict[int, tuple[list[int], list[int]]] = {}
+        for i in batch.todo:
+            req = batch.requests[i]
+            # a chat transcript, if given, comes before the context (e.g. an answer prefix)
+            context = req.context if req.messages is None else self.chat_text(req.messages) + req.context
+            ctx, cont = self.encode_pair(context, req.continuation)
+            if not cont:
+                raise UnsupportedRequest(
+                    f"model {self.spec.name!r}: continuation {req.continuation!r} is empty after tokenisation "
+                    f"(context {req.context[:40]!r})"
+                )
+            encoded[i] = (ctx, cont)
+        lengths = {i: len(c) + len(t) for i, (c, t) in encoded.items()}
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        limit = self.max_length
+        with torch.inference_mode():
+            for chunk in self._batches(batch.todo, lengths):
+                inputs, conts = [], []
+                for i in chunk:
+                    ctx, cont = encoded[i]
+                    # the model predicts token t from tokens < t, so the last token is never fed;
+                    # overlong inputs lose their oldest context tokens, as lm-eval truncates
+                    inp = (ctx + cont)[-(limit + 1) :][:-1]
+                    inputs.append(inp)
+                    conts.append(cont)
+                width = max(len(x) for x in inputs)
+                ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
+                mask = torch.zeros((len(inputs), width), dtype=torch.long)
+                for row, inp in enumerate(inputs):
+                    ids[row, : len(inp)] = torch.tensor(inp, dtype=torch.long)
+                    mask[row, : len(inp)] = 1
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+                logprobs = torch.log_softmax(logits.float(), dim=-1)
+                for row, i in enumerate(chunk):
+                    n_in, cont = len(inputs[row]), conts[row]
+                    positions = logprobs[row, n_in - len(cont) : n_in]
+                    target = torch.tensor(cont, dtype=torch.long, device=positions.device)
+                    picked = positions.gather(1, target.unsqueeze(1)).squeeze(1)
+                    greedy = bool((positions.argmax(dim=-1) == target).all())
+                    batch.store(i, {"logprob": float(picked.sum()), "n_tokens": len(cont), "is_greedy": greedy})
+        return batch.finish()
+
+    # --- generation -------------------------------------------------------------------
+
+    def chat_text(self, messages) -> str:
+        """A chat transcript as text ending where the assistant speaks, without a leading BOS.
+
+        The tokenizer's chat template when it has one, else :func:`render_plain_chat`.
+        The BOS a template writes is dropped because callers add exactly one BOS themselves.
+        """
+        if getattr(self.tokenizer, "chat_template", None):
+            dicts = [{"role": m.role, "content": m.content} for m in messages]
+            text = self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
+            bos = self.tokenizer.bos_token
+            return text[len(bos) :] if bos and text.startswith(bos) else text
+        return render_plain_chat(messages)
+
+    def render_prompt(self, req: GenerationRequest) -> list[int]:
+        """Token ids of a generation prompt: one BOS, then the prompt or the rendered chat."""
+        text = self.chat_text(req.messages) if req.messages is not None else (req.prompt or "")
+        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
+        return bos + self._encode(text)
+
+    def _gen_params(self) -> dict[str, Any]:
+        fmt = "chat_template" if getattr(self.tokenizer, "chat_template", None) else "plain"
+        return {**self._params(), "chat_format": fmt}
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        params = self._gen_params()
+        batch = CachedBatch(
+            self.cache,
+            requests,
+            lambda r: cache_payload(self.backend, self.identity, "generate", r, params),
+            generation_from_json,
+        )
+        if not batch.todo:
+            return batch.finish()
+        prompts = {i: self.render_prompt(batch.requests[i]) for i in batch.todo}
+        # greedy requests with equal decoding settings share a batch; sampled ones run alone
+        # under their own seed, so a cached answer never depends on what it was batched with
+        groups: dict[tuple, list[int]] = {}
+        for i in batch.todo:
+            r = batch.requests[i]
+            if r.temperature == 0:
+                key = ("greedy", r.max_tokens, r.stop, r.top_logprobs)
+            else:
+                key = ("sample", i)
+            groups.setdefault(key, []).append(i)
+        for key, members in groups.items():
+            for chunk in self._batches(members, {i: len(prompts[i]) for i in members}):
+                for i, answer in zip(chunk, self._generate_batch([batch.requests[i] for i in chunk], [prompts[i] for i in chunk])):
+                    batch.store(i, answer)
+        return batch.finish()
+
+    def _generate_batch(self, reqs: list[GenerationRequest], prompts: list[list[int]]) -> list[dict[str, Any]]:
+        import torch
+
+        tok = self.tokenizer
+        req0 = reqs[0]
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        width = max(len(p) for p in prompts)
+        # left padding: every row's next token comes right after its own prompt
+        ids = torch.full((len(prompts), width), pad_id if pad_id is not None else 0, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            mask[row, width - len(p) :] = 1
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": req0.max_tokens,
+            "return_dict_in_generate": True,
+            "output_logits": bool(req0.top_logprobs),
+            "pad_token_id": pad_id,
+        }
+        if req0.temperature == 0:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(do_sample=True, temperature=req0.temperature, top_p=req0.top_p, top_k=0)
+        if req0.stop:
+            kwargs.update(stop_strings=list(req0.stop), tokenizer=tok)
+        with torch.inference_mode(), self._local_rng():
+            torch.manual_seed(req0.seed)
+            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        new = out.sequences[:, width:].tolist()
+        answers = []
+        eos_ids = self._eos_ids()
+        for row, req in enumerate(reqs):
+            gen = new[row]
+            finish = "length"
+            for k, t in enumerate(gen):
+                if t in eos_ids:
+                    gen, finish = gen[:k], "stop"
+                    break
+            text = tok.decode(gen, skip_special_tokens=True)
+            text, stopped = cut_at_stop(text, req.stop)
+            if stopped:
+                finish = "stop"
+            top = None
+            if req.top_logprobs:
+                top = self._top_logprobs(out.logits, row, gen, text, req.top_logprobs)
+            answers.append({"text": text, "finish_reason": finish, "top_logprobs": top})
+        return answers
+
+    def _eos_ids(self) -> set[int]:
+        ids = set()
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        for value in (self.tokenizer.eos_token_id, gen_eos):
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, list):
+                ids.update(v for v in value if isinstance(v, int))
+        return ids
+
+    def _top_logprobs(self, logits, row: int, gen: list[int], text: str, k: int) -> list[dict[str, float]]:
+        import torch
+
+        # raw logits (before temperature / top-p), as OpenAI reports logprobs; only the
+        # positions that produced the returned text (up to a stop string) are kept
+        tok = self.tokenizer
+        n = 0
+        while n < len(gen) and len(tok.decode(gen[:n], skip_special_tokens=True)) < len(text):
+            n += 1
+        # even an empty answer had a first decision (a rubric judge reads "1".."7" from it)
+        n = max(n, 1)
+        result = []
+        for pos in range(min(n, len(logits))):
+            lp = torch.log_softmax(logits[pos][row].float(), dim=-1)
+            values, indices = lp.topk(k)
+            alts: dict[str, float] = {}
+            for v, t in zip(values.tolist(), indices.tolist()):
+                alts.setdefault(tok.decode([t]), float(v))  # keep the likelier of two same-looking tokens
+            result.append(alts)
+        return result
+
+
+class HFSeq2SeqLM(HFModel):
+    """An encoder-decoder LM: log P(target | input) and generation."""
+
+    auto_class = "AutoModelForSeq2SeqLM"
+
+    def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
+        batch = CachedBatch(self.cache, requests, self._payload("loglikelihood"), loglikelihood_from_json)
+        if not batch.todo:
+            return batch.finish()
+        import torch
+
+        tok = self.tokenizer
+        # both sides with special tokens (EOS closes the target), as lm-eval's seq2seq path does
+        enc = {i: tok(batch.requests[i].context)["input_ids"] for i in batch.todo}
+        tgt = {i: tok(text_target=batch.requests[i].continuation)["input_ids"] for i in batch.todo}
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        lengths = {i: len(enc[i]) + len(tgt[i]) for i in batch.todo}
+        with torch.inference_mode():
+            for chunk in self._batches(batch.todo, lengths):
+                w_in = max(len(enc[i]) for i in chunk)
+                w_out = max(len(tgt[i]) for i in chunk)
+                ids = torch.full((len(chunk), w_in), pad_id, dtype=torch.long)
+                mask = torch.zeros((len(chunk), w_in), dtype=torch.long)
+                labels = torch.full((len(chunk), w_out), -100, dtype=torch.long)
+                for row, i in enumerate(chunk):
+                    ids[row, : len(enc[i])] = torch.tensor(enc[i])
+                    mask[row, : len(enc[i])] = 1
+                    labels[row, : len(tgt[i])] = torch.tensor(tgt[i])
+                out = self.model(
+                    input_ids=ids.to(self.device), attention_mask=mask.to(self.device), labels=labels.to(self.device)
+                )
+                logprobs = torch.log_softmax(out.logits.float(), dim=-1)
+                for row, i in enumerate(chunk):
+                    n = len(tgt[i])
+                    target = torch.tensor(tgt[i], dtype=torch.long, device=logprobs.device)
+                    positions = logprobs[row, :n]
+                    picked = positions.gather(1, target.unsqueeze(1)).squeeze(1)
+                    greedy = bool((positions.argmax(dim=-1) == target).all())
+                    batch.store(i, {"logprob": float(picked.sum()), "n_tokens": n, "is_greedy": greedy})
+        return batch.finish()
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        params = self._params()
+        batch = CachedBatch(
+            self.cache,
+            requests,
+            lambda r: cache_payload(self.backend, self.identity, "generate", r, params),
+            generation_from_json,
+        )
+        import torch
+
+        tok = self.tokenizer
+        for i in batch.todo:  # one at a time: seq2seq generation here is for small, occasional use
+            req = batch.requests[i]
+            text_in = req.prompt if req.prompt is not None else render_plain_chat(req.messages or ())
+            enc = tok(text_in, return_tensors="pt").to(self.device)
+            kwargs: dict[str, Any] = {"max_new_tokens": req.max_tokens}
+            if req.temperature == 0:
+                kwargs.update(do_sample=False)
+            else:
+                kwargs.update(do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=0)
+            with torch.inference_mode(), self._local_rng():
+                torch.manual_seed(req.seed)
+                out = self.model.generate(**enc, **kwargs)
+            text = tok.decode(out[0], skip_special_tokens=True)
+            text, stopped = cut_at_stop(text, req.stop)
+            batch.store(i, {"text": text, "finish_reason": "stop" if stopped else None, "top_logprobs": None})
+        return batch.finish()
