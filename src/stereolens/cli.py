@@ -2,8 +2,7 @@
 
 Each package contributes its subcommands through a ``register(subparsers)``
 function in its own ``cli`` module, listed in :data:`COMMAND_MODULES`; this
-module only dispatches, so a broken study package cannot break the others'
-commands at import time.
+module only builds the parser and turns user errors into one line.
 """
 
 from __future__ import annotations
@@ -18,7 +17,33 @@ from stereolens.errors import StereolensError
 # ``parser.set_defaults(func=...)`` taking the parsed ``argparse.Namespace``.
 COMMAND_MODULES: list[str] = [
     "stereolens.config.cli",
+    "stereolens.annotation.cli",
+    "stereolens.scoring.cli",
+    "stereolens.models.cli",
+    "stereolens.analysis.leakage_cli",
+    "stereolens.analysis.pcs_cli",
+    "stereolens.stages.cli",
 ]
+
+
+def get_or_create_subparser(
+    subparsers: argparse._SubParsersAction, name: str, help: str | None = None
+) -> argparse._SubParsersAction:
+    """The action-level subparsers of command ``name``, creating the command on first use.
+
+    Several packages attach actions to one command (``stereolens leakage human`` from
+    the annotation package, ``stereolens leakage fit`` from the leakage study), so
+    whichever module registers first creates ``name`` and the others reuse it.
+    """
+    parser = subparsers.choices.get(name)
+    if parser is None:
+        parser = subparsers.add_parser(name, help=help)
+    actions = getattr(parser, "_stereolens_actions", None)
+    if actions is None:
+        actions = parser.add_subparsers(dest=f"{name}_command", metavar="ACTION")
+        actions.required = True
+        parser._stereolens_actions = actions  # type: ignore[attr-defined]
+    return actions
 
 
 def build_parser() -> argparse.ArgumentParser:
