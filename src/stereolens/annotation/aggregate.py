@@ -1,0 +1,323 @@
+"""From many judgements to one label per item (or one score per group and trait).
+
+- :func:`majority_vote`: nominal labels, a label wins with at least ``quorum`` votes
+  (seed 002: 2 of 3 annotators said "yes").
+- :func:`median_likert`: ordinal labels, items whose median is at or below
+  ``discard_at_or_below`` are discarded (seed 003: median <= 2).
+- :func:`pole_split_mean`: slider ratings r in [-50, 50] on "left - right" trait
+  pairs; the left trait gets max(-r, 0), the right max(r, 0), averaged over
+  annotators (seed 001).
+- :func:`survey_to_matrices`: the seed 001 survey files (``data_full_<language>.json``)
+  to one 32 traits x 30 groups matrix per language, reproducing the published
+  ``aggregated_data_<LANG>.csv`` with the cells published as 999 returned as NaN.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stereolens.errors import DataError
+from stereolens.io import write_text
+
+# ---------------------------------------------------------------- majority vote / median
+
+
+def majority_vote(
+    data: pd.DataFrame,
+    *,
+    quorum: int | float = 0.5,
+    item_col: str = "item_id",
+    label_col: str = "label",
+) -> pd.DataFrame:
+    """One row per item: ``label`` (the winner or NaN), ``votes``, ``n``, ``decided``.
+
+    ``quorum`` as an int is the number of votes the winner needs (2 for 2-of-3);
+    as a float in (0, 1) the winner needs strictly more than that share of the
+    item's votes (0.5 = simple majority).  Ties for first place are never decided.
+    """
+    df = data.dropna(subset=[label_col])
+    counts = df.groupby([item_col, label_col], sort=False).size().rename("votes").reset_index()
+    n = df.groupby(item_col, sort=False).size().rename("n")
+    counts = counts.sort_values([item_col, "votes"], ascending=[True, False], kind="stable")
+    top = counts.groupby(item_col, sort=False).head(2)
+    rows = []
+    for item, grp in top.groupby(item_col, sort=False):
+        votes = grp["votes"].to_numpy()
+        n_item = int(n[item])
+        tie = len(votes) > 1 and votes[0] == votes[1]
+        if isinstance(quorum, float) and 0 < quorum < 1:
+            enough = votes[0] > quorum * n_item
+        else:
+            enough = votes[0] >= int(quorum)
+        decided = bool(enough and not tie)
+        rows.append({
+            item_col: item,
+            "label": grp[label_col].iloc[0] if decided else np.nan,
+            "votes": int(votes[0]),
+            "n": n_item,
+            "decided": decided,
+        })
+    return pd.DataFrame(rows, columns=[item_col, "label", "votes", "n", "decided"])
+
+
+def median_likert(
+    data: pd.DataFrame,
+    *,
+    discard_at_or_below: float = 2,
+    item_col: str = "item_id",
+    label_col: str = "label",
+) -> pd.DataFrame:
+    """One row per item: ``median``, ``n`` and ``keep`` (median above the discard bound)."""
+    df = data.dropna(subset=[label_col])
+    values = pd.to_numeric(df[label_col], errors="coerce")
+    if values.isna().any():
+        bad = values[values.isna()].index[0]
+        raise DataError(f"median_likert needs numeric labels; row {bad} has {df.loc[bad, label_col]!r}")
+    grouped = values.groupby(df[item_col], sort=False)
+    out = pd.DataFrame({"median": grouped.median(), "n": grouped.size()})
+    out["keep"] = out["median"] > discard_at_or_below
+    return out.reset_index().rename(columns={"index": item_col})
+
+
+# ---------------------------------------------------------------- pole-split slider ratings
+
+
+def split_pair(pair: str) -> tuple[str, str]:
+    """``"powerless - powerful"`` -> ``("powerless", "powerful")``."""
+    parts = [p.strip() for p in pair.split(" - ")]
+    if len(parts) != 2 or not all(parts):
+        raise DataError(f"trait pair {pair!r} is not of the form 'left - right'")
+    return parts[0], parts[1]
+
+
+def pole_split(ratings: pd.DataFrame, *, pair_col: str = "trait_pair", rating_col: str = "rating") -> pd.DataFrame:
+    """Each slider rating as two rows, one per pole: ``trait`` and ``score`` (>= 0)."""
+    left_right = [split_pair(p) for p in ratings[pair_col]]
+    r = ratings[rating_col].astype(float).to_numpy()
+    base = ratings.drop(columns=[pair_col, rating_col])
+    left = base.assign(trait=[lr[0] for lr in left_right], score=np.maximum(-r, 0.0))
+    right = base.assign(trait=[lr[1] for lr in left_right], score=np.maximum(r, 0.0))
+    return pd.concat([left, right], ignore_index=True)
+
+
+def pole_split_mean(
+    ratings: pd.DataFrame,
+    *,
+    group_col: str = "group",
+    pair_col: str = "trait_pair",
+    rating_col: str = "rating",
+    trait_order: Sequence[str] | None = None,
+    group_order: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Traits x groups matrix of mean pole scores over annotators (NaN where nobody rated)."""
+    poles = pole_split(ratings, pair_col=pair_col, rating_col=rating_col)
+    matrix = poles.groupby(["trait", group_col])["score"].mean().unstack(group_col)
+    if trait_order is None:
+        # pair order as first seen, each pair's left pole then its right (the published layout)
+        trait_order = [t for pair in dict.fromkeys(ratings[pair_col]) for t in split_pair(pair)]
+    matrix = matrix.reindex(index=list(trait_order), columns=list(group_order) if group_order else None)
+    matrix.index.name = "Traits"
+    matrix.columns.name = None
+    return matrix
+
+
+# ---------------------------------------------------------------- the seed 001 survey
+
+LANGUAGE_FILES = {"EN": "english", "RU": "russian", "ZH": "chinese", "HI": "hindi"}
+DEFAULT_NAME_MAP = Path("data/seed/leakage/survey_group_names.csv")
+# The published matrices show a group that is unique to another country only if at
+# least five annotators in this language chose it (seed 001 datasheet: "at least 5
+# annotations per group"); verified on all four aggregated_data_*.csv files, where
+# shared groups appear even with a single annotator (Hindi: immigrants, n = 1).
+DEFAULT_MIN_FOREIGN_NONSHARED = 5
+
+
+@dataclass(frozen=True)
+class GroupNames:
+    """The survey's group spellings mapped to the published matrix columns, with group categories."""
+
+    table: pd.DataFrame  # survey_name, group, category, home_language
+
+    @property
+    def survey_to_group(self) -> dict[str, str]:
+        return dict(zip(self.table["survey_name"], self.table["group"]))
+
+    @property
+    def groups(self) -> list[str]:
+        return list(dict.fromkeys(self.table["group"]))
+
+    def category(self, group: str) -> str:
+        return str(self.table.loc[self.table["group"] == group, "category"].iloc[0])
+
+    def home_language(self, group: str) -> str:
+        return str(self.table.loc[self.table["group"] == group, "home_language"].iloc[0])
+
+
+def load_group_names(path: str | os.PathLike | None = None) -> GroupNames:
+    path = Path(path) if path is not None else _default_name_map()
+    if not path.exists():
+        raise DataError(f"survey group name map not found: {path}")
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    need = {"survey_name", "group", "category", "home_language"}
+    if not need <= set(table.columns):
+        raise DataError(f"{path} needs columns {sorted(need)} (has: {list(table.columns)})")
+    return GroupNames(table)
+
+
+def _default_name_map() -> Path:
+    # the seed file lives in the repository, not the package: look beside the working
+    # directory first (stages run from the repo root), then relative to this source tree
+    if DEFAULT_NAME_MAP.exists():
+        return DEFAULT_NAME_MAP
+    return Path(__file__).resolve().parents[3] / DEFAULT_NAME_MAP
+
+
+def survey_file(survey_dir: Path, language: str) -> Path:
+    language = language.upper()
+    if language not in LANGUAGE_FILES:
+        raise DataError(f"unknown survey language {language!r}; known: {', '.join(LANGUAGE_FILES)}")
+    return Path(survey_dir) / f"data_full_{LANGUAGE_FILES[language]}.json"
+
+
+def read_survey(path: str | os.PathLike, language: str | None = None) -> pd.DataFrame:
+    """One survey file as long rows: annotator_id, group (survey spelling), trait_pair, rating."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"survey file not found: {path}")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"survey file {path} is not valid JSON: {exc}") from exc
+    rows = []
+    for annotator, groups in raw.items():
+        for group, pairs in groups.items():
+            for pair, rating in pairs.items():
+                if rating is None or not isinstance(rating, (int, float)) or not -50 <= rating <= 50:
+                    raise DataError(f"{path}: annotator {annotator}, group {group!r}, {pair!r}: rating {rating!r} not in [-50, 50]")
+                rows.append((annotator, group, pair, float(rating)))
+    df = pd.DataFrame(rows, columns=["annotator_id", "survey_group", "trait_pair", "rating"])
+    if language:
+        df.insert(0, "language", language.upper())
+    return df
+
+
+def survey_to_matrices(
+    survey_dir: Path,
+    languages: Iterable[str] = ("EN", "RU", "ZH", "HI"),
+    name_map: str | os.PathLike | GroupNames | None = None,
+    *,
+    min_foreign_nonshared: int = DEFAULT_MIN_FOREIGN_NONSHARED,
+    min_annotators: int = 1,
+) -> dict[str, pd.DataFrame]:
+    """One traits x groups matrix per language (index ``Traits``; NaN = missing).
+
+    A cell is missing when nobody rated the group, when fewer than ``min_annotators``
+    did, or when the group is unique to another country (category ``nonshared``
+    with a different ``home_language`` in the name map) and fewer than
+    ``min_foreign_nonshared`` annotators rated it: that is the rule behind the 999
+    cells of the published files.
+    """
+    names = name_map if isinstance(name_map, GroupNames) else load_group_names(name_map)
+    mapping = names.survey_to_group
+    out: dict[str, pd.DataFrame] = {}
+    for language in languages:
+        language = language.upper()
+        path = survey_file(Path(survey_dir), language)
+        long = read_survey(path, language)
+        unknown = sorted(set(long["survey_group"]) - set(mapping))
+        if unknown:
+            raise DataError(f"{path}: group(s) {unknown} are not in the survey group name map")
+        long["group"] = long["survey_group"].map(mapping)
+        matrix = pole_split_mean(long, group_order=names.groups)
+        n_annotators = long.groupby("group")["annotator_id"].nunique()
+        for group in matrix.columns:
+            n = int(n_annotators.get(group, 0))
+            foreign = names.category(group) == "nonshared" and names.home_language(group) != language
+            if n < min_annotators or (foreign and n < min_foreign_nonshared):
+                matrix[group] = np.nan
+        out[language] = matrix
+    return out
+
+
+def survey_judgements(
+    survey_dir: Path,
+    languages: Iterable[str] = ("EN", "RU", "ZH", "HI"),
+    name_map: str | os.PathLike | GroupNames | None = None,
+) -> pd.DataFrame:
+    """The survey as long-format judgements for QC and agreement.
+
+    ``item_id`` is ``<LANG>|<group>|<trait pair>`` (annotators of different languages
+    answered different questions), ``annotator_id`` is ``<LANG>:<id>`` (ids restart
+    per file), ``label`` the slider rating in [-50, 50]; ``source`` is ``human``.
+    """
+    names = name_map if isinstance(name_map, GroupNames) else load_group_names(name_map)
+    frames = []
+    for language in languages:
+        language = language.upper()
+        long = read_survey(survey_file(Path(survey_dir), language), language)
+        long["group"] = long["survey_group"].map(names.survey_to_group)
+        if long["group"].isna().any():
+            raise DataError(f"survey group {long.loc[long['group'].isna(), 'survey_group'].iloc[0]!r} is not in the name map")
+        long["item_id"] = language + "|" + long["group"] + "|" + long["trait_pair"]
+        long["annotator_id"] = language + ":" + long["annotator_id"]
+        frames.append(long.rename(columns={"rating": "label"}))
+    out = pd.concat(frames, ignore_index=True)
+    out["source"] = "human"
+    return out[["item_id", "annotator_id", "label", "language", "group", "trait_pair", "source"]]
+
+
+def survey_annotation_counts(
+    survey_dir: Path,
+    languages: Iterable[str] = ("EN", "RU", "ZH", "HI"),
+    name_map: str | os.PathLike | GroupNames | None = None,
+) -> pd.DataFrame:
+    """Annotators per (language, group): the coverage table behind the missing cells."""
+    names = name_map if isinstance(name_map, GroupNames) else load_group_names(name_map)
+    frames = []
+    for language in languages:
+        long = read_survey(survey_file(Path(survey_dir), language), language.upper())
+        long["group"] = long["survey_group"].map(names.survey_to_group)
+        counts = long.groupby("group")["annotator_id"].nunique().reindex(names.groups, fill_value=0)
+        frames.append(pd.DataFrame({"language": language.upper(), "group": counts.index, "n_annotators": counts.to_numpy()}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_matrix(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """H_<LANG>.csv layout: first column ``Traits``, one column per group, missing cells empty."""
+    out = df.copy()
+    out.index.name = "Traits"
+    return write_text(path, out.reset_index().to_csv(index=False, na_rep=""))
+
+
+def read_matrix(path: str | os.PathLike, *, missing_code: float | None = 999) -> pd.DataFrame:
+    """A matrix written by :func:`write_matrix` (or a published file, whose 999 cells become NaN)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"matrix not found: {path}")
+    df = pd.read_csv(path)
+    if "Traits" not in df.columns:
+        raise DataError(f"{path} has no 'Traits' column (first column must be Traits)")
+    df = df.set_index("Traits")
+    for column in df.columns:
+        numeric = pd.to_numeric(df[column], errors="coerce")
+        bad = numeric.isna() & df[column].notna()
+        if bad.any():
+            raise DataError(
+                f"{path}: cell ({bad.idxmax()!r}, {column!r}) is {df[column][bad].iloc[0]!r}, not a number or empty"
+            )
+        df[column] = numeric.astype(float)
+    if missing_code is not None:
+        df = df.mask(df == missing_code)
+    df.columns.name = None
+    return df
+
+
+def write_matrices(matrices: Mapping[str, pd.DataFrame], out_dir: str | os.PathLike) -> list[Path]:
+    return [write_matrix(m, Path(out_dir) / f"H_{lang}.csv") for lang, m in matrices.items()]

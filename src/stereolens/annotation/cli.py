@@ -1,0 +1,186 @@
+"""``stereolens annotation ...`` and ``stereolens leakage human``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from stereolens.cli import get_or_create_subparser
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    annotation = subparsers.add_parser("annotation", help="annotation tasks, judgements, agreement")
+    sub = annotation.add_subparsers(dest="annotation_command", metavar="ACTION")
+    sub.required = True
+
+    agree = sub.add_parser("agreement", help="inter-annotator agreement of long-format judgements, as JSON")
+    agree.add_argument("--input", required=True, help="CSV with item_id, annotator_id, label")
+    agree.add_argument("--metric", required=True, choices=["fleiss", "krippendorff", "cohen", "raw"])
+    agree.add_argument("--level", default="nominal", choices=["nominal", "ordinal", "interval"])
+    agree.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of items (0: no CI)")
+    agree.add_argument("--confidence", type=float, default=0.95)
+    agree.add_argument("--ci-method", default="percentile", choices=["percentile", "BCa"])
+    agree.add_argument("--seed", type=int, default=0)
+    agree.set_defaults(func=_agreement)
+
+    export = sub.add_parser("export", help="write annotation tasks as CSV and Label Studio JSON")
+    export.add_argument("--items", required=True, help="CSV with item_id, text")
+    export.add_argument("--scale", default="likert5", help="yes_no | likert5 | slider_-50_50")
+    export.add_argument("--instructions", required=True, help="instruction text, or @FILE to read it")
+    export.add_argument("--output", required=True, help="directory for the task files")
+    export.add_argument("--name", default="tasks")
+    export.set_defaults(func=_export)
+
+    imp = sub.add_parser("import", help="validate completed judgements (CSV or Label Studio JSON)")
+    imp.add_argument("--input", required=True)
+    imp.add_argument("--scale", default="likert5")
+    imp.add_argument("--items", help="CSV with item_id: judgements on other ids are refused")
+    imp.add_argument("--output", required=True, help="validated long-format CSV")
+    imp.set_defaults(func=_import)
+
+    sim = sub.add_parser("simulate", help="seeded simulated judgements (source=simulated)")
+    sim.add_argument("--items", required=True, help="CSV with item_id [, truth]")
+    sim.add_argument("--scale", default="likert5")
+    sim.add_argument("--annotators", type=int, default=5)
+    sim.add_argument("--reliability", type=float, default=0.8)
+    sim.add_argument("--bias", type=float, default=0.0)
+    sim.add_argument("--per-item", type=int, default=None)
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--output", required=True)
+    sim.set_defaults(func=_simulate)
+
+    review = sub.add_parser("review", help="QC, agreement, per-item aggregation and the annotation gate")
+    review.add_argument("--input", required=True, help="long-format judgements CSV")
+    review.add_argument("--config", required=True, help="annotation config YAML (conf/annotation/<source>.yaml)")
+    review.add_argument("--study", required=True, help="study name for the gate message and report")
+    review.add_argument("--output", required=True, help="directory for QC tables, aggregated items, agreement.json")
+    review.add_argument("--items", help="CSV with item_id [, gold]: unknown ids refused, gold rows are attention checks")
+    review.add_argument("--report-dir", default="reports/quality")
+    review.add_argument("--seed", type=int, default=0)
+    review.set_defaults(func=_review)
+
+    leakage = get_or_create_subparser(subparsers, "leakage", help="stereotype leakage study (seed 001)")
+    human = leakage.add_parser("human", help="survey files (data_full_*.json) -> H_<LANG>.csv matrices")
+    human.add_argument("--survey", required=True, help="directory with data_full_<language>.json")
+    human.add_argument("--output", required=True, help="directory for H_<LANG>.csv")
+    human.add_argument("--languages", nargs="+", default=["EN", "RU", "ZH", "HI"])
+    human.add_argument("--name-map", default=None, help="survey group name map (default data/seed/leakage/survey_group_names.csv)")
+    human.add_argument("--min-foreign-nonshared", type=int, default=None,
+                       help="annotators needed to report a group unique to another country (default 5, the published rule)")
+    human.set_defaults(func=_leakage_human)
+
+
+def _agreement(args: argparse.Namespace) -> int:
+    from stereolens.annotation.agreement import compute
+    from stereolens.io import read_csv_checked
+
+    df = read_csv_checked(args.input, ["item_id", "annotator_id", "label"], what="judgements",
+                          dtype={"item_id": str, "annotator_id": str})
+    res = compute(df, args.metric, args.level, n_boot=args.n_boot, confidence=args.confidence,
+                  seed=args.seed, ci_method=args.ci_method)
+    out = {"metric": args.metric, "variant": res.metric, "level": args.level, "value": res.value, "ci_low": res.ci_low,
+           "ci_high": res.ci_high, "n": res.n, "n_annotators": res.n_annotators,
+           "confidence": res.confidence, "ci_method": res.ci_method, "n_boot": res.n_boot}
+    print(json.dumps(_finite(out)))
+    return 0
+
+
+def _finite(obj):
+    # strict JSON: an undefined statistic (NaN) is null
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, float) and obj != obj:
+        return None
+    return obj
+
+
+def _review(args: argparse.Namespace) -> int:
+    import yaml
+
+    from stereolens.annotation.config import AnnotationConfig
+    from stereolens.annotation.round import review_round
+    from stereolens.annotation.tasks import import_judgements
+    from stereolens.errors import ConfigError
+    from stereolens.io import read_csv_checked
+    from stereolens.quality.suites import run_annotation_gate
+
+    try:
+        raw = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read annotation config {args.config}: {exc}") from exc
+    cfg = AnnotationConfig.from_config(raw.get("annotation", raw) if isinstance(raw, dict) else {})
+    items = None
+    if args.items:
+        items = read_csv_checked(args.items, ["item_id"], what="items", dtype={"item_id": str})
+    judgements = import_judgements(args.input, cfg.scale, known_items=None if items is None else items["item_id"],
+                                   source=cfg.source)
+    review = review_round(judgements, cfg, study=args.study, artefact=args.input, items=items, gate=False, seed=args.seed)
+    review.write(args.output)
+    print(json.dumps(_finite({"source": cfg.source, **review.metrics()})))
+    # outputs are on disk for inspection before the gate decides the exit status
+    run_annotation_gate(
+        review.qc.kept, cfg.thresholds, study=args.study, artefact=args.input,
+        agreement={k: v.value for k, v in review.agreement.items()}, annotators=review.qc.annotators,
+        report_dir=args.report_dir,
+    )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from stereolens.annotation.scales import scale_from_config
+    from stereolens.annotation.tasks import export_tasks
+    from stereolens.io import read_csv_checked
+
+    items = read_csv_checked(args.items, ["item_id", "text"], what="items", dtype={"item_id": str})
+    text = args.instructions
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text(encoding="utf-8").strip()
+    paths = export_tasks(items, scale_from_config(args.scale), text, args.output, name=args.name)
+    for p in paths.values():
+        print(f"wrote {p}")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from stereolens.annotation.scales import scale_from_config
+    from stereolens.annotation.tasks import import_judgements, import_label_studio
+    from stereolens.io import read_csv_checked, write_csv
+
+    scale = scale_from_config(args.scale)
+    known = None
+    if args.items:
+        known = read_csv_checked(args.items, ["item_id"], what="items", dtype={"item_id": str})["item_id"]
+    reader = import_label_studio if args.input.endswith(".json") else import_judgements
+    df = reader(args.input, scale, known_items=known)
+    write_csv(args.output, df)
+    print(f"wrote {args.output}: {len(df)} judgements, {df['item_id'].nunique()} items, "
+          f"{df['annotator_id'].nunique()} annotators")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from stereolens.annotation.scales import scale_from_config
+    from stereolens.annotation.simulate import simulate_annotations
+    from stereolens.io import read_csv_checked, write_csv
+
+    items = read_csv_checked(args.items, ["item_id"], what="items", dtype={"item_id": str})
+    df = simulate_annotations(items, args.annotators, scale_from_config(args.scale), args.reliability,
+                              args.bias, args.seed, per_item=args.per_item)
+    write_csv(args.output, df)
+    print(f"wrote {args.output}: {len(df)} simulated judgements (source=simulated)")
+    return 0
+
+
+def _leakage_human(args: argparse.Namespace) -> int:
+    from stereolens.annotation.aggregate import (
+        DEFAULT_MIN_FOREIGN_NONSHARED,
+        survey_to_matrices,
+        write_matrices,
+    )
+
+    minimum = DEFAULT_MIN_FOREIGN_NONSHARED if args.min_foreign_nonshared is None else args.min_foreign_nonshared
+    matrices = survey_to_matrices(Path(args.survey), args.languages, args.name_map, min_foreign_nonshared=minimum)
+    for path in write_matrices(matrices, args.output):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,156 @@
+"""Aggregation: majority vote, median Likert, pole-split means and the seed 001 survey matrices."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stereolens.annotation.aggregate import (
+    load_group_names,
+    majority_vote,
+    median_likert,
+    pole_split_mean,
+    read_matrix,
+    read_survey,
+    survey_annotation_counts,
+    survey_file,
+    survey_to_matrices,
+    write_matrix,
+)
+from stereolens.errors import DataError
+
+LANGS = ("EN", "RU", "ZH", "HI")
+
+
+def long(rows):
+    return pd.DataFrame(rows, columns=["item_id", "annotator_id", "label"])
+
+
+def test_majority_vote_two_of_three_quorum():
+    df = long([
+        ("t1", "a", "yes"), ("t1", "b", "yes"), ("t1", "c", "no"),
+        ("t2", "a", "no"), ("t2", "b", "yes"), ("t2", "c", "no"),
+        ("t3", "a", "yes"), ("t3", "b", "no"),
+    ])
+    out = majority_vote(df, quorum=2).set_index("item_id")
+    assert out.loc["t1", "label"] == "yes" and out.loc["t1", "votes"] == 2 and out.loc["t1", "decided"]
+    assert out.loc["t2", "label"] == "no"
+    assert not out.loc["t3", "decided"] and pd.isna(out.loc["t3", "label"])  # 1:1 tie
+    strict = majority_vote(df, quorum=3).set_index("item_id")
+    assert not strict["decided"].any()
+    share = majority_vote(df, quorum=0.5).set_index("item_id")  # strictly more than half
+    assert share.loc["t1", "decided"] and not share.loc["t3", "decided"]
+
+
+def test_median_likert_discard_rule():
+    df = long([("s1", a, v) for a, v in zip("abcde", [1, 2, 2, 5, 5])] +
+              [("s2", a, v) for a, v in zip("abcde", [3, 3, 1, 1, 4])] +
+              [("s3", a, v) for a, v in zip("abcd", [2, 3, 2, 3])])
+    out = median_likert(df, discard_at_or_below=2).set_index("item_id")
+    assert out.loc["s1", "median"] == 2 and not out.loc["s1", "keep"]
+    assert out.loc["s2", "median"] == 3 and out.loc["s2", "keep"]
+    assert out.loc["s3", "median"] == 2.5 and out.loc["s3", "keep"]
+
+
+def test_pole_split_mean_known_answer():
+    ratings = pd.DataFrame({
+        "annotator_id": ["a", "b", "a", "b"],
+        "group": ["g1", "g1", "g2", "g2"],
+        "trait_pair": ["cold - warm"] * 4,
+        "rating": [-20.0, 10.0, 0.0, 50.0],
+    })
+    m = pole_split_mean(ratings)
+    assert list(m.index) == ["cold", "warm"]
+    assert m.loc["cold", "g1"] == 10.0 and m.loc["warm", "g1"] == 5.0
+    assert m.loc["cold", "g2"] == 0.0 and m.loc["warm", "g2"] == 25.0
+
+
+def test_matrix_roundtrip_keeps_missing(tmp_path):
+    m = pd.DataFrame({"woman": [1.5, np.nan], "Texan": [np.nan, 2.0]}, index=pd.Index(["cold", "warm"], name="Traits"))
+    path = write_matrix(m, tmp_path / "H_EN.csv")
+    text = path.read_text().splitlines()
+    assert text[0] == "Traits,woman,Texan" and text[1] == "cold,1.5,"
+    back = read_matrix(path)
+    pd.testing.assert_frame_equal(back, m, check_names=False)
+
+
+def test_bad_rating_names_the_annotator(tmp_path):
+    path = tmp_path / "data_full_english.json"
+    path.write_text(json.dumps({"Annotator7": {"women": {"cold - warm": 70}}}))
+    with pytest.raises(DataError, match="Annotator7"):
+        read_survey(path)
+
+
+@pytest.fixture(scope="module")
+def survey_dir(data_mirror):
+    return data_mirror / "stereotype_leakage"
+
+
+def test_name_map_covers_every_survey_group(survey_dir):
+    names = load_group_names()
+    published = pd.read_csv(survey_dir / "aggregated_data_EN.csv").columns[1:].tolist()
+    assert names.groups == published  # same 30 groups, published order
+    for lang in LANGS:
+        assert set(read_survey(survey_file(survey_dir, lang))["survey_group"]) <= set(names.survey_to_group)
+
+
+def test_survey_reproduces_published_matrices(survey_dir):
+    matrices = survey_to_matrices(survey_dir)
+    for lang in LANGS:
+        raw = pd.read_csv(survey_dir / f"aggregated_data_{lang}.csv", dtype=str).set_index("Traits")
+        ours = matrices[lang]
+        assert ours.shape == (32, 30)
+        assert list(ours.index) == list(raw.index) and list(ours.columns) == list(raw.columns)
+        published_missing = raw == "999"
+        assert (ours.isna() == published_missing).all().all(), lang
+        for group in raw.columns:
+            for trait in raw.index:
+                if published_missing.loc[trait, group]:
+                    continue
+                # the published cells are rounded (to at most 10 significant digits): equal at their precision
+                text = raw.loc[trait, group]
+                decimals = len(text.split(".")[1]) if "." in text else 0
+                assert round(ours.loc[trait, group], decimals) == pytest.approx(float(text), abs=1e-12), (
+                    lang, trait, group,
+                )
+
+
+def test_missing_rule_is_a_parameter(survey_dir):
+    counts = survey_annotation_counts(survey_dir).set_index(["language", "group"])["n_annotators"]
+    assert counts[("HI", "muscovite")] == 2 and counts[("HI", "Texan")] == 5 and counts[("HI", "immigrant")] == 1
+    default = survey_to_matrices(survey_dir, ["HI"])["HI"]
+    assert default["muscovite"].isna().all() and default["Texan"].notna().all()
+    assert default["immigrant"].notna().all()  # shared groups are reported with any number of annotators
+    relaxed = survey_to_matrices(survey_dir, ["HI"], min_foreign_nonshared=2)["HI"]
+    assert relaxed["muscovite"].notna().all() and relaxed["Shanghainese person"].isna().all()
+    strict = survey_to_matrices(survey_dir, ["HI"], min_annotators=2)["HI"]
+    assert strict["immigrant"].isna().all()
+
+
+def test_survey_as_judgements_agreement_and_coverage(survey_dir):
+    import krippendorff
+
+    from stereolens.annotation.agreement import krippendorff_alpha
+    from stereolens.annotation.qc import QCConfig, run_qc
+    from stereolens.annotation.aggregate import survey_judgements
+
+    j = survey_judgements(survey_dir)
+    assert len(j) == (136 + 144 + 164 + 160) * 16 and (j["source"] == "human").all()
+    assert j.groupby("language")["annotator_id"].nunique().to_dict() == {"EN": 34, "RU": 36, "ZH": 41, "HI": 40}
+    en = j[j["language"] == "EN"]
+    wide = en.pivot(index="annotator_id", columns="item_id", values="label").to_numpy(dtype=float)
+    res = krippendorff_alpha(en, "interval", n_boot=0)
+    assert res.value == pytest.approx(krippendorff.alpha(reliability_data=wide, level_of_measurement="interval"))
+    groups = run_qc(j, QCConfig(min_annotations_per_group=5)).groups.set_index(["language", "group"])
+    assert groups.loc[("HI", "Asian person"), "n_annotators"] == 4 and not groups.loc[("HI", "Asian person"), "meets_min"]
+    assert groups.loc[("EN", "Texan"), "meets_min"]
+
+
+def test_read_matrix_names_bad_cell(tmp_path):
+    path = tmp_path / "H_EN.csv"
+    path.write_text("Traits,woman,man\ncold,1.5,\nwarm,n/a?,2\n")
+    with pytest.raises(DataError, match=r"cell \('warm', 'woman'\) is 'n/a\?'"):
+        read_matrix(path)
