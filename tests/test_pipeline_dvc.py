@@ -75,3 +75,24 @@ def test_slice_runs_and_second_repro_is_a_no_op(scratch_pipeline):
     assert "didn't change, skipping" in second.stdout
     assert "Running stage" not in second.stdout
     assert elapsed < 30, f"up-to-date repro took {elapsed:.1f}s"
+
+
+def test_dvc_exp_run_composes_overrides_through_hydra(scratch_pipeline, tiny_causal_lm_dir):
+    """`dvc exp run -S ...` rewrites params.yaml from conf/ with the overrides, then reruns what changed."""
+    root, env = scratch_pipeline
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "baseline"], root, env)
+    _run([sys.executable, "-m", "dvc", "config", "hydra.enabled", "True"], root, env)
+    overrides = [f"model.name={tiny_causal_lm_dir}", "model.id=tiny-causal", "model.source=null",
+                 "study.crows.limit=20", "study.crows.bootstrap_resamples=200"]
+    cmd = [sys.executable, "-m", "dvc", "exp", "run", "crows_report"]
+    for override in overrides:
+        cmd += ["-S", override]
+    _run(cmd, root, env)
+
+    import yaml
+
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    assert params["study"]["crows"]["limit"] == 20 and params["model"]["id"] == "tiny-causal"
+    summary = json.loads((root / "reports/crows/summary.json").read_text())
+    assert summary["n"] == 20
