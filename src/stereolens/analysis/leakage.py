@@ -1,0 +1,306 @@
+"""Stereotype leakage regression (seed 001, Equation 1) and the tables built on it.
+
+MLLM_tgt = sum_l alpha_l H_l + beta LM_tgt + C, fitted with statsmodels MixedLM
+and a random intercept per trait (as AnnaSou/Stereotype_Leakage ``mixed_effect.py``),
+one row per (group, trait) cell.  Differences from that code are parameters:
+missing human cells are dropped by default (``missing="zero"`` reproduces its
+zero-filling) and scores are used ``raw`` (default) or ``standardised``
+(z-scored per column over the fitted rows).  The baseline term is left out, and
+the output says so, when no monolingual model matrix is given.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from stereolens.errors import ConfigError, DataError
+
+Scale = Literal["raw", "standardised"]
+Missing = Literal["drop", "zero"]
+COEFFICIENT_COLUMNS = ["term", "estimate", "se", "z", "p", "ci_low", "ci_high"]
+
+
+def human_term(language: str) -> str:
+    return f"H_{language.upper()}"
+
+
+def baseline_term(language: str) -> str:
+    return f"LM_{language.upper()}"
+
+
+@dataclass
+class LeakageFit:
+    target_language: str
+    coefficients: pd.DataFrame  # COEFFICIENT_COLUMNS, rows H_<LANG>..., LM_<TGT> (if any), Intercept
+    n_obs: int
+    n_traits: int
+    terms: list[str]
+    baseline_available: bool
+    scale: str
+    missing: str
+    converged: bool
+    trait_variance: float
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "target_language": self.target_language.upper(),
+            "n_obs": self.n_obs,
+            "n_traits": self.n_traits,
+            "terms": self.terms,
+            "baseline_available": self.baseline_available,
+            "scale": self.scale,
+            "missing": self.missing,
+            "converged": self.converged,
+            "trait_random_intercept_variance": self.trait_variance,
+            "notes": self.notes,
+        }
+
+
+def _long(matrix: pd.DataFrame, name: str) -> pd.Series:
+    m = matrix.copy()
+    m.index.name = "trait"
+    m.columns.name = "group"
+    s = m.stack(future_stack=True) if hasattr(m, "stack") else m.stack()
+    s.name = name
+    return s.astype(float)
+
+
+def design_table(
+    target: pd.DataFrame,
+    human: Mapping[str, pd.DataFrame],
+    *,
+    baseline: pd.DataFrame | None = None,
+    target_language: str,
+    missing: Missing = "drop",
+    scale: Scale = "raw",
+) -> tuple[pd.DataFrame, list[str]]:
+    """One row per (trait, group) with columns y, H_<LANG>..., LM_<TGT>; the notes on what was dropped."""
+    if missing not in ("drop", "zero"):
+        raise ConfigError(f"missing must be drop or zero, got {missing!r}")
+    if scale not in ("raw", "standardised"):
+        raise ConfigError(f"scale must be raw or standardised, got {scale!r}")
+    if not human:
+        raise DataError("leakage fit needs at least one human matrix")
+    notes: list[str] = []
+    parts = [_long(target, "y")]
+    hterms = []
+    for lang in sorted(human, key=lambda s: s.upper()):
+        hterms.append(human_term(lang))
+        parts.append(_long(human[lang], human_term(lang)))
+    if baseline is not None:
+        parts.append(_long(baseline, baseline_term(target_language)))
+    df = pd.concat(parts, axis=1, join="outer").reset_index()
+    n_all = len(df)
+    # cells without a model score (trait or group not in the model matrix) never enter the fit
+    df = df[df["y"].notna()]
+    if len(df) < n_all:
+        notes.append(f"{n_all - len(df)} of {n_all} cells have no model score")
+    missing_human = df[hterms].isna().any(axis=1)
+    if missing == "drop":
+        df = df[~missing_human]
+        notes.append(f"dropped {int(missing_human.sum())} of {len(missing_human)} scored cells with a missing human rating")
+    else:
+        df[hterms] = df[hterms].fillna(0.0)
+        notes.append(f"filled {int(missing_human.sum())} cells' missing human ratings with 0 (original code's choice)")
+    if baseline is not None:
+        lm = baseline_term(target_language)
+        no_lm = df[lm].isna()
+        if no_lm.any():
+            notes.append(f"dropped {int(no_lm.sum())} cells without a baseline score")
+            df = df[~no_lm]
+    df = df.reset_index(drop=True)
+    if scale == "standardised":
+        cols = ["y", *hterms] + ([baseline_term(target_language)] if baseline is not None else [])
+        for col in cols:
+            sd = df[col].std(ddof=0)
+            df[col] = (df[col] - df[col].mean()) / sd if sd > 0 else 0.0
+    return df, notes
+
+
+def fit_leakage(
+    target: pd.DataFrame,
+    human: Mapping[str, pd.DataFrame],
+    target_language: str,
+    *,
+    baseline: pd.DataFrame | None = None,
+    scale: Scale = "raw",
+    missing: Missing = "drop",
+    alpha: float = 0.05,
+) -> LeakageFit:
+    """Mixed-effects fit of Equation 1 with a random intercept per trait."""
+    import statsmodels.formula.api as smf
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
+    df, notes = design_table(
+        target, human, baseline=baseline, target_language=target_language, missing=missing, scale=scale
+    )
+    hterms = [human_term(lang) for lang in sorted(human, key=lambda s: s.upper())]
+    terms = list(hterms)
+    if baseline is not None:
+        terms.append(baseline_term(target_language))
+    else:
+        notes.append(f"no monolingual baseline LM_{target_language.upper()} configured: the beta term is omitted")
+    # a constant column (e.g. all zero after zero-filling) makes the design singular
+    constant = [t for t in terms if df[t].nunique() <= 1]
+    if constant:
+        notes.append(f"left out constant term(s) {constant}")
+        terms = [t for t in terms if t not in constant]
+    if len(df) <= len(terms) + 2:
+        raise DataError(f"leakage fit for {target_language}: only {len(df)} usable cells for {len(terms)} terms")
+    formula = "y ~ " + (" + ".join(terms) if terms else "1")
+    model = smf.mixedlm(formula, df, groups=df["trait"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        result = None
+        for method in ("lbfgs", "powell", "nm"):
+            try:
+                result = model.fit(reml=True, method=method)
+            except (np.linalg.LinAlgError, ValueError):
+                continue
+            if result.converged:
+                break
+    if result is None:
+        raise DataError(f"leakage fit for {target_language}: MixedLM failed with every optimiser")
+    converged = bool(result.converged)
+    if not converged:
+        notes.append("MixedLM did not converge; read the coefficients with care")
+    for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught if issubclass(w.category, ConvergenceWarning)):
+        # typically the trait variance estimate on the boundary (0): the fixed effects are still valid
+        notes.append(f"statsmodels: {message}")
+    ci = result.conf_int(alpha=alpha)
+    rows = []
+    for term in [*terms, "Intercept"]:
+        est = float(result.fe_params[term])
+        se = float(result.bse_fe[term])
+        z = est / se if se > 0 else math.nan
+        p = float(result.pvalues[term])
+        rows.append((term, est, se, z, p, float(ci.loc[term, 0]), float(ci.loc[term, 1])))
+    for term in constant:
+        rows.insert(len(rows) - 1, (term, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan))
+    coef = pd.DataFrame(rows, columns=COEFFICIENT_COLUMNS)
+    cov_re = result.cov_re
+    trait_var = float(np.asarray(cov_re)[0, 0]) if np.size(cov_re) else math.nan
+    return LeakageFit(
+        target_language=target_language.upper(),
+        coefficients=coef,
+        n_obs=int(len(df)),
+        n_traits=int(df["trait"].nunique()),
+        terms=terms,
+        baseline_available=baseline is not None,
+        scale=scale,
+        missing=missing,
+        converged=converged,
+        trait_variance=trait_var,
+        notes=notes,
+    )
+
+
+def leakage_edges(fit: LeakageFit, *, alpha: float = 0.05, model: str | None = None) -> list[dict[str, Any]]:
+    """Significant positive effects of a non-target language's human stereotypes (source -> target)."""
+    target = fit.target_language.upper()
+    edges = []
+    for row in fit.coefficients.itertuples(index=False):
+        if not row.term.startswith("H_"):
+            continue
+        source = row.term[2:]
+        if source == target or not (row.estimate > 0 and row.p < alpha):
+            continue
+        edge = {"source": source, "target": target, "estimate": float(row.estimate), "p": float(row.p),
+                "se": float(row.se), "ci_low": float(row.ci_low), "ci_high": float(row.ci_high)}
+        if model is not None:
+            edge = {"model": model, **edge}
+        edges.append(edge)
+    return edges
+
+
+def beta_table(fits: Mapping[tuple[str, str], LeakageFit]) -> pd.DataFrame:
+    """Seed 001 Table 3 shape: one row per model, one column per target language, beta (p) of LM_tgt.
+
+    ``fits`` maps (model, target language) to a fit; a fit without a baseline gives NaN.
+    """
+    rows: dict[str, dict[str, float]] = {}
+    pvals: dict[str, dict[str, float]] = {}
+    for (model, lang), fit in fits.items():
+        term = baseline_term(lang)
+        coef = fit.coefficients.set_index("term")
+        est = float(coef.loc[term, "estimate"]) if term in coef.index else math.nan
+        p = float(coef.loc[term, "p"]) if term in coef.index else math.nan
+        rows.setdefault(model, {})[lang.upper()] = est
+        pvals.setdefault(model, {})[f"p_{lang.upper()}"] = p
+    est_df = pd.DataFrame.from_dict(rows, orient="index")
+    p_df = pd.DataFrame.from_dict(pvals, orient="index")
+    out = pd.concat([est_df, p_df], axis=1)
+    out.index.name = "model"
+    return out.reset_index()
+
+
+def _zscore_within_group(matrix: pd.DataFrame) -> pd.DataFrame:
+    """z-scores of each group's column across traits: a group's relative trait profile."""
+    mean = matrix.mean(axis=0)
+    sd = matrix.std(axis=0, ddof=0).replace(0, np.nan)
+    return (matrix - mean) / sd
+
+
+def qualitative_table(
+    target: pd.DataFrame,
+    human: Mapping[str, pd.DataFrame],
+    source_language: str,
+    target_language: str,
+    *,
+    top_k: int = 20,
+    traits: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Section 4.2: cells strengthened in the target model relative to target-language humans that
+    agree with source-language humans.
+
+    Each matrix is z-scored within group (across traits).  A cell qualifies when the model rates the
+    trait above the group's average (model_z > 0) and the source-language humans rate it higher than the
+    target-language humans (source_z > target_human_z); ``leak_score`` = min(model_z - target_human_z,
+    source_z - target_human_z) ranks them.  Groups the target-language humans did not rate use
+    target_human_z = 0 (no target-culture stereotype), the non-shared-group case of section 4.2.4.
+    """
+    keys = {k.upper(): v for k, v in human.items()}
+    src, tgt = source_language.upper(), target_language.upper()
+    if src not in keys or tgt not in keys:
+        raise DataError(f"qualitative table needs human matrices for {src} and {tgt} (have {sorted(keys)})")
+    z_m = _zscore_within_group(target)
+    z_s = _zscore_within_group(keys[src]).reindex_like(z_m)
+    z_t = _zscore_within_group(keys[tgt]).reindex_like(z_m)
+    df = pd.concat(
+        [_long(z_m, "model_z"), _long(z_s, "source_human_z"), _long(z_t, "target_human_z")], axis=1
+    ).reset_index()
+    df["target_human_rated"] = df["target_human_z"].notna()
+    df["target_human_z"] = df["target_human_z"].fillna(0.0)
+    df = df.dropna(subset=["model_z", "source_human_z"])
+    df = df[(df["model_z"] > 0) & (df["source_human_z"] > df["target_human_z"])].copy()
+    df["leak_score"] = np.minimum(df["model_z"] - df["target_human_z"], df["source_human_z"] - df["target_human_z"])
+    df = df[df["leak_score"] > 0].sort_values("leak_score", ascending=False).head(top_k)
+    df.insert(0, "target", tgt)
+    df.insert(0, "source", src)
+    if traits is not None:
+        df = df.merge(traits[["trait", "dimension", "polarity"]], on="trait", how="left")
+    return df.reset_index(drop=True)
+
+
+def coefficients_from_many(fits: Mapping[tuple[str, str, str], LeakageFit]) -> pd.DataFrame:
+    """All fits' coefficients stacked with model, method and target columns."""
+    frames = []
+    for (model, method, lang), fit in fits.items():
+        c = fit.coefficients.copy()
+        c.insert(0, "target", lang.upper())
+        c.insert(0, "method", method)
+        c.insert(0, "model", model)
+        frames.append(c)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["model", "method", "target", *COEFFICIENT_COLUMNS])
+
+
+def available_terms(fits: Sequence[LeakageFit]) -> dict[str, list[str]]:
+    return {f.target_language: f.terms for f in fits}
