@@ -1,0 +1,90 @@
+"""Helpers shared by the benchmarks: data, peak-memory sampling, subprocess workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def crows_pairs(limit: int | None) -> list[tuple[str, str]]:
+    import pandas as pd
+
+    mirror = Path(os.environ.get("STEREOLENS_DATA_MIRROR") or REPO.parent / "shared" / "data")
+    path = mirror / "crows_pairs" / "crows_pairs_anonymized.csv"
+    if not path.exists():
+        sys.exit(f"CrowS-Pairs not found at {path}: set STEREOLENS_DATA_MIRROR to the public data mirror")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    pairs = list(zip(df["sent_more"], df["sent_less"]))
+    return pairs[:limit] if limit else pairs
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class PeakRSS:
+    """Samples resident memory every few milliseconds; ``extra`` is the peak above the start."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.start = self.peak = 0
+        self._stop = threading.Event()
+
+    def __enter__(self) -> PeakRSS:
+        self.start = self.peak = rss_bytes()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+
+    @property
+    def extra(self) -> int:
+        return self.peak - self.start
+
+
+def run_worker(script: Path, args: list[str]) -> dict:
+    """Run one method in a fresh process (so peak memory is its own) and read its JSON line."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"worker {args[:2]} failed with exit code {proc.returncode}")
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise SystemExit(f"worker {args[:2]} printed no result")
+
+
+def machine() -> dict:
+    import platform
+
+    import torch
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+        "load_average_at_start": os.getloadavg(),
+    }

@@ -1,0 +1,273 @@
+"""Benchmark: masked-LM pseudo-log-likelihood scoring, engine vs naive loop vs minicons.
+
+A BERT-base-sized masked LM (12 layers, hidden 768, 12 heads) with mBERT's
+vocabulary size (119,547) and random weights (the compute is what is
+measured), with a WordPiece tokenizer trained here on CrowS-Pairs, scores the
+first N CrowS-Pairs pairs (both sentences) with PLL-word-l2r three ways:
+
+- ``engine``: :func:`stereolens.scoring.score_sentences`;
+- ``naive``: one masked copy per forward pass through the whole model, as the
+  CrowS-Pairs reference script does;
+- ``minicons``: ``MaskedLMScorer.sequence_score(..., PLL_metric="within_word_l2r")``
+  a few sentences per call.
+
+Each runs in its own process (peak memory is its own), on the same
+sentences; the results must agree.  Prints and writes sentences per second,
+peak memory above the loaded model and the ratios as JSON.
+
+    .venv/bin/python benchmarks/pll.py --pairs 300
+    .venv/bin/python benchmarks/pll.py --pairs 300 --naive-pairs 20 --minicons-pairs 60   # subsets for the slow ones
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, PeakRSS, crows_pairs, machine, run_worker  # noqa: E402
+
+VOCAB_SIZE = 119_547
+WORK = Path("/tmp/stereolens-bench-pll")
+
+
+def build_model(model_dir: Path, tokenizer_vocab: int) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+    if (model_dir / "config.json").exists():
+        return
+    texts = [s for pair in crows_pairs(None) for s in pair]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # a small vocabulary splits words into pieces about as often as mBERT does on English
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=tokenizer_vocab, special_tokens=specials))
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+    )
+    tok.decoder = decoders.WordPiece()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=512,
+    )
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, max_position_embeddings=512, pad_token_id=fast.pad_token_id)
+    BertForMaskedLM(config).eval().save_pretrained(model_dir)
+    fast.save_pretrained(model_dir)
+
+
+def flop_model(model_dir: Path, sents: list[str]) -> dict:
+    """Multiply-adds per scored token for each method, from the model's dimensions.
+
+    Every scored token costs one encoder pass over its masked copy; the engine
+    projects one position of it through the MLM head (and runs the last layer's
+    query, output and feed-forward at that position only), the naive loop and
+    minicons project every position.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    c = AutoConfig.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    h, f, n_layers, v = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
+    head = h * h + h * v
+    layer_tok = 4 * h * h + 2 * h * f
+    engine = whole = copies = 0
+    for s in sents:
+        length = len(tok(s)["input_ids"])
+        n = length - 2
+        enc = n_layers * (length * layer_tok + 2 * length * length * h)
+        saved = (length - 1) * (2 * h * h + 2 * h * f)
+        engine += n * (enc - saved + head)
+        whole += n * (enc + length * head)
+        copies += n
+    return {
+        "engine_per_token": engine / copies, "naive_or_minicons_per_token": whole / copies,
+        "ratio": whole / engine,
+        "note": "compute-bound floor: the speedup an exact engine can reach from work saved alone",
+    }
+
+
+# ---------------------------------------------------------------- workers (one process each)
+
+
+def _load(model_dir: str):
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    return AutoModelForMaskedLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
+
+
+def worker_engine(model, tok, sents, args):
+    from stereolens.scoring import score_sentences
+
+    return [s.logprob for s in score_sentences(model, tok, sents, args.metric, batch_tokens=args.batch_tokens)]
+
+
+def worker_naive(model, tok, sents, args):
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for s in sents:
+            enc = tok(s, return_special_tokens_mask=True)
+            ids, special, wids = enc["input_ids"], enc["special_tokens_mask"], enc.word_ids()
+            total = 0.0
+            for p in range(len(ids)):
+                if special[p]:
+                    continue
+                x = torch.tensor([ids])
+                x[0, p] = tok.mask_token_id
+                if args.metric == "pll_word_l2r":
+                    for j in range(p + 1, len(ids)):
+                        if not special[j] and wids[j] == wids[p]:
+                            x[0, j] = tok.mask_token_id
+                logits = model(input_ids=x).logits[0, p]
+                total += torch.log_softmax(logits, -1)[ids[p]].item()
+            out.append(total)
+    return out
+
+
+def worker_minicons(model, tok, sents, args):
+    from minicons.scorer import MaskedLMScorer
+
+    if not hasattr(tok, "batch_encode_plus"):
+        tok.batch_encode_plus = tok.__call__  # minicons 0.3.39 calls what transformers 5 removed
+    scorer = MaskedLMScorer(model, "cpu", tokenizer=tok)
+    metric = "within_word_l2r" if args.metric == "pll_word_l2r" else "original"
+    out = []
+    for i in range(0, len(sents), args.minicons_batch):
+        out += scorer.sequence_score(sents[i : i + args.minicons_batch], PLL_metric=metric, reduction=lambda x: x.sum(0).item())
+    return out
+
+
+def run_one(args) -> None:
+    import torch
+
+    sents = json.loads(Path(args.sentences).read_text(encoding="utf-8"))
+    model, tok = _load(args.model_dir)
+    fn = {"engine": worker_engine, "naive": worker_naive, "minicons": worker_minicons}[args.worker]
+    if args.worker == "engine":
+        fn(model, tok, ["The cat sat on the mat."], args)  # first-call setup (scoring-path check) outside the timing
+    n_tokens = sum(sum(1 for m in tok(s, return_special_tokens_mask=True)["special_tokens_mask"] if not m) for s in sents)
+    with PeakRSS() as mem:
+        t0 = time.perf_counter()
+        scores = fn(model, tok, sents, args)
+        seconds = time.perf_counter() - t0
+    print(json.dumps({
+        "method": args.worker, "sentences": len(sents), "scored_tokens": n_tokens, "seconds": seconds,
+        "sentences_per_s": len(sents) / seconds, "scored_tokens_per_s": n_tokens / seconds, "peak_rss_mb": mem.peak / 2**20, "peak_extra_mb": mem.extra / 2**20,
+        "threads": torch.get_num_threads(), "scores": scores,
+    }))
+
+
+# ---------------------------------------------------------------- driver
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pairs", type=int, default=300, help="CrowS-Pairs pairs for the engine (default 300)")
+    p.add_argument("--naive-pairs", type=int, default=None, help="first pairs for the naive loop (default: --pairs)")
+    p.add_argument("--minicons-pairs", type=int, default=None, help="first pairs for minicons (default: --pairs)")
+    p.add_argument("--metric", choices=["pll", "pll_word_l2r"], default="pll_word_l2r")
+    p.add_argument("--batch-tokens", type=int, default=8192)
+    p.add_argument("--minicons-batch", type=int, default=4, help="sentences per minicons call")
+    p.add_argument("--tokenizer-vocab", type=int, default=3000)
+    p.add_argument("--long", type=int, nargs="*", default=None, metavar="TOKENS",
+                   help="also measure engine peak memory on one sentence of each of these lengths (e.g. --long 60 120 240)")
+    p.add_argument("--long-budget", type=int, default=2048, help="--batch-tokens for the --long memory check")
+    p.add_argument("--workdir", type=Path, default=WORK)
+    p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "pll.json")
+    p.add_argument("--worker", choices=["engine", "naive", "minicons"], help=argparse.SUPPRESS)
+    p.add_argument("--model-dir", help=argparse.SUPPRESS)
+    p.add_argument("--sentences", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        run_one(args)
+        return
+
+    model_dir = args.workdir / "bert-base-random-119547"
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    build_model(model_dir, args.tokenizer_vocab)
+    pairs = crows_pairs(args.pairs)
+    sents = [s for pair in pairs for s in pair]
+    counts = {"engine": len(pairs), "naive": args.naive_pairs or len(pairs), "minicons": args.minicons_pairs or len(pairs)}
+    results = {}
+    common = ["--metric", args.metric, "--batch-tokens", str(args.batch_tokens), "--minicons-batch", str(args.minicons_batch),
+              "--model-dir", str(model_dir)]
+    for method, n in counts.items():
+        f = args.workdir / f"sentences-{method}.json"
+        f.write_text(json.dumps(sents[: 2 * n], ensure_ascii=False), encoding="utf-8")
+        print(f"{method}: {2 * n} sentences ...", flush=True)
+        results[method] = run_worker(Path(__file__), ["--worker", method, "--sentences", str(f), *common])
+        r = results[method]
+        print(f"  {r['sentences_per_s']:.2f} sentences/s, peak +{r['peak_extra_mb']:.0f} MiB ({r['seconds']:.1f} s)", flush=True)
+
+    def speedup(other: str) -> float:
+        unit = "sentences_per_s" if len(set(counts.values())) == 1 else "scored_tokens_per_s"
+        return results["engine"][unit] / results[other][unit]
+
+    def agree(other: str) -> float:
+        n = min(len(results[other]["scores"]), len(results["engine"]["scores"]))
+        return max(abs(a - b) for a, b in zip(results["engine"]["scores"][:n], results[other]["scores"][:n]))
+
+    long_memory = None
+    if args.long:
+        # memory is bounded by the token budget, not by sentence length: each length gets
+        # enough sentences to fill at least two forward passes of --long-budget tokens
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        stream = tok(" ".join(s for pair in crows_pairs(None)[:400] for s in pair), add_special_tokens=False)["input_ids"]
+        long_memory = {"batch_tokens": args.long_budget}
+        for target in args.long:
+            n_sent = -(-2 * args.long_budget // (target * (target + 2)))
+            texts = [tok.decode(stream[i * target : (i + 1) * target]) for i in range(n_sent)]
+            f = args.workdir / f"sentences-long{target}.json"
+            f.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+            long_args = list(common)
+            long_args[long_args.index("--batch-tokens") + 1] = str(args.long_budget)
+            r = run_worker(Path(__file__), ["--worker", "engine", "--sentences", str(f), *long_args])
+            long_memory[str(target)] = {"sentences": n_sent, "scored_tokens": r["scored_tokens"],
+                                        "peak_extra_mb": r["peak_extra_mb"], "seconds": r["seconds"]}
+            print(f"engine, {n_sent} sentences of ~{target} tokens: peak +{r['peak_extra_mb']:.0f} MiB", flush=True)
+
+    summary_flops = flop_model(model_dir, sents)
+    summary = {
+        "benchmark": "masked-LM PLL scoring (benchmarks/pll.py)",
+        "metric": args.metric,
+        "model": "BertForMaskedLM, 12 layers, hidden 768, 12 heads, vocab 119,547, random weights (seed 0)",
+        "tokenizer": f"WordPiece trained on CrowS-Pairs, {args.tokenizer_vocab} pieces",
+        "data": "CrowS-Pairs (first pairs, both sentences)",
+        "conditions": {**machine(), "batch_tokens": args.batch_tokens, "minicons_sentences_per_call": args.minicons_batch,
+                       "note": "shared 2-core machine: other processes may have been running; compare ratios, not absolute speeds"},
+        "methods": {k: {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in results.items()},
+        # sentences/s when every method scored the same sentences; scored tokens/s otherwise
+        "speedup_vs_naive": speedup("naive"),
+        "speedup_vs_minicons": speedup("minicons"),
+        "speedup_unit": "sentences_per_s" if len(set(counts.values())) == 1 else "scored_tokens_per_s (subsets differ)",
+        "max_abs_diff_vs_naive": agree("naive"),
+        "max_abs_diff_vs_minicons": agree("minicons"),
+        "engine_peak_extra_mb_by_sentence_tokens": long_memory,
+        "multiply_adds": summary_flops,
+        "goals": {"speedup_vs_naive": 5.0, "speedup_vs_minicons": 3.0},
+    }
+    sys.path.insert(0, str(REPO / "src"))
+    from stereolens.io import write_json
+
+    write_json(args.output, summary)
+    print(json.dumps({k: summary[k] for k in ("speedup_vs_naive", "speedup_vs_minicons", "max_abs_diff_vs_naive", "max_abs_diff_vs_minicons")}, indent=2))
+    print(f"multiply-add ratio (naive or minicons / engine): {summary_flops['ratio']:.2f}")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

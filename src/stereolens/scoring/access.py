@@ -1,0 +1,241 @@
+"""Reaching into a loaded model: unwrap backends, split body from output head.
+
+Scoring projects hidden states through the output head only at the positions
+it scores (a 119k- or 262k-word vocabulary makes the projection at every
+position cost more than the network itself).  That needs the model's body and
+head separately; :func:`split_head` finds them for the common architectures and
+checks the split against the model's own forward pass once per model, falling
+back to the plain forward pass when an architecture does something the split
+misses (logit scaling, a custom head).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from stereolens.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+HeadFn = Callable[[torch.Tensor], torch.Tensor]
+
+# A tokenizer's model_max_length above this is the "no limit" placeholder.
+_NO_LIMIT = 1_000_000
+
+
+def unwrap(model: Any, tokenizer: Any | None) -> tuple[Any, Any, str | None]:
+    """Return (torch model, tokenizer, identity or None) from raw objects or an HF backend."""
+    identity = None
+    if hasattr(model, "model") and hasattr(model, "tokenizer") and not isinstance(model, torch.nn.Module):
+        identity = getattr(model, "identity", None)
+        tokenizer = tokenizer if tokenizer is not None else model.tokenizer
+        model = model.model
+    if tokenizer is None:
+        raise ConfigError("scoring needs a tokenizer: pass one, or pass a loaded HF backend that carries it")
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"scoring needs a Hugging Face torch model, got {type(model).__name__}")
+    return model, tokenizer, identity
+
+
+def model_identity(model: torch.nn.Module) -> str:
+    """A cache identity for a bare model: its name or path plus a fingerprint of its weights.
+
+    The fingerprint hashes the first and last parameter tensors (cheap, and it
+    changes when the weights do); backends with a proper identity pass their own.
+    """
+    name = str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    params = list(model.parameters())
+    h = hashlib.sha256()
+    for p in (params[0], params[-1]) if params else ():
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    h.update(str(sum(p.numel() for p in params)).encode())
+    return f"hf:{name}@{h.hexdigest()[:16]}"
+
+
+def max_length(model: torch.nn.Module, tokenizer: Any) -> int | None:
+    """The longest input (in tokens) the model accepts, or None when it states no limit."""
+    limits = []
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if tok_max and tok_max < _NO_LIMIT:
+        limits.append(int(tok_max))
+    config = getattr(model.config, "get_text_config", lambda: model.config)()
+    pos_max = getattr(config, "max_position_embeddings", None)
+    if pos_max:
+        # RoBERTa-style position ids start after the padding index
+        offset = (config.pad_token_id + 1) if getattr(config, "model_type", "") in {"roberta", "xlm-roberta", "camembert"} else 0
+        limits.append(int(pos_max) - offset)
+    return min(limits) if limits else None
+
+
+def device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _softcap(model: torch.nn.Module) -> float | None:
+    config = getattr(model.config, "get_text_config", lambda: model.config)()
+    cap = getattr(config, "final_logit_softcapping", None)
+    return float(cap) if cap else None
+
+
+def _masked_head(model: torch.nn.Module) -> HeadFn | None:
+    if hasattr(model, "cls") and hasattr(model.cls, "predictions"):  # BERT family
+        return model.cls
+    if hasattr(model, "vocab_projector") and hasattr(model, "vocab_transform"):  # DistilBERT
+        return lambda h: model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(h))))
+    if hasattr(model, "predictions") and hasattr(model.predictions, "decoder"):  # ALBERT
+        return model.predictions
+    if hasattr(model, "generator_predictions") and hasattr(model, "generator_lm_head"):  # ELECTRA generator
+        return lambda h: model.generator_lm_head(model.generator_predictions(h))
+    if hasattr(model, "lm_head"):  # RoBERTa, XLM-R, CamemBERT, ...
+        return model.lm_head
+    return None
+
+
+def _causal_head(model: torch.nn.Module) -> HeadFn | None:
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if out is None:
+        return None
+    cap = _softcap(model)
+    if cap is None:
+        return out
+    return lambda h: torch.tanh(out(h) / cap) * cap
+
+
+class _StopBeforeLastLayer(Exception):
+    def __init__(self, hidden: torch.Tensor) -> None:
+        super().__init__()
+        self.hidden = hidden
+
+
+# encoder layers with BERT's structure, where the last layer can run for the scored rows only
+_BERT_LIKE_LAYERS = {"BertLayer", "RobertaLayer", "XLMRobertaLayer", "CamembertLayer", "ElectraLayer"}
+
+
+def _last_bert_layer(model: torch.nn.Module, base: torch.nn.Module | None) -> torch.nn.Module | None:
+    config = model.config
+    if getattr(config, "is_decoder", False) or getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return None
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    if not layers or type(layers[-1]).__name__ not in _BERT_LIKE_LAYERS:
+        return None
+    last = layers[-1]
+    if getattr(last, "add_cross_attention", False) or getattr(last, "chunk_size_feed_forward", 0):
+        return None
+    return last
+
+
+class BodyHead:
+    """The model as ``rows(input_ids, attention_mask, positions) -> hidden rows`` plus ``head(rows) -> logits``.
+
+    Three levels, fastest first, each verified against the model's own forward
+    pass before use: (1) for BERT-like encoders, the last layer runs only for
+    the scored position of each row (its output elsewhere is never used); (2)
+    the body runs whole and only the scored rows go through the head; (3) the
+    whole model runs and the scored rows of its logits are taken.
+    """
+
+    def __init__(self, model: torch.nn.Module, kind: str) -> None:
+        self.model = model
+        self.kind = kind
+        head = _masked_head(model) if kind == "masked" else _causal_head(model)
+        base = getattr(model, "base_model", None)
+        self.split = head is not None and base is not None and base is not model
+        self._head = head
+        self._base = base
+        self._last = _last_bert_layer(model, base) if (kind == "masked" and self.split) else None
+
+    @property
+    def mode(self) -> str:
+        return "last-layer-rows" if self._last is not None else ("head-rows" if self.split else "full")
+
+    def body(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if self.split:
+            return self._base(input_ids=input_ids, attention_mask=attention_mask)[0]
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    def rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, positions: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (or logits when not split) at one position per input row."""
+        index = torch.arange(input_ids.shape[0], device=input_ids.device)
+        if self._last is None:
+            return self.body(input_ids, attention_mask)[index, positions]
+        handle = self._last.register_forward_pre_hook(_raise_hidden, with_kwargs=True)
+        try:
+            self._base(input_ids=input_ids, attention_mask=attention_mask)
+            raise RuntimeError("the last encoder layer was never reached")  # pragma: no cover
+        except _StopBeforeLastLayer as stop:
+            hidden = stop.hidden
+        finally:
+            handle.remove()
+        return _bert_layer_rows(self._last, hidden, attention_mask, positions)
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        return self._head(rows) if self.split else rows
+
+    def verify(self, input_ids: torch.Tensor) -> None:
+        """Compare with the model's own forward pass on one input; step down a level if they differ."""
+        if not self.split:
+            return
+        n = input_ids.shape[1]
+        with torch.inference_mode():
+            full = self.model(input_ids=input_ids).logits.float()[0]
+            scale = max(1.0, full.abs().max().item())
+            # half precision rounds differently along the two paths
+            rel = 1e-3 if next(self.model.parameters()).dtype == torch.float32 else 3e-2
+            while self.split:
+                ids = input_ids.expand(n, n)
+                mine = self.head(self.rows(ids, None, torch.arange(n, device=ids.device))).float()
+                err = (full - mine).abs().max().item()
+                if math.isfinite(err) and err <= rel * scale:
+                    return
+                log.warning("scoring path %s of %s differs from its forward pass by %.3g; falling back",
+                            self.mode, type(self.model).__name__, err)
+                if self._last is not None:
+                    self._last = None
+                else:
+                    self.split = False
+
+
+def _raise_hidden(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    raise _StopBeforeLastLayer(args[0] if args else kwargs["hidden_states"])
+
+
+def _bert_layer_rows(
+    layer: torch.nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor | None, positions: torch.Tensor
+) -> torch.Tensor:
+    """A BERT layer's output at one position per row: keys and values need every
+    position, the query, attention output and feed-forward only the scored one."""
+    sa = layer.attention.self
+    n_rows, width, _ = hidden.shape
+    heads, size = sa.num_attention_heads, sa.attention_head_size
+    at = hidden[torch.arange(n_rows, device=hidden.device), positions]
+    q = sa.query(at).view(n_rows, 1, heads, size).transpose(1, 2)
+    k = sa.key(hidden).view(n_rows, width, heads, size).transpose(1, 2)
+    v = sa.value(hidden).view(n_rows, width, heads, size).transpose(1, 2)
+    mask = attention_mask[:, None, None, :].bool() if attention_mask is not None else None
+    ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sa.scaling)
+    ctx = ctx.transpose(1, 2).reshape(n_rows, heads * size)
+    attended = layer.attention.output(ctx, at)
+    return layer.output(layer.intermediate(attended), attended)
+
+
+_CACHE_ATTR = "_stereolens_body_head"
+
+
+def split_head(model: torch.nn.Module, kind: str, probe_ids: list[int]) -> BodyHead:
+    """The (verified, memoised on the model) body/head split for ``kind`` in {masked, causal}."""
+    memo = getattr(model, _CACHE_ATTR, None)
+    if memo is not None and memo.kind == kind:
+        return memo
+    bh = BodyHead(model, kind)
+    bh.verify(torch.tensor([probe_ids], device=device_of(model)))
+    try:
+        setattr(model, _CACHE_ATTR, bh)
+    except (AttributeError, TypeError):  # pragma: no cover - exotic module types
+        pass
+    return bh

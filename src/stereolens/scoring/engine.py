@@ -1,0 +1,495 @@
+"""The public scoring functions: sentences, pairs, continuations, seq2seq targets.
+
+Each takes a loaded model (a transformers model plus its tokenizer, or a
+Hugging Face backend from :mod:`stereolens.models` carrying both) and text,
+and returns natural-log scores.  Identical inputs are scored once.  With a
+:class:`~stereolens.models.cache.ResponseCache`, every finished sentence is
+stored under its model identity, metric, parameters and text as soon as it is
+done, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from stereolens.errors import ConfigError, DataError
+from stereolens.scoring import causal as _causal
+from stereolens.scoring import masked as _masked
+from stereolens.scoring import seq2seq as _seq2seq
+from stereolens.scoring.access import max_length, model_identity, split_head, unwrap
+from stereolens.scoring.encoding import check_text, encode_causal, encode_masked
+from stereolens.scoring.types import MASKED_METRICS, METRICS, SentenceScore
+
+CACHE_NAMESPACE = "stereolens.scoring/1"
+DEFAULT_BATCH_TOKENS = 8192
+PAIR_COLUMNS = ("sent_stereo", "sent_anti")
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise ConfigError(f"unknown scoring metric {metric!r} (known: {', '.join(METRICS)})")
+
+
+def _row_ids(n: int, ids: Sequence[Any] | None) -> list[Any]:
+    if ids is None:
+        return list(range(n))
+    ids = list(ids)
+    if len(ids) != n:
+        raise ValueError(f"ids has {len(ids)} entries for {n} sentences")
+    return ids
+
+
+def _vocab_size(model: Any) -> int:
+    config = getattr(model.config, "get_text_config", lambda: model.config)()
+    return int(config.vocab_size)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0):
+        if tid is not None:
+            return int(tid)
+    return 0  # pragma: no cover
+
+
+class _Resolver:
+    """Cache lookups before compute, cache writes as each item finishes."""
+
+    def __init__(self, cache: Any | None, base_payload: dict[str, Any] | None) -> None:
+        self.cache = cache if cache is not None and getattr(cache, "enabled", True) else None
+        self.base = base_payload or {}
+
+    def payload(self, item_payload: dict[str, Any]) -> dict[str, Any]:
+        return {**self.base, **item_payload}
+
+    def resolve(
+        self,
+        item_payloads: Sequence[dict[str, Any]],
+        compute: Callable[[list[int], Callable[[int, list[float]], None]], None],
+    ) -> list[list[float]]:
+        got: list[list[float] | None] = [None] * len(item_payloads)
+        if self.cache is not None:
+            for u, p in enumerate(item_payloads):
+                hit = self.cache.get(self.payload(p))
+                if hit is not None:
+                    got[u] = [float(x) for x in hit]
+        missing = [u for u, v in enumerate(got) if v is None]
+
+        def done(j: int, lps: list[float]) -> None:
+            u = missing[j]
+            got[u] = list(lps)
+            if self.cache is not None:
+                self.cache.put(self.payload(item_payloads[u]), list(lps))
+
+        if missing:
+            compute(missing, done)
+        return [v if v is not None else [] for v in got]
+
+
+def _base_payload(
+    cache: Any | None, model: Any, identity: str | None, metric: str, params: dict[str, Any], tokenizer: Any = None
+) -> dict | None:
+    if cache is None:
+        return None
+    if tokenizer is not None:
+        # a backend identity covers its tokenizer files; a bare model's fingerprint does not
+        params = {**params, "tokenizer": f"{type(tokenizer).__name__}/{len(tokenizer)}"}
+    # dtype changes the numbers, so it is part of the key even when the identity omits it
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return {
+        "kind": CACHE_NAMESPACE, "model": identity or model_identity(model), "metric": metric,
+        "params": {**params, "dtype": dtype},
+    }
+
+
+def _make_score(lps: list[float], ids: Sequence[int], positions: Sequence[int], truncated: bool, tokenizer: Any, per_token: bool) -> SentenceScore:
+    if per_token:
+        tokens = tuple(tokenizer.convert_ids_to_tokens([ids[p] for p in positions]))
+        return SentenceScore(math.fsum(lps), len(lps), truncated, tokens, tuple(lps))
+    return SentenceScore(math.fsum(lps), len(lps), truncated)
+
+
+# ---------------------------------------------------------------- masked
+
+
+def _masked_scores(
+    model: Any,
+    tokenizer: Any,
+    items: list[_masked.MaskedItem],
+    metric: str,
+    params: dict[str, Any],
+    payload_of: Callable[[int], dict[str, Any]],
+    *,
+    batch_tokens: int,
+    cache: Any | None,
+    identity: str | None,
+    per_token: bool,
+    progress: bool,
+) -> list[SentenceScore]:
+    if tokenizer.mask_token_id is None:
+        raise ConfigError(f"metric {metric} needs a masked language model; {type(tokenizer).__name__} has no mask token")
+    keys: dict[tuple, int] = {}
+    index = [keys.setdefault(it.key(), len(keys)) for it in items]
+    unique: list[_masked.MaskedItem] = [None] * len(keys)  # type: ignore[list-item]
+    first_of: list[int] = [0] * len(keys)
+    for i, u in enumerate(index):
+        if unique[u] is None:
+            unique[u], first_of[u] = items[i], i
+    resolver = _Resolver(cache, _base_payload(cache, model, identity, metric, params, tokenizer))
+
+    def compute(missing: list[int], done: Callable[[int, list[float]], None]) -> None:
+        bh = split_head(model, "masked", list(unique[missing[0]].enc.ids))
+        _masked.run_masked(
+            bh, [unique[u] for u in missing], mask_token_id=int(tokenizer.mask_token_id), pad_token_id=_pad_id(tokenizer),
+            vocab_size=_vocab_size(model), batch_tokens=batch_tokens, on_item=done, progress=progress,
+        )
+
+    lps = resolver.resolve([payload_of(first_of[u]) for u in range(len(unique))], compute)
+    return [
+        _make_score(lps[u], items[i].enc.ids, items[i].targets, items[i].enc.truncated, tokenizer, per_token)
+        for i, u in enumerate(index)
+    ]
+
+
+def _causal_scores(
+    model: Any,
+    tokenizer: Any,
+    encs: list[Any],
+    params: dict[str, Any],
+    payload_of: Callable[[int], dict[str, Any]],
+    *,
+    batch_tokens: int,
+    cache: Any | None,
+    identity: str | None,
+    per_token: bool,
+    progress: bool,
+) -> list[SentenceScore]:
+    keys: dict[tuple, int] = {}
+    index = [keys.setdefault((e.ids, e.start), len(keys)) for e in encs]
+    first_of: dict[int, int] = {}
+    for i, u in enumerate(index):
+        first_of.setdefault(u, i)
+    unique = [encs[first_of[u]] for u in range(len(keys))]
+    resolver = _Resolver(cache, _base_payload(cache, model, identity, "causal", params, tokenizer))
+
+    def compute(missing: list[int], done: Callable[[int, list[float]], None]) -> None:
+        bh = split_head(model, "causal", list(unique[missing[0]].ids[:-1]) or list(unique[missing[0]].ids))
+        _causal.run_causal(
+            bh, [unique[u] for u in missing], pad_token_id=_pad_id(tokenizer), vocab_size=_vocab_size(model),
+            batch_tokens=batch_tokens, on_item=done, progress=progress,
+        )
+
+    lps = resolver.resolve([payload_of(first_of[u]) for u in range(len(unique))], compute)
+    return [
+        _make_score(lps[u], encs[i].ids, range(encs[i].start, len(encs[i].ids)), encs[i].truncated, tokenizer, per_token)
+        for i, u in enumerate(index)
+    ]
+
+
+# ---------------------------------------------------------------- public API
+
+
+def score_sentences(
+    model: Any,
+    tokenizer: Any | None,
+    sentences: Sequence[str],
+    metric: str,
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    truncate: bool = False,
+    ids: Sequence[Any] | None = None,
+    per_token: bool = False,
+    progress: bool = False,
+    cache: Any | None = None,
+    identity: str | None = None,
+) -> list[SentenceScore]:
+    """Score each sentence on its own: ``pll``, ``pll_word_l2r`` (masked LM) or ``causal``.
+
+    ``causal`` is sum_i log P(t_i | BOS, t_<i) over the sentence's tokens (EOS
+    stands in for a missing BOS), as lm-evaluation-harness scores an empty
+    context.  ``crows`` scores a sentence against its partner: use
+    :func:`score_pairs`.  ``ids`` name rows in error messages; ``truncate``
+    cuts over-long sentences to the model's maximum (else a DataError);
+    ``per_token`` fills tokens and token_logprobs.
+    """
+    _check_metric(metric)
+    if metric == "crows":
+        raise ConfigError("metric crows scores the shared tokens of a pair: use score_pairs")
+    model, tokenizer, backend_identity = unwrap(model, tokenizer)
+    identity = identity or backend_identity
+    row_ids = _row_ids(len(sentences), ids)
+    limit = max_length(model, tokenizer)
+    opts = dict(batch_tokens=batch_tokens, cache=cache, identity=identity, per_token=per_token, progress=progress)
+    params = {"truncate": bool(truncate), "max_length": limit}
+    if metric == "causal":
+        encs = [encode_causal(tokenizer, "", s, rid, limit=limit, truncate=truncate) for s, rid in zip(sentences, row_ids)]
+        return _causal_scores(model, tokenizer, encs, params, lambda i: {"text": sentences[i]}, **opts)
+    word = metric == "pll_word_l2r"
+    build = _masked.pll_word_l2r_item if word else _masked.pll_item
+    items = [
+        build(encode_masked(tokenizer, s, rid, limit=limit, truncate=truncate, word_ids=word))
+        for s, rid in zip(sentences, row_ids)
+    ]
+    return _masked_scores(model, tokenizer, items, metric, params, lambda i: {"text": sentences[i]}, **opts)
+
+
+def score_pair_lists(
+    model: Any,
+    tokenizer: Any | None,
+    first: Sequence[str],
+    second: Sequence[str],
+    metric: str,
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    truncate: bool = False,
+    ids: Sequence[Any] | None = None,
+    per_token: bool = False,
+    progress: bool = False,
+    cache: Any | None = None,
+    identity: str | None = None,
+) -> tuple[list[SentenceScore], list[SentenceScore]]:
+    """Scores of both sentences of each pair; for ``crows`` only their shared tokens count."""
+    _check_metric(metric)
+    if len(first) != len(second):
+        raise ValueError(f"{len(first)} first sentences but {len(second)} second sentences")
+    n = len(first)
+    row_ids = _row_ids(n, ids)
+    opts = dict(batch_tokens=batch_tokens, truncate=truncate, per_token=per_token, progress=progress, cache=cache, identity=identity)
+    if metric != "crows":
+        scores = score_sentences(model, tokenizer, [*first, *second], metric, ids=[*row_ids, *row_ids], **opts)
+        return scores[:n], scores[n:]
+    model, tokenizer, backend_identity = unwrap(model, tokenizer)
+    limit = max_length(model, tokenizer)
+    items: list[_masked.MaskedItem] = []
+    pair_items = []
+    for a, b, rid in zip(first, second, row_ids):
+        ea = encode_masked(tokenizer, a, rid, limit=limit, truncate=truncate, word_ids=False)
+        eb = encode_masked(tokenizer, b, rid, limit=limit, truncate=truncate, word_ids=False)
+        pair_items.append(_masked.crows_items(ea, eb))
+    items = [p[0] for p in pair_items] + [p[1] for p in pair_items]
+    texts = [(a, b) for a, b in zip(first, second)] + [(b, a) for a, b in zip(first, second)]
+    scores = _masked_scores(
+        model, tokenizer, items, "crows", {"truncate": bool(truncate), "max_length": limit},
+        lambda i: {"text": texts[i][0], "partner": texts[i][1]},
+        batch_tokens=batch_tokens, cache=cache, identity=identity or backend_identity, per_token=per_token, progress=progress,
+    )
+    return scores[:n], scores[n:]
+
+
+def score_pairs(
+    model: Any,
+    tokenizer: Any | None,
+    pairs: pd.DataFrame,
+    metric: str,
+    *,
+    columns: tuple[str, str] = PAIR_COLUMNS,
+    id_column: str = "id",
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    truncate: bool = False,
+    per_token: bool = False,
+    progress: bool = False,
+    cache: Any | None = None,
+    identity: str | None = None,
+) -> pd.DataFrame:
+    """A copy of ``pairs`` with ``score_stereo``, ``score_anti`` (summed log-likelihoods), the
+    numbers of scored tokens ``n_tokens_stereo``, ``n_tokens_anti`` and ``truncated_stereo``,
+    ``truncated_anti`` (and ``tokens_*``, ``token_logprobs_*`` with ``per_token``).
+
+    Input columns default to ``id, sent_stereo, sent_anti``; without an ``id``
+    column errors name the row index.
+    """
+    missing = [c for c in columns if c not in pairs.columns]
+    if missing:
+        raise DataError(f"pairs table is missing column(s) {', '.join(missing)} (has: {', '.join(map(str, pairs.columns))})")
+    ids = list(pairs[id_column]) if id_column in pairs.columns else list(pairs.index)
+    first, second = list(pairs[columns[0]]), list(pairs[columns[1]])
+    stereo, anti = score_pair_lists(
+        model, tokenizer, first, second, metric, ids=ids, batch_tokens=batch_tokens, truncate=truncate,
+        per_token=per_token, progress=progress, cache=cache, identity=identity,
+    )
+    out = pairs.copy()
+    for name, scores in (("stereo", stereo), ("anti", anti)):
+        out[f"score_{name}"] = [s.logprob for s in scores]
+        out[f"n_tokens_{name}"] = [s.n_tokens for s in scores]
+        out[f"truncated_{name}"] = [s.truncated for s in scores]
+        if per_token:
+            out[f"tokens_{name}"] = [" ".join(s.tokens or ()) for s in scores]
+            out[f"token_logprobs_{name}"] = [" ".join(f"{x:.6f}" for x in s.token_logprobs or ()) for s in scores]
+    return out
+
+
+def score_continuations(
+    model: Any,
+    tokenizer: Any | None,
+    contexts: Sequence[str],
+    continuations: Sequence[str],
+    *,
+    prepend_bos: bool = True,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    truncate: bool = False,
+    ids: Sequence[Any] | None = None,
+    per_token: bool = False,
+    progress: bool = False,
+    cache: Any | None = None,
+    identity: str | None = None,
+) -> list[SentenceScore]:
+    """log P(continuation | context) under a causal LM, summed over the continuation's tokens.
+
+    Encoding follows lm-evaluation-harness (see
+    :func:`stereolens.scoring.encoding.encode_causal`); an empty context is
+    the BOS token.  With ``prepend_bos`` a non-empty context is preceded by
+    BOS as well.  Use it for option choice (compare the options' sums) and
+    StereoSet intersentence scoring (context sentence, then each candidate).
+    """
+    if len(contexts) != len(continuations):
+        raise ValueError(f"{len(contexts)} contexts but {len(continuations)} continuations")
+    model, tokenizer, backend_identity = unwrap(model, tokenizer)
+    row_ids = _row_ids(len(contexts), ids)
+    limit = max_length(model, tokenizer)
+    encs = []
+    for ctx, cont, rid in zip(contexts, continuations, row_ids):
+        if not isinstance(ctx, str):
+            raise DataError(f"row {rid}: context is not text ({type(ctx).__name__})")
+        encs.append(encode_causal(tokenizer, ctx, cont, rid, limit=limit, truncate=truncate, prepend_bos=prepend_bos))
+    params = {"truncate": bool(truncate), "max_length": limit, "prepend_bos": bool(prepend_bos)}
+    return _causal_scores(
+        model, tokenizer, encs, params, lambda i: {"context": contexts[i], "text": continuations[i]},
+        batch_tokens=batch_tokens, cache=cache, identity=identity or backend_identity, per_token=per_token, progress=progress,
+    )
+
+
+def score_seq2seq(
+    model: Any,
+    tokenizer: Any | None,
+    inputs: Sequence[str],
+    targets: Sequence[str],
+    *,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    truncate: bool = False,
+    ids: Sequence[Any] | None = None,
+    per_token: bool = False,
+    cache: Any | None = None,
+    identity: str | None = None,
+) -> list[SentenceScore]:
+    """log P(target | input) under an encoder-decoder model, summed over the target's tokens.
+
+    The target is tokenised as labels are (T5 appends ``</s>``, which is
+    scored); ``SentenceScore.mean`` equals minus the model's loss on those
+    labels.  For span-corruption templates the target is e.g.
+    ``"<extra_id_0> kind <extra_id_1>"``.
+    """
+    if len(inputs) != len(targets):
+        raise ValueError(f"{len(inputs)} inputs but {len(targets)} targets")
+    model, tokenizer, backend_identity = unwrap(model, tokenizer)
+    if not getattr(model.config, "is_encoder_decoder", False):
+        raise ConfigError(f"score_seq2seq needs an encoder-decoder model, got {type(model).__name__}")
+    row_ids = _row_ids(len(inputs), ids)
+    limit = max_length(model, tokenizer)
+    encoded: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    truncated: list[bool] = []
+    for src, tgt, rid in zip(inputs, targets, row_ids):
+        src = check_text(src, rid, "input")
+        tgt = check_text(tgt, rid, "target")
+        a = [int(x) for x in tokenizer(src)["input_ids"]]
+        b = [int(x) for x in tokenizer(text_target=tgt)["input_ids"]]
+        cut = False
+        if limit is not None and len(a) > limit:
+            if not truncate:
+                raise DataError(f"row {rid}: input has {len(a)} tokens, more than the model's maximum of {limit}; use truncate=True")
+            a, cut = a[: limit - 1] + a[-1:], True
+        encoded.append((tuple(a), tuple(b)))
+        truncated.append(cut)
+    keys: dict[tuple, int] = {}
+    index = [keys.setdefault(e, len(keys)) for e in encoded]
+    unique = list(keys)
+    first_of: dict[int, int] = {}
+    for i, u in enumerate(index):
+        first_of.setdefault(u, i)
+    params = {"truncate": bool(truncate), "max_length": limit}
+    resolver = _Resolver(cache, _base_payload(cache, model, identity or backend_identity, "seq2seq", params, tokenizer))
+
+    def compute(missing: list[int], done: Callable[[int, list[float]], None]) -> None:
+        res = _seq2seq.run_seq2seq(
+            model, [unique[u] for u in missing], pad_token_id=_pad_id(tokenizer), vocab_size=_vocab_size(model),
+            batch_tokens=batch_tokens,
+        )
+        for j, lps in enumerate(res):
+            done(j, lps)
+
+    lps = resolver.resolve(
+        [{"input": inputs[first_of[u]], "text": targets[first_of[u]]} for u in range(len(unique))], compute
+    )
+    return [
+        _make_score(lps[u], encoded[i][1], range(len(encoded[i][1])), truncated[i], tokenizer, per_token)
+        for i, u in enumerate(index)
+    ]
+
+
+# ---------------------------------------------------------------- pair summaries
+
+
+def bias_score(scored: pd.DataFrame, *, decimals: int | None = None) -> float:
+    """Share of pairs with score_stereo > score_anti; ties are not stereotypical.
+
+    ``decimals=3`` reproduces the CrowS-Pairs script, which rounds both scores
+    before comparing; the default compares them as computed (lm-evaluation-harness).
+    """
+    if len(scored) == 0:
+        return math.nan
+    a, b = scored["score_stereo"].astype(float), scored["score_anti"].astype(float)
+    if decimals is not None:
+        a, b = a.round(decimals), b.round(decimals)
+    return float((a > b).mean())
+
+
+def pair_summary(scored: pd.DataFrame, *, metric: str, model: str, truncate: bool) -> dict[str, Any]:
+    """The JSON summary written beside a scored pairs table."""
+    a, b = scored["score_stereo"].astype(float), scored["score_anti"].astype(float)
+    n_trunc = int(scored.get("truncated_stereo", pd.Series(dtype=bool)).sum() + scored.get("truncated_anti", pd.Series(dtype=bool)).sum())
+    return {
+        "metric": metric,
+        "model": model,
+        "n": int(len(scored)),
+        "bias_score": bias_score(scored),
+        "bias_score_rounded_3": bias_score(scored, decimals=3),
+        "n_stereo_greater": int((a > b).sum()),
+        "n_ties": int((a == b).sum()),
+        "mean_likelihood_diff": float((a - b).abs().mean()) if len(scored) else math.nan,
+        "truncate": bool(truncate),
+        "n_truncated_sentences": n_trunc,
+    }
+
+
+def option_probabilities(
+    model: Any,
+    tokenizer: Any | None,
+    contexts: Sequence[str],
+    options: Sequence[Sequence[str]],
+    *,
+    normalize: str = "sum",
+    **kwargs: Any,
+) -> list[list[float]]:
+    """P(option | context) renormalised over each context's options, from continuation log-likelihoods.
+
+    ``normalize="sum"`` compares summed sub-token log-probabilities (seed 001's
+    option probabilities); ``"mean"`` compares per-token means (length-normalised).
+    Other keyword arguments go to :func:`score_continuations`.
+    """
+    if len(contexts) != len(options):
+        raise ValueError(f"{len(contexts)} contexts but {len(options)} option lists")
+    if normalize not in ("sum", "mean"):
+        raise ConfigError(f"normalize must be 'sum' or 'mean', got {normalize!r}")
+    flat_ctx = [c for c, opts in zip(contexts, options) for _ in opts]
+    flat_opt = [o for opts in options for o in opts]
+    scores = score_continuations(model, tokenizer, flat_ctx, flat_opt, **kwargs)
+    out, k = [], 0
+    for opts in options:
+        vals = [s.logprob if normalize == "sum" else s.mean for s in scores[k : k + len(opts)]]
+        k += len(opts)
+        top = max(vals)
+        z = math.fsum(math.exp(v - top) for v in vals)
+        out.append([math.exp(v - top) / z for v in vals])
+    return out
