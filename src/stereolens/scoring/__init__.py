@@ -2,27 +2,20 @@
 
 Every study scores sentences through these functions; see METHODS.md for the
 exact definitions.  All scores are natural logarithms.
+
+The engine (and with it torch) is imported on first use of one of its
+functions, so that ``stereolens --help`` and the metric names stay cheap.
 """
 
-from stereolens.scoring.engine import (
-    DEFAULT_BATCH_TOKENS,
-    bias_score,
-    option_probabilities,
-    pair_summary,
-    score_continuations,
-    score_pair_lists,
-    score_pairs,
-    score_sentences,
-    score_seq2seq,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from stereolens.scoring.types import MASKED_METRICS, METRICS, Metric, SentenceScore
 
-__all__ = [
+_ENGINE_EXPORTS = (
     "DEFAULT_BATCH_TOKENS",
-    "MASKED_METRICS",
-    "METRICS",
-    "Metric",
-    "SentenceScore",
     "bias_score",
     "option_probabilities",
     "pair_summary",
@@ -31,4 +24,12 @@ __all__ = [
     "score_pairs",
     "score_sentences",
     "score_seq2seq",
-]
+)
+
+__all__ = ["MASKED_METRICS", "METRICS", "Metric", "SentenceScore", *_ENGINE_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ENGINE_EXPORTS:
+        return getattr(importlib.import_module("stereolens.scoring.engine"), name)
+    raise AttributeError(f"module 'stereolens.scoring' has no attribute {name!r}")
