@@ -10,6 +10,8 @@ from stereolens.stages.registry import STAGES
 # Modules whose import registers stages (see stereolens.stages.registry).
 STAGE_MODULES: list[str] = [
     "stereolens.stages.foundation",
+    "stereolens.stages.leakage",
+    "stereolens.stages.pcs",
 ]
 
 

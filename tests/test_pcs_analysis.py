@@ -1,0 +1,157 @@
+"""Known-answer tests of the seed 004 triad statistics (stereolens.analysis.pcs)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from stereolens.analysis import pcs
+from stereolens.errors import DataError
+
+# (language, scenario, dimension, feature) -> (A, B, C), chosen so every number is easy by hand
+CELLS = {
+    ("hi", "s1", "PDI", "deference"): (2.0, 6.0, 3.0),  # pcs 0.25
+    ("hi", "s2", "IDV", "agency_attribution"): (4.0, 6.0, 5.0),  # pcs 0.5
+    ("ur", "s1", "PDI", "deference"): (3.0, 7.0, 5.0),  # pcs 0.5
+    ("ur", "s2", "IDV", "agency_attribution"): (4.0, 4.0, 6.0),  # B == A: excluded
+}
+
+
+def _long(cells=CELLS, model="m1") -> pd.DataFrame:
+    """Two judges (-0.5 / +0.5) and two samples (-1 / +1) around each cell value."""
+    rows = []
+    for (lang, sid, dim, feat), abc in cells.items():
+        for cond, value in zip("ABC", abc):
+            for sample, s_off in ((0, -1.0), (1, 1.0)):
+                for judge, j_off in (("j1", -0.5), ("j2", 0.5)):
+                    rows.append(
+                        dict(model=model, language=lang, scenario_id=sid, dimension=dim, feature=feat,
+                             condition=cond, judge=judge, sample=sample, score=value + s_off + j_off)
+                    )
+    return pd.DataFrame(rows)
+
+
+def test_known_pcs_cap_util_ldi_hud():
+    result = pcs.analyze_scores(_long())
+    s = result.summary
+    assert list(s) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud"]
+    assert s["pcs"] == pytest.approx((0.25 + 0.5 + 0.5) / 3)
+    # means A 3.25, B 5.75, C 4.75
+    assert s["cap_util"] == pytest.approx(1.5 / 2.5)
+    assert s["n_excluded"] == 1
+    assert s["by_dimension"] == pytest.approx({"PDI": 0.375, "IDV": 0.5})
+    assert s["ldi"] == {"hi": {"agency_attribution": 4.0, "deference": 2.0}, "ur": {"agency_attribution": 4.0, "deference": 3.0}}
+    assert s["hud"] == pytest.approx({"agency_attribution": 0.0, "deference": 1.0, "overall": 0.5})
+
+
+def test_judges_averaged_before_samples():
+    base = dict(model="m", language="en", scenario_id="s", dimension="PDI", feature="deference")
+    rows = [
+        {**base, "condition": "A", "sample": 0, "judge": "j1", "score": 1.0},
+        {**base, "condition": "A", "sample": 0, "judge": "j2", "score": 3.0},
+        {**base, "condition": "A", "sample": 1, "judge": "j1", "score": 6.0},  # j2 failed on this sample
+    ]
+    cells = pcs.cell_scores(pcs.check_scores(pd.DataFrame(rows)))
+    assert cells["score"].iloc[0] == pytest.approx(4.0)  # mean(mean(1, 3), 6), not mean(1, 3, 6)
+
+
+def test_min_gap_excludes_and_counts():
+    result = pcs.analyze_scores(_long(), min_gap=2.5)
+    # gaps: 4, 2, 4, 0 -> the 2 and the 0 are excluded
+    assert result.summary["n_excluded"] == 2
+    assert result.summary["pcs"] == pytest.approx((0.25 + 0.5) / 2)
+    # cap util uses every complete triad regardless of exclusion
+    assert result.summary["cap_util"] == pytest.approx(0.6)
+
+
+def test_table10_means_give_the_defined_cap_util():
+    """Minstral-8B in seed 004 Table 10: A 4.90, B 6.06, C 5.06 -> 13.8 %."""
+    rows = [
+        dict(model="Minstral-8B", language=lang, scenario_id=f"s{i}", dimension="PDI", feature="deference", condition=c, score=v)
+        for lang in ("en", "hi")
+        for i in range(3)
+        for c, v in zip("ABC", (4.90, 6.06, 5.06))
+    ]
+    result = pcs.analyze_scores(pd.DataFrame(rows))
+    assert result.summary["cap_util"] == pytest.approx(0.16 / 1.16)
+    assert round(100 * result.summary["cap_util"], 1) == 13.8
+    t10 = result.tables["table10_model_summary"].iloc[0]
+    assert (t10["mean_a"], t10["mean_b"], t10["mean_c"]) == pytest.approx((4.90, 6.06, 5.06))
+
+
+def test_anova_matches_statsmodels_and_eta2():
+    import statsmodels.api as sm
+    import statsmodels.formula.api as smf
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for lang, shift in (("de", 0.0), ("en", 0.2), ("hi", 0.8)):
+        for i in range(40):
+            rows.append(dict(model="m", language=lang, scenario_id=f"s{i}", dimension="IDV", feature="f",
+                             condition="A", score=4 + shift + rng.normal(0, 0.5)))
+    resp = pcs.response_scores(pcs.check_scores(pd.DataFrame(rows)))
+    table = pcs.anova_by_dimension(resp)
+    row = table.iloc[0]
+    fit = smf.ols("score ~ C(language)", data=resp).fit()
+    aov = sm.stats.anova_lm(fit, typ=1)
+    assert row["F"] == pytest.approx(aov.loc["C(language)", "F"])
+    assert row["p"] == pytest.approx(aov.loc["C(language)", "PR(>F)"])
+    eta2 = aov.loc["C(language)", "sum_sq"] / aov["sum_sq"].sum()
+    assert row["eta2"] == pytest.approx(eta2)
+    assert (row["df_between"], row["df_within"]) == (2, 117)
+    assert row["significant"]
+
+
+def test_paired_and_independent_tests_match_scipy():
+    rng = np.random.default_rng(1)
+    a = rng.normal(4.8, 1.0, 60)
+    c = a + 0.3 + rng.normal(0, 0.5, 60)
+    res = pcs.paired_test(a, c)
+    ref = stats.ttest_rel(a, c)
+    assert res["t"] == pytest.approx(ref.statistic) and res["t"] < 0
+    assert res["p"] == pytest.approx(ref.pvalue)
+    assert res["dz"] == pytest.approx((c - a).mean() / (c - a).std(ddof=1))
+    assert res["d"] == pytest.approx((c.mean() - a.mean()) / math.sqrt((a.var(ddof=1) + c.var(ddof=1)) / 2))
+
+    x, y = rng.normal(5.24, 0.89, 80), rng.normal(5.21, 0.88, 70)
+    ind = pcs.independent_test(x, y)
+    ref = stats.ttest_ind(x, y)
+    assert ind["t"] == pytest.approx(ref.statistic) and ind["p"] == pytest.approx(ref.pvalue)
+    pooled = math.sqrt((79 * x.var(ddof=1) + 69 * y.var(ddof=1)) / 148)
+    assert ind["d"] == pytest.approx((x.mean() - y.mean()) / pooled)
+
+
+def test_paired_tests_detect_known_shift():
+    rng = np.random.default_rng(2)
+    cells = {}
+    for i in range(30):
+        a = 4 + rng.normal(0, 0.5)
+        cells[("en", f"s{i}", "PDI", "deference")] = (a, a + 2, a + 0.5 + rng.normal(0, 0.1))
+    result = pcs.analyze_scores(_long(cells))
+    t16 = result.tables["table16_paired_a_vs_c"].iloc[0]
+    assert t16["p"] < 1e-10 and t16["t"] < 0 and t16["d"] > 0
+    assert result.summary["pcs"] == pytest.approx(0.25, abs=0.02)
+
+
+def test_human_validation_reproduces_appendix_j():
+    """Table 17 totals: A-C 39/32/46 and B-C 37/39/42 -> 54.9 % A (p = 0.48), 51.3 % C (p = 0.91)."""
+    rows = (
+        [("xx", "A-C", "A")] * 39 + [("xx", "A-C", "C")] * 32 + [("xx", "A-C", "tie")] * 46
+        + [("xx", "B-C", "B")] * 37 + [("xx", "B-C", "C")] * 39 + [("xx", "B-C", "tie")] * 42
+    )
+    table, tests = pcs.human_validation(pd.DataFrame(rows, columns=["language", "comparison", "preference"]))
+    assert tests["A-C"]["n_decisive"] == 71 and round(1 - tests["A-C"]["share_C"], 3) == 0.549
+    assert round(tests["A-C"]["p"], 2) == 0.48
+    assert round(tests["B-C"]["share_C"], 3) == 0.513 and round(tests["B-C"]["p"], 2) == 0.91
+    total = table.loc[table["language"] == "total"].iloc[0]
+    assert (total["A_C_A"], total["A_C_C"], total["A_C_tie"], total["n"]) == (39, 32, 46, 235)
+
+
+def test_bad_condition_is_a_data_error():
+    df = _long().head(3).assign(condition="D")
+    with pytest.raises(DataError, match="condition 'D'"):
+        pcs.analyze_scores(df)
