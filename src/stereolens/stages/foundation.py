@@ -89,8 +89,10 @@ def crows_score(args: argparse.Namespace) -> None:
     from stereolens.scoring import score_pairs
     from stereolens.tracking import stage_run
 
-    p = load_params("model", "metric", "study.crows", "tracking", "language", path=args.params)
-    model_cfg, metric_cfg, study, tracking = p["model"], p["metric"], p["study.crows"], p["tracking"]
+    p = load_params("model", "metric", "study.crows.dataset", "study.crows.limit", "tracking", "language",
+                    path=args.params)
+    model_cfg, metric_cfg, tracking = p["model"], p["metric"], p["tracking"]
+    study = {"dataset": p["study.crows.dataset"], "limit": p["study.crows.limit"]}
     _check_metric_fits_model(metric_cfg["name"], model_cfg)
     raw = Path("data/raw") / study["dataset"] / "crows_pairs_anonymized.csv"
     pairs = crows_pairs_table(raw, study.get("limit"))
