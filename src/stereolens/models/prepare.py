@@ -164,13 +164,26 @@ def _make_readable(directory: Path) -> None:
             p.chmod(0o666 & ~umask)
 
 
-def prepare_default_model(output_dir: str | os.PathLike, *, gguf_cache_dir: str | os.PathLike | None = None) -> Path:
-    """Assemble the embedded default GGUF and convert it into ``output_dir``."""
-    gguf = resolve_default_gguf(gguf_cache_dir)
+def prepare_default_model(
+    output_dir: str | os.PathLike,
+    *,
+    gguf_cache_dir: str | os.PathLike | None = None,
+    expected_version: str | None = None,
+) -> Path:
+    """Assemble the embedded default GGUF and convert it into ``output_dir``.
+
+    ``expected_version`` is the package version the config names: the stage's params
+    carry it, so a version bump in config reconverts, and an installed package that
+    differs from it is refused rather than silently converted under the old name."""
     try:
         version = importlib.metadata.version(DEFAULT_MODEL_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         version = None
+    if expected_version is not None and version is not None and str(expected_version) != version:
+        raise ModelLoadError(
+            f"config names {DEFAULT_MODEL_PACKAGE}=={expected_version} but {version} is installed; {INSTALL_HINT}"
+        )
+    gguf = resolve_default_gguf(gguf_cache_dir)
     return convert_gguf(gguf, output_dir, source={"package": DEFAULT_MODEL_PACKAGE, "version": version})
 
 

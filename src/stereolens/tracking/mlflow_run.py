@@ -41,8 +41,12 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
 
 
 def dvc_md5(path: str | os.PathLike, lock_path: str | os.PathLike = "dvc.lock") -> str:
-    """The md5 DVC recorded for ``path`` in dvc.lock, else the md5 of the file's bytes (what DVC would record)."""
+    """The md5 DVC records for ``path``: a plain file's own md5 (computed from its bytes,
+    so a stage run by hand never logs a stale digest), or for a directory the ``.dir``
+    md5 that dvc.lock holds for it ("" when the lock has none)."""
     path = Path(path)
+    if path.is_file():
+        return md5_file(path)
     lock = Path(lock_path)
     if lock.exists():
         with open(lock, encoding="utf-8") as fh:
@@ -52,8 +56,6 @@ def dvc_md5(path: str | os.PathLike, lock_path: str | os.PathLike = "dvc.lock") 
             for entry in stage.get("outs", []) + stage.get("deps", []):
                 if os.path.normpath(entry.get("path", "")) == wanted and entry.get("md5"):
                     return entry["md5"]
-    if path.is_file():
-        return md5_file(path)
     return ""
 
 
