@@ -88,7 +88,11 @@ def test_identity_is_content_hash_and_survives_a_move(tiny_causal_lm_dir, tmp_pa
     a = causal(tiny_causal_lm_dir, tmp_path)
     b = causal(copy, tmp_path)
     assert a.identity == b.identity and a.identity.startswith("hf:sha256:")
-    # a changed weight file changes the identity even with size and mtime kept
+    # a changed weight file changes the identity even with size and mtime kept, also
+    # through the remembered-hash sidecar that the backend itself uses
+    sidecar = tmp_path / "identity-sidecar"
+    before = directory_content_hash(copy, sidecar)
+    assert directory_content_hash(copy, sidecar) == before
     weights = copy / "model.safetensors"
     stat = weights.stat()
     data = bytearray(weights.read_bytes())
@@ -98,6 +102,7 @@ def test_identity_is_content_hash_and_survives_a_move(tiny_causal_lm_dir, tmp_pa
 
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert directory_content_hash(copy) != directory_content_hash(tiny_causal_lm_dir)
+    assert directory_content_hash(copy, sidecar) != before
 
 
 def test_seeded_sampling_is_reproducible_and_leaves_global_rng_alone(tiny_causal_lm_dir, tmp_path):

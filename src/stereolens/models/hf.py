@@ -52,9 +52,11 @@ def directory_content_hash(path: str | os.PathLike, sidecar_dir: str | os.PathLi
     """SHA-256 over the names and bytes of a model directory's config, tokenizer and weights.
 
     Hashing a 1 GB checkpoint takes a few seconds, so the result is remembered in a
-    sidecar file keyed by every file's size and mtime (the sidecar lives outside the
-    model directory, which may be a DVC output that must not change).  Sizes and
-    mtimes only decide when to re-hash; the identity itself is always the content.
+    sidecar file keyed by every file's size, mtime, ctime and inode (the sidecar lives
+    outside the model directory, which may be a DVC output that must not change).
+    ctime is in the key because a rewrite that restores size and mtime (``utime``)
+    cannot restore it.  The stat key only decides when to re-hash; the identity
+    itself is always the content.
     """
     root = Path(path).resolve()
     files = sorted(
@@ -65,7 +67,10 @@ def directory_content_hash(path: str | os.PathLike, sidecar_dir: str | os.PathLi
         and p.name not in _IDENTITY_EXCLUDE
         and not any(part.startswith(".") for part in p.relative_to(root).parts)
     )
-    stat_key = [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    stat_key = []
+    for p in files:
+        st = p.stat()
+        stat_key.append([str(p.relative_to(root)), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino])
     sidecar = None
     if sidecar_dir is not None:
         name = hashlib.sha256(str(root).encode()).hexdigest()[:32]
