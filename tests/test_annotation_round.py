@@ -11,7 +11,7 @@ import yaml
 from stereolens.annotation.config import AnnotationConfig
 from stereolens.annotation.round import collect_judgements, review_round
 from stereolens.cli import main
-from stereolens.errors import ConfigError, GateFailed
+from stereolens.errors import ConfigError, DataError, GateFailed
 
 ITEMS = pd.DataFrame({"item_id": [f"s{k}" for k in range(60)], "text": ["x"] * 60, "truth": [1, 2, 3, 4, 5] * 12})
 
@@ -71,3 +71,43 @@ def test_review_cli_writes_outputs_then_gates(repo_root, tmp_path, capsys):
     assert "[stereo] gate 'annotation_quality' failed" in captured.err
     assert json.loads(captured.out)["source"] == "simulated"
     assert (tmp_path / "out" / "annotators.csv").exists() and (tmp_path / "q" / "stereo__annotation_quality.json").exists()
+
+
+def test_round_refuses_mixed_or_contradicting_sources(repo_root, tmp_path):
+    cfg = config(repo_root, "simulated", simulator={"n_annotators": 5, "reliability": 0.9, "seed": 1})
+    judgements = collect_judgements(cfg, ITEMS)
+    mixed = judgements.assign(source=["simulated"] * (len(judgements) - 1) + ["human"])
+    with pytest.raises(DataError, match=r"^sim.csv mix sources \['human', 'simulated'\]; review one source per round$"):
+        review_round(mixed, cfg, study="stereo", artefact="sim.csv", report_dir=tmp_path)
+    with pytest.raises(DataError, match=r"sim.csv say source='simulated' but annotation.source='human'"):
+        review_round(judgements, config(repo_root, "human"), study="stereo", artefact="sim.csv", report_dir=tmp_path)
+    with pytest.raises(DataError, match=r"row 3 has no source"):
+        review_round(judgements.assign(source=judgements["source"].where(judgements.index != 3)), cfg,
+                     study="stereo", artefact="sim.csv", report_dir=tmp_path)
+
+
+def test_every_round_output_and_the_gate_report_carry_the_source(repo_root, tmp_path):
+    cfg = config(repo_root, "simulated", simulator={"n_annotators": 6, "reliability": 0.95, "seed": 3})
+    judgements = collect_judgements(cfg, ITEMS)
+    judgements["group"] = judgements["item_id"].map(lambda i: "a" if int(i[1:]) < 30 else "b")
+    review = review_round(judgements, cfg, study="stereo", artefact="sim.csv", report_dir=tmp_path / "q")
+    assert review.source == "simulated" and review.gate.success
+    paths = review.write(tmp_path / "out")
+    for key in ("judgements", "annotators", "per_language", "groups", "items", "coverage"):
+        table = pd.read_csv(paths[key])
+        assert len(table) and (table["source"] == "simulated").all(), key
+    assert json.loads(review.gate.report_path.read_text())["source"] == "simulated"
+
+
+def test_item_whose_annotators_all_fail_qc_fails_the_round(repo_root, tmp_path):
+    cfg = config(repo_root, "simulated", simulator={"n_annotators": 5, "reliability": 0.95, "seed": 4})
+    judgements = collect_judgements(cfg, ITEMS)
+    # s0 was labelled only by five annotators who all got the attention item wrong
+    careless = judgements[judgements["item_id"] == "s0"].assign(annotator_id=lambda d: "c" + d["annotator_id"])
+    judgements = pd.concat([judgements[judgements["item_id"] != "s0"], careless], ignore_index=True)
+    att = pd.DataFrame({"item_id": "att", "annotator_id": judgements["annotator_id"].unique(), "source": "simulated"})
+    att["label"] = att["annotator_id"].str.startswith("c").map({True: 1, False: 5})
+    items = pd.concat([ITEMS.assign(gold=None), pd.DataFrame({"item_id": ["att"], "gold": [5]})], ignore_index=True)
+    with pytest.raises(GateFailed, match=r"'min_annotations_per_item' observed 0, threshold min_value=5"):
+        review_round(pd.concat([judgements, att], ignore_index=True), cfg, study="stereo", artefact="sim.csv",
+                     items=items, report_dir=tmp_path)

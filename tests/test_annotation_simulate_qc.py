@@ -97,3 +97,74 @@ def test_eighty_percent_boundary_and_config_keys():
     assert not run_qc(df, QCConfig(self_agreement_min=0.81)).annotators["passed"].item()
     with pytest.raises(ConfigError):
         QCConfig.from_config({"self_agreement": 0.8})
+
+
+def test_skipped_attention_check_fails_and_rule_is_configurable():
+    df, items = survey_judgements()
+    # 'skipper' rates the group consistently but never answers the attention item
+    pairs = sorted({i for i in df["item_id"] if i != "att"})
+    skipper = pd.DataFrame(
+        [(item, "skipper", 10, rep, "EN", "women") for item in pairs for rep in (0, 1)],
+        columns=df.columns,
+    )
+    df = pd.concat([df, skipper], ignore_index=True)
+    cfg = QCConfig(self_agreement_rule="same_side", min_annotations_per_item=1)
+    ann = run_qc(df, cfg, items=items).annotators.set_index("annotator_id")
+    assert ann.loc["skipper", ["attention_unanswered", "attention_failures"]].tolist() == [1, 1]
+    assert not ann.loc["skipper", "passed"] and "(1 unanswered)" in ann.loc["skipper", "reason"]
+    assert ann.loc["good", ["attention_checks", "attention_unanswered", "attention_failures"]].tolist() == [1, 0, 0]
+    lenient = run_qc(df, QCConfig(self_agreement_rule="same_side", min_annotations_per_item=1,
+                                  unanswered_check_is_failure=False), items=items)
+    lenient_ann = lenient.annotators.set_index("annotator_id")
+    assert lenient_ann.loc["skipper", "passed"] and lenient_ann.loc["skipper", "attention_unanswered"] == 1
+    assert QCConfig.from_config({"unanswered_check_is_failure": False}).unanswered_check_is_failure is False
+
+
+def test_checks_table_assignments_count_unanswered_checks():
+    df, items = survey_judgements()
+    items = pd.concat([items, pd.DataFrame({"item_id": ["att2"], "gold": [-50]})], ignore_index=True)
+    # 'good' was given both gold items (answered only 'att') and an external check it left empty;
+    # 'flaky' passed an external check
+    checks = pd.DataFrame({
+        "annotator_id": ["good", "good", "good", "flaky"],
+        "check_id": ["att", "att2", "instructions_quiz", "instructions_quiz"],
+        "passed": [None, None, "", "yes"],
+    })
+    ann = run_qc(df, QCConfig(self_agreement_rule="same_side", max_attention_failures=1), items=items,
+                 checks=checks).annotators.set_index("annotator_id")
+    # good: att answered correctly, att2 and the quiz unanswered
+    assert ann.loc["good", ["attention_checks", "attention_unanswered", "attention_failures"]].tolist() == [3, 2, 2]
+    assert not ann.loc["good", "passed"] and "failed 2 attention check(s) (2 unanswered)" in ann.loc["good", "reason"]
+    # flaky: att answered correctly (no assignment row needed), quiz passed
+    assert ann.loc["flaky", ["attention_checks", "attention_unanswered", "attention_failures"]].tolist() == [2, 0, 0]
+    with pytest.raises(DataError, match=r"passed='maybe'"):
+        run_qc(df, QCConfig(), items=items, checks=checks.assign(passed="maybe"))
+
+
+def test_annotators_without_repeat_are_reported_and_optionally_failed():
+    rows = [(f"i{k}", "rep", "yes", 0, "EN") for k in range(3)] + [("i0", "rep", "yes", 1, "EN")]
+    rows += [(f"i{k}", "norep", "no", 0, "EN") for k in range(3)] + [(f"i{k}", "ru", "no", 0, "RU") for k in range(3)]
+    df = pd.DataFrame(rows, columns=["item_id", "annotator_id", "label", "repeat", "language"])
+    report = run_qc(df, QCConfig(min_annotations_per_item=1))
+    ann = report.annotators.set_index("annotator_id")
+    assert ann["self_agreement_checked"].to_dict() == {"rep": True, "norep": False, "ru": False}
+    assert ann["passed"].all()  # not failed by default
+    per_lang = report.per_language.set_index("language")
+    assert per_lang["n_without_repeat"].to_dict() == {"EN": 1, "RU": 1}
+    strict = run_qc(df, QCConfig(min_annotations_per_item=1, require_repeat=True)).annotators.set_index("annotator_id")
+    assert strict["passed"].to_dict() == {"rep": True, "norep": False, "ru": False}
+    assert strict.loc["norep", "reason"] == "no repeated item: self-agreement unknown"
+
+
+def test_coverage_keeps_items_and_groups_whose_annotators_all_failed():
+    df, items = survey_judgements()
+    lone = pd.DataFrame([("men|cold - warm", "inattentive", 3, 0, "RU", "men")], columns=df.columns)
+    df = pd.concat([df, lone], ignore_index=True)
+    # the items table lists only the attention item: coverage comes from the judgements too
+    report = run_qc(df, QCConfig(self_agreement_rule="same_side"), items=items[items["item_id"] == "att"])
+    assert set(report.annotators.loc[report.annotators["passed"], "annotator_id"]) == {"good"}
+    assert "att" not in set(report.items["item_id"])
+    counts = report.items.set_index("item_id")["n_annotations"]
+    assert counts["men|cold - warm"] == 0 and counts["women|cold - warm"] == 1
+    groups = report.groups.set_index(["language", "group"])["n_annotators"]
+    assert groups[("RU", "men")] == 0 and groups[("RU", "women")] == 0 and groups[("EN", "women")] == 1

@@ -161,6 +161,7 @@ class GroupNames:
 
 
 def load_group_names(path: str | os.PathLike | None = None) -> GroupNames:
+    """The name map at ``path``, or the repository's ``data/seed/leakage/survey_group_names.csv``."""
     path = Path(path) if path is not None else _default_name_map()
     if not path.exists():
         raise DataError(f"survey group name map not found: {path}")
@@ -171,12 +172,29 @@ def load_group_names(path: str | os.PathLike | None = None) -> GroupNames:
     return GroupNames(table)
 
 
-def _default_name_map() -> Path:
-    # the seed file lives in the repository, not the package: look beside the working
-    # directory first (stages run from the repo root), then relative to this source tree
-    if DEFAULT_NAME_MAP.exists():
-        return DEFAULT_NAME_MAP
-    return Path(__file__).resolve().parents[3] / DEFAULT_NAME_MAP
+def repository_root(start: str | os.PathLike | None = None) -> Path | None:
+    """The nearest directory at or above ``start`` (default: this package) holding ``pyproject.toml``."""
+    here = Path(start if start is not None else __file__).resolve()
+    for parent in (here, *here.parents):
+        if (parent / "pyproject.toml").is_file():
+            return parent
+    return None
+
+
+def _default_name_map(package_file: str | os.PathLike | None = None) -> Path:
+    # the seed file lives in the repository, not the package; the working directory is
+    # not a reliable anchor (a stage, a test or a notebook may run from anywhere)
+    root = repository_root(package_file)
+    if root is None:
+        where = Path(package_file if package_file is not None else __file__).resolve().parent
+        raise DataError(
+            f"survey group name map: no repository (pyproject.toml) above {where} to find {DEFAULT_NAME_MAP}; "
+            "pass the map's path (--name-map)"
+        )
+    path = root / DEFAULT_NAME_MAP
+    if not path.is_file():
+        raise DataError(f"survey group name map not found at the expected {path}; pass the map's path (--name-map)")
+    return path
 
 
 def survey_file(survey_dir: Path, language: str) -> Path:

@@ -276,12 +276,40 @@ def krippendorff_alpha(
     )
 
 
-def _weights(values: np.ndarray, level: Level) -> np.ndarray:
+def _domain_positions(values: np.ndarray, domain: Sequence[Any]) -> np.ndarray:
+    """Rank of each observed value within the full scale (unused categories still count as steps)."""
+    try:
+        ordered = [float(v) for v in domain]
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"ordinal weights need a numeric scale domain; got {list(domain)}") from exc
+    position = {v: i for i, v in enumerate(ordered)}
+    off = [v for v in values.tolist() if float(v) not in position]
+    if off:
+        raise DataError(f"label {off[0]!r} is not on the scale domain {list(domain)}")
+    return np.array([position[float(v)] for v in values.tolist()], dtype=float)
+
+
+def _weights(values: np.ndarray, level: Level, domain: Sequence[Any] | None = None) -> np.ndarray:
+    """Disagreement weights between the observed values (0 on the diagonal).
+
+    nominal: 0/1.  interval: squared difference of the values themselves (as
+    ``statsmodels`` ``cohens_kappa(weights=values, wt="quadratic")``), so unequal
+    spacing counts.  ordinal: absolute difference of the values' ranks on the full
+    ``domain`` when given (a category nobody used is still a step between its
+    neighbours), else of their ranks among the observed values.  Weights are scaled
+    to a maximum of 1, which leaves kappa unchanged.
+    """
     k = len(values)
     if level == "nominal" or k < 2:
         return 1.0 - np.eye(k)
-    steps = np.abs(np.subtract.outer(np.arange(k), np.arange(k))) / (k - 1)
-    return steps if level == "ordinal" else steps**2
+    if level == "interval":
+        v = values.astype(float)
+        dist = np.subtract.outer(v, v) ** 2
+    else:
+        pos = _domain_positions(values, domain) if domain is not None else np.arange(k, dtype=float)
+        dist = np.abs(np.subtract.outer(pos, pos))
+    top = dist.max()
+    return dist / top if top > 0 else dist
 
 
 def _kappa_from_table(table: np.ndarray, weights: np.ndarray) -> float:
@@ -302,6 +330,7 @@ def cohen_kappa(
     *,
     annotators: Sequence[str] | None = None,
     min_overlap: int = 10,
+    scale: Any = None,
     item_col: str = "item_id",
     annotator_col: str = "annotator_id",
     label_col: str = "label",
@@ -312,8 +341,12 @@ def cohen_kappa(
 ) -> AgreementResult:
     """Cohen's kappa between two annotators on the items both labelled.
 
-    ``level="ordinal"`` uses linear and ``"interval"`` quadratic disagreement weights
-    (as ``statsmodels`` ``cohens_kappa(wt="linear"|"quadratic")`` over the observed values).
+    ``level="ordinal"`` uses linear weights on category ranks and ``"interval"``
+    quadratic weights on the numeric values (see :func:`_weights`).  ``scale`` (a
+    :class:`~stereolens.annotation.scales.Scale` with options, or the sequence of
+    all values in order) gives the full ordinal domain, so that a category nobody
+    used still separates its neighbours; the result then equals ``statsmodels``
+    ``cohens_kappa(table, wt="linear")`` on the table over the whole domain.
     With more than two annotators and no ``annotators`` given, the value is the
     mean over the annotator pairs that share at least ``min_overlap`` items
     (Light's kappa); ``n_annotators`` then counts the annotators in those pairs.
@@ -339,7 +372,10 @@ def cohen_kappa(
                 f"no annotator pair shares {needed} or more items; use fleiss or krippendorff for sparse designs"
             )
     k = len(r.values)
-    weights = _weights(r.values, level)
+    domain = getattr(scale, "options", scale) if scale is not None else None
+    if domain is not None and len(domain) == 0:  # an open (numeric range) scale has no categories
+        domain = None
+    weights = _weights(r.values, level, domain)
     # per pair: the shared items and the cell index (a * k + b) of each, so that a
     # bootstrap resample only reweights items (np.bincount) instead of rebuilding tables
     pairs = []

@@ -22,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     agree.add_argument("--confidence", type=float, default=0.95)
     agree.add_argument("--ci-method", default="percentile", choices=["percentile", "BCa"])
     agree.add_argument("--seed", type=int, default=0)
+    agree.add_argument("--scale", default=None,
+                       help="builtin scale (e.g. likert5): the full ordinal domain for cohen's weights, unused categories included")
     agree.set_defaults(func=_agreement)
 
     export = sub.add_parser("export", help="write annotation tasks as CSV and Label Studio JSON")
@@ -77,8 +79,13 @@ def _agreement(args: argparse.Namespace) -> int:
 
     df = read_csv_checked(args.input, ["item_id", "annotator_id", "label"], what="judgements",
                           dtype={"item_id": str, "annotator_id": str})
+    extra = {}
+    if args.scale and args.metric == "cohen":
+        from stereolens.annotation.scales import scale_from_config
+
+        extra["scale"] = scale_from_config(args.scale)
     res = compute(df, args.metric, args.level, n_boot=args.n_boot, confidence=args.confidence,
-                  seed=args.seed, ci_method=args.ci_method)
+                  seed=args.seed, ci_method=args.ci_method, **extra)
     out = {"metric": args.metric, "variant": res.metric, "level": args.level, "value": res.value, "ci_low": res.ci_low,
            "ci_high": res.ci_high, "n": res.n, "n_annotators": res.n_annotators,
            "confidence": res.confidence, "ci_method": res.ci_method, "n_boot": res.n_boot}
@@ -99,11 +106,10 @@ def _review(args: argparse.Namespace) -> int:
     import yaml
 
     from stereolens.annotation.config import AnnotationConfig
-    from stereolens.annotation.round import review_round
+    from stereolens.annotation.round import gate_round, review_round
     from stereolens.annotation.tasks import import_judgements
     from stereolens.errors import ConfigError
     from stereolens.io import read_csv_checked
-    from stereolens.quality.suites import run_annotation_gate
 
     try:
         raw = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
@@ -117,13 +123,9 @@ def _review(args: argparse.Namespace) -> int:
                                    source=cfg.source)
     review = review_round(judgements, cfg, study=args.study, artefact=args.input, items=items, gate=False, seed=args.seed)
     review.write(args.output)
-    print(json.dumps(_finite({"source": cfg.source, **review.metrics()})))
+    print(json.dumps(_finite({"source": review.source, **review.metrics()})))
     # outputs are on disk for inspection before the gate decides the exit status
-    run_annotation_gate(
-        review.qc.kept, cfg.thresholds, study=args.study, artefact=args.input,
-        agreement={k: v.value for k, v in review.agreement.items()}, annotators=review.qc.annotators,
-        report_dir=args.report_dir,
-    )
+    gate_round(review, cfg, study=args.study, artefact=args.input, report_dir=args.report_dir)
     return 0
 
 

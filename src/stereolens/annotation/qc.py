@@ -12,7 +12,23 @@ any judgement table in long format:
 - repeated items: judgements with ``repeat`` = 1 for the second answer to an item
   the same annotator answered with ``repeat`` = 0;
 - coverage: annotations per item, and per group (and language) when those
-  columns exist.
+  columns exist, counted over every item and group in the input so that one
+  whose annotators all failed QC shows up with zero annotations.
+
+Unanswered attention checks (``unanswered_check_is_failure``, default on): an
+annotator who skips a check cannot be shown to have read the task, so a skipped
+check counts as a failed one.  Which checks an annotator was given is read from
+
+- a ``checks`` row with an empty ``passed`` (assigned, not answered), or a
+  ``checks`` row whose ``check_id`` is a gold item (assigned; passed or failed
+  from that annotator's judgement on it, unanswered if there is none);
+- otherwise, with gold items but no assignment rows for an annotator: if they
+  answered none of the gold items, one check counts as unanswered (at least one
+  must have been shown; which ones is unknown, so no more are charged).
+
+Annotators without a repeated item cannot be checked for self-agreement; they
+are kept (``self_agreement_checked`` false, counted as ``n_without_repeat`` per
+language) unless ``require_repeat`` is set.
 """
 
 from __future__ import annotations
@@ -42,6 +58,10 @@ class QCConfig:
     max_attention_failures: int = 0
     min_annotations_per_item: int = 5
     min_annotations_per_group: int = 5
+    # a check an annotator was given but did not answer counts as failed
+    unanswered_check_is_failure: bool = True
+    # fail annotators who have no repeated item (their self-agreement is unknown)
+    require_repeat: bool = False
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any] | None) -> "QCConfig":
@@ -57,9 +77,11 @@ class QCConfig:
 
 @dataclass
 class QCReport:
-    annotators: pd.DataFrame  # annotator_id, [language], attention_failures, n_repeats, self_agreement, passed, reason
+    # annotator_id, [language], attention_checks, attention_unanswered, attention_failures, n_repeats,
+    # self_agreement, self_agreement_checked, reason, passed
+    annotators: pd.DataFrame
     kept: pd.DataFrame  # judgements of passing annotators, first answers, attention items removed
-    per_language: pd.DataFrame  # language, n_annotators, n_passed, n_failed, pass_rate
+    per_language: pd.DataFrame  # language, n_annotators, n_passed, n_failed, pass_rate, n_without_repeat
     items: pd.DataFrame  # item_id, n_annotations, meets_min
     groups: pd.DataFrame | None = None  # [language], group, n_annotators, meets_min
     config: QCConfig = field(default_factory=QCConfig)
@@ -120,6 +142,24 @@ def self_agreement(
     return out
 
 
+_PASSED_TRUE = ("1", "true", "yes", "pass", "passed")
+_PASSED_FALSE = ("0", "false", "no", "fail", "failed")
+
+
+def _passed_value(value: Any) -> float:
+    """1.0 passed, 0.0 failed, NaN not answered (empty cell)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return float("nan")
+    text = str(value).strip().lower()
+    if text in ("", "nan", "none", "null"):
+        return float("nan")
+    if text in _PASSED_TRUE:
+        return 1.0
+    if text in _PASSED_FALSE:
+        return 0.0
+    raise DataError(f"attention-check table: passed={value!r} is not one of {_PASSED_TRUE + _PASSED_FALSE} or empty")
+
+
 def attention_failures(
     judgements: pd.DataFrame,
     items: pd.DataFrame | None = None,
@@ -128,28 +168,71 @@ def attention_failures(
     item_col: str = "item_id",
     annotator_col: str = "annotator_id",
     label_col: str = "label",
+    unanswered_is_failure: bool = True,
 ) -> pd.DataFrame:
-    """Per annotator: ``attention_checks`` answered and ``attention_failures``."""
+    """Per annotator: ``attention_checks`` (given), ``attention_unanswered`` and ``attention_failures``.
+
+    A check is a judgement on a gold item (compared with ``gold``) or a row of the
+    ``checks`` table.  Which checks were given, and so which went unanswered, is
+    read as the module docstring describes; with ``unanswered_is_failure`` the
+    unanswered ones are added to ``attention_failures``.
+    """
+    columns = [annotator_col, "attention_checks", "attention_unanswered", "attention_failures"]
+    # one row per (annotator, check): passed is 1.0, 0.0 or NaN (given but not answered)
     frames = []
+    gold = None
     if items is not None and "gold" in items.columns:
-        gold = items.dropna(subset=["gold"])[[item_col, "gold"]]
-        answered = judgements.merge(gold, on=item_col, how="inner")
+        gold = items.dropna(subset=["gold"])[[item_col, "gold"]].drop_duplicates(item_col)
+        answered = judgements.dropna(subset=[label_col]).merge(gold, on=item_col, how="inner")
         ok = answers_agree(answered[label_col], answered["gold"], QCConfig(self_agreement_rule="exact"))
-        frames.append(pd.DataFrame({annotator_col: answered[annotator_col].to_numpy(), "passed": ok.to_numpy()}))
+        frames.append(pd.DataFrame({
+            annotator_col: answered[annotator_col].to_numpy(), "check": answered[item_col].astype(str).to_numpy(),
+            "passed": ok.to_numpy(dtype=float),
+        }))
+    assigned_gold: set = set()
     if checks is not None:
-        missing = [c for c in (annotator_col, "passed") if c not in checks.columns]
+        missing = [c for c in (annotator_col,) if c not in checks.columns]
+        if "passed" not in checks.columns and "check_id" not in checks.columns:
+            missing.append("passed (or check_id naming gold items)")
         if missing:
             raise DataError(f"attention-check table lacks column(s) {missing}")
-        passed = checks["passed"].map(lambda v: str(v).strip().lower() in ("1", "true", "yes", "pass", "passed"))
-        frames.append(pd.DataFrame({annotator_col: checks[annotator_col].to_numpy(), "passed": passed.to_numpy()}))
+        table = checks.reset_index(drop=True)
+        check_ids = table["check_id"].astype(str) if "check_id" in table.columns else pd.Series(
+            [f"check{k}" for k in range(len(table))])
+        passed = table["passed"].map(_passed_value) if "passed" in table.columns else pd.Series(np.nan, index=table.index)
+        is_gold = check_ids.isin(set(gold[item_col].astype(str))) if gold is not None else pd.Series(False, index=table.index)
+        # a gold item named in the checks table is an assignment: its outcome comes from the judgement
+        for ann, check in zip(table.loc[is_gold, annotator_col], check_ids[is_gold]):
+            assigned_gold.add((ann, check))
+        own = ~is_gold
+        frames.append(pd.DataFrame({
+            annotator_col: table.loc[own, annotator_col].to_numpy(), "check": check_ids[own].to_numpy(),
+            "passed": passed[own].to_numpy(dtype=float),
+        }))
     if not frames:
-        return pd.DataFrame(columns=[annotator_col, "attention_checks", "attention_failures"])
+        return pd.DataFrame(columns=columns)
     all_checks = pd.concat(frames, ignore_index=True)
-    return (
-        all_checks.groupby(annotator_col)["passed"]
-        .agg(attention_checks="size", attention_failures=lambda s: int((~s.astype(bool)).sum()))
-        .reset_index()
-    )
+    extra = []
+    answered_pairs = set(zip(all_checks[annotator_col], all_checks["check"]))
+    extra += [(ann, check) for ann, check in sorted(assigned_gold, key=str) if (ann, check) not in answered_pairs]
+    if gold is not None and len(gold):
+        with_gold_rows = {ann for ann, _ in assigned_gold} | set(frames[0][annotator_col])
+        everyone = pd.unique(pd.concat([judgements[annotator_col], checks[annotator_col] if checks is not None else
+                                        pd.Series(dtype=object)], ignore_index=True))
+        # no assignment known and no gold item answered: at least one check was skipped
+        extra += [(ann, "(any gold item)") for ann in everyone if ann not in with_gold_rows]
+    if extra:
+        all_checks = pd.concat([all_checks, pd.DataFrame({
+            annotator_col: [a for a, _ in extra], "check": [c for _, c in extra], "passed": np.nan,
+        })], ignore_index=True)
+    grouped = all_checks.groupby(annotator_col, sort=False)["passed"]
+    out = grouped.agg(
+        attention_checks="size",
+        attention_unanswered=lambda s: int(s.isna().sum()),
+        answered_failures=lambda s: int((s == 0.0).sum()),
+    ).reset_index()
+    out["attention_failures"] = out["answered_failures"] + (out["attention_unanswered"] if unanswered_is_failure else 0)
+    return out[columns]
 
 
 def run_qc(
@@ -165,57 +248,82 @@ def run_qc(
     language_col: str = "language",
     group_col: str | None = "group",
 ) -> QCReport:
-    """Apply attention and self-agreement checks, then count coverage over the kept judgements."""
+    """Apply attention and self-agreement checks, then count coverage over the kept judgements.
+
+    Coverage (``items``, ``groups``) lists every item and group of the input,
+    with zero where no kept annotator labelled it.
+    """
     ann = pd.DataFrame({annotator_col: pd.unique(judgements[annotator_col])})
     has_language = language_col in judgements.columns
     if has_language:
         lang = judgements.groupby(annotator_col, sort=False)[language_col].first()
         ann[language_col] = ann[annotator_col].map(lang)
-    att = attention_failures(judgements, items, checks, item_col=item_col, annotator_col=annotator_col, label_col=label_col)
+    att = attention_failures(judgements, items, checks, item_col=item_col, annotator_col=annotator_col,
+                             label_col=label_col, unanswered_is_failure=config.unanswered_check_is_failure)
     sa = self_agreement(judgements, config, item_col=item_col, annotator_col=annotator_col, label_col=label_col, repeat_col=repeat_col)
     ann = ann.merge(att, on=annotator_col, how="left").merge(sa, on=annotator_col, how="left")
-    for col in ("attention_checks", "attention_failures", "n_repeats"):
+    for col in ("attention_checks", "attention_unanswered", "attention_failures", "n_repeats"):
         ann[col] = pd.to_numeric(ann[col], errors="coerce").fillna(0).astype(int)
     ann["self_agreement"] = pd.to_numeric(ann["self_agreement"], errors="coerce")
+    ann["self_agreement_checked"] = ann["n_repeats"] > 0
 
     reasons = []
     for row in ann.itertuples(index=False):
         why = []
         if row.attention_failures > config.max_attention_failures:
-            why.append(f"failed {row.attention_failures} attention check(s)")
+            skipped = f" ({row.attention_unanswered} unanswered)" if row.attention_unanswered and config.unanswered_check_is_failure else ""
+            why.append(f"failed {row.attention_failures} attention check(s){skipped}")
         if row.n_repeats and row.self_agreement < config.self_agreement_min:
             why.append(f"self-agreement {row.self_agreement:.2f} < {config.self_agreement_min}")
+        if config.require_repeat and not row.n_repeats:
+            why.append("no repeated item: self-agreement unknown")
         reasons.append("; ".join(why))
     ann["reason"] = reasons
     ann["passed"] = ann["reason"] == ""
 
+    attention_items: set = set()
+    if items is not None and "gold" in items.columns:
+        attention_items = set(items.dropna(subset=["gold"])[item_col])
     passed_ids = set(ann.loc[ann["passed"], annotator_col])
     kept = judgements[judgements[annotator_col].isin(passed_ids)]
     if repeat_col in kept.columns:
         kept = kept[pd.to_numeric(kept[repeat_col], errors="coerce").fillna(0).astype(int) == 0]
-    if items is not None and "gold" in items.columns:
-        attention_items = set(items.dropna(subset=["gold"])[item_col])
-        kept = kept[~kept[item_col].isin(attention_items)]
-    kept = kept.reset_index(drop=True)
+    kept = kept[~kept[item_col].isin(attention_items)].reset_index(drop=True)
 
     if has_language:
-        per_language = ann.groupby(language_col).agg(n_annotators=("passed", "size"), n_passed=("passed", "sum")).reset_index()
+        per_language = ann.groupby(language_col).agg(
+            n_annotators=("passed", "size"), n_passed=("passed", "sum"),
+            n_without_repeat=("self_agreement_checked", lambda s: int((~s).sum())),
+        ).reset_index()
     else:
-        per_language = pd.DataFrame({language_col: ["all"], "n_annotators": [len(ann)], "n_passed": [int(ann["passed"].sum())]})
+        per_language = pd.DataFrame({
+            language_col: ["all"], "n_annotators": [len(ann)], "n_passed": [int(ann["passed"].sum())],
+            "n_without_repeat": [int((~ann["self_agreement_checked"]).sum())],
+        })
     per_language["n_failed"] = per_language["n_annotators"] - per_language["n_passed"]
     per_language["pass_rate"] = per_language["n_passed"] / per_language["n_annotators"]
+    per_language = per_language[[language_col, "n_annotators", "n_passed", "n_failed", "pass_rate", "n_without_repeat"]]
 
-    item_counts = kept.groupby(item_col).size().rename("n_annotations").reset_index()
+    # an unparsed answer (missing label) is not an annotation
+    labelled = kept.dropna(subset=[label_col])
+    counts = labelled.groupby(item_col).size().rename("n_annotations")
+    # every item listed or judged, so that one whose annotators all failed QC shows up with 0
+    universe = [judgements[[item_col]]]
     if items is not None and item_col in items.columns:
-        wanted = items if "gold" not in items.columns else items[items["gold"].isna()]
-        item_counts = wanted[[item_col]].drop_duplicates().merge(item_counts, on=item_col, how="left")
-        item_counts["n_annotations"] = item_counts["n_annotations"].fillna(0).astype(int)
+        universe.insert(0, items[[item_col]])
+    item_counts = pd.concat(universe, ignore_index=True).drop_duplicates().reset_index(drop=True)
+    item_counts = item_counts[~item_counts[item_col].isin(attention_items)].reset_index(drop=True)
+    item_counts["n_annotations"] = item_counts[item_col].map(counts).fillna(0).astype(int)
     item_counts["meets_min"] = item_counts["n_annotations"] >= config.min_annotations_per_item
 
     groups = None
-    if group_col and group_col in kept.columns:
+    if group_col and group_col in judgements.columns:
         keys = [language_col, group_col] if has_language else [group_col]
-        groups = kept.groupby(keys)[annotator_col].nunique().rename("n_annotators").reset_index()
+        seen = judgements.loc[~judgements[item_col].isin(attention_items)].dropna(subset=[group_col])
+        n_ann = labelled.groupby(keys)[annotator_col].nunique().rename("n_annotators")
+        groups = seen[keys].drop_duplicates().sort_values(keys).reset_index(drop=True)
+        groups = groups.merge(n_ann.reset_index(), on=keys, how="left")
+        groups["n_annotators"] = groups["n_annotators"].fillna(0).astype(int)
         groups["meets_min"] = groups["n_annotators"] >= config.min_annotations_per_group
 
     return QCReport(annotators=ann, kept=kept, per_language=per_language, items=item_counts, groups=groups, config=config)

@@ -94,19 +94,22 @@ class RoundReview:
         return out
 
     def write(self, out_dir: str | os.PathLike) -> dict[str, Path]:
+        """Every table carries ``source`` so that nothing downstream loses its provenance."""
         out_dir = Path(out_dir)
+        stamp = {"source": self.source}
         paths = {
-            "judgements": write_csv(out_dir / "judgements_kept.csv", self.qc.kept),
-            "annotators": write_csv(out_dir / "annotators.csv", self.qc.annotators),
-            "per_language": write_csv(out_dir / "qc_per_language.csv", self.qc.per_language),
-            "items": write_csv(out_dir / "items_aggregated.csv", self.aggregated.assign(source=self.source)),
+            "judgements": write_csv(out_dir / "judgements_kept.csv", self.qc.kept.assign(**stamp)),
+            "annotators": write_csv(out_dir / "annotators.csv", self.qc.annotators.assign(**stamp)),
+            "per_language": write_csv(out_dir / "qc_per_language.csv", self.qc.per_language.assign(**stamp)),
+            "coverage": write_csv(out_dir / "qc_items.csv", self.qc.items.assign(**stamp)),
+            "items": write_csv(out_dir / "items_aggregated.csv", self.aggregated.assign(**stamp)),
             "agreement": write_json(
                 out_dir / "agreement.json",
                 {"source": self.source, **{k: v.to_dict() for k, v in self.agreement.items()}},
             ),
         }
         if self.qc.groups is not None:
-            paths["groups"] = write_csv(out_dir / "qc_groups.csv", self.qc.groups)
+            paths["groups"] = write_csv(out_dir / "qc_groups.csv", self.qc.groups.assign(**stamp))
         return paths
 
 
@@ -118,6 +121,47 @@ def aggregate_items(judgements: pd.DataFrame, cfg: AnnotationConfig) -> pd.DataF
         return median_likert(judgements, discard_at_or_below=cfg.discard_median_at_or_below)
     values = pd.to_numeric(judgements["label"], errors="coerce").groupby(judgements["item_id"], sort=False)
     return pd.DataFrame({"mean": values.mean(), "sd": values.std(), "n": values.size()}).reset_index()
+
+
+def judgement_source(judgements: pd.DataFrame, configured: str, *, what: str = "judgements") -> str:
+    """The source the judgements carry (their ``source`` column), checked against the config.
+
+    Judgements without a ``source`` column take the configured one.  Mixed sources,
+    rows without a source, or a source other than the configured one are refused:
+    a round's agreement and gate describe one kind of annotator.
+    """
+    if "source" not in judgements.columns:
+        return configured
+    column = judgements["source"]
+    if column.isna().any():
+        row = column[column.isna()].index[0]
+        raise DataError(f"{what}: row {row} has no source while others do; expected source={configured!r}")
+    found = sorted({str(v).strip() for v in column})
+    if len(found) > 1:
+        raise DataError(f"{what} mix sources {found}; review one source per round")
+    if found[0] != configured:
+        raise DataError(f"{what} say source={found[0]!r} but annotation.source={configured!r}")
+    return found[0]
+
+
+def gate_round(
+    review: RoundReview,
+    cfg: AnnotationConfig,
+    *,
+    study: str,
+    artefact: str,
+    report_dir: str | os.PathLike = "reports/quality",
+    raise_on_failure: bool = True,
+) -> GateResult:
+    """The annotation gate on a reviewed round: agreement, coverage of every item and
+    group (including those left with no annotator after QC), failing annotators,
+    label distribution; the report names the round's source."""
+    return run_annotation_gate(
+        review.qc.kept, cfg.thresholds, study=study, artefact=artefact,
+        agreement={k: v.value for k, v in review.agreement.items()}, annotators=review.qc.annotators,
+        item_counts=review.qc.items, group_counts=review.qc.groups, source=review.source,
+        report_dir=report_dir, raise_on_failure=raise_on_failure,
+    )
 
 
 def review_round(
@@ -132,24 +176,35 @@ def review_round(
     gate: bool = True,
     seed: int = 0,
 ) -> RoundReview:
-    """QC, agreement (with bootstrap CIs), per-item aggregation and the annotation gate."""
+    """QC, agreement (with bootstrap CIs), per-item aggregation and the annotation gate.
+
+    The source is read from the judgements' ``source`` column where they have one
+    and must agree with ``cfg.source`` (:func:`judgement_source`).
+    """
     if judgements.empty:
         raise DataError(f"{artefact}: no judgements to review")
+    source = judgement_source(judgements, cfg.source, what=artefact)
     qc = run_qc(judgements, cfg.qc, items=items, checks=checks)
     kept = qc.kept.dropna(subset=["label"])
     boot = {"n_boot": cfg.bootstrap.n_boot, "confidence": cfg.bootstrap.confidence,
             "ci_method": cfg.bootstrap.ci_method, "seed": seed}
+    metrics = {"krippendorff_alpha": lambda d: agr.krippendorff_alpha(d, cfg.scale.level, **boot)}
+    if cfg.scale.is_closed:
+        metrics["fleiss_kappa"] = lambda d: agr.fleiss_kappa(d, **boot)
+        metrics["raw_agreement"] = lambda d: agr.raw_agreement(d, **boot)
     results: dict[str, agr.AgreementResult] = {}
-    if not kept.empty:
-        results["krippendorff_alpha"] = agr.krippendorff_alpha(kept, cfg.scale.level, **boot)
-        if cfg.scale.is_closed:
-            results["fleiss_kappa"] = agr.fleiss_kappa(kept, **boot)
-            results["raw_agreement"] = agr.raw_agreement(kept, **boot)
+    for name, metric in metrics.items():
+        # with nothing kept the metric is undefined (NaN), and the gate says so instead of skipping it
+        results[name] = metric(kept) if not kept.empty else _undefined(name, cfg)
     aggregated = aggregate_items(kept, cfg)
-    gate_result = None
+    review = RoundReview(source=source, qc=qc, agreement=results, aggregated=aggregated, gate=None)
     if gate:
-        gate_result = run_annotation_gate(
-            kept, cfg.thresholds, study=study, artefact=artefact,
-            agreement={k: v.value for k, v in results.items()}, annotators=qc.annotators, report_dir=report_dir,
-        )
-    return RoundReview(source=cfg.source, qc=qc, agreement=results, aggregated=aggregated, gate=gate_result)
+        review.gate = gate_round(review, cfg, study=study, artefact=artefact, report_dir=report_dir)
+    return review
+
+
+def _undefined(name: str, cfg: AnnotationConfig) -> agr.AgreementResult:
+    nan = float("nan")
+    level = cfg.scale.level if name == "krippendorff_alpha" else "nominal"
+    return agr.AgreementResult(name.split("_")[0], level, nan, nan, nan, 0, 0, cfg.bootstrap.confidence,
+                               cfg.bootstrap.ci_method, cfg.bootstrap.n_boot)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from stereolens.errors import GateFailed
 from stereolens.io import write_json
 
 _THRESHOLD_KEYS = ("min_value", "max_value", "value", "value_set", "mostly", "regex", "type_")
+# expectations on one statistic of a column: a column that is all NaN has no such statistic
+_STATISTIC = re.compile(r"expect_column_(min|max|mean|median|sum|stdev)_to_be_between")
+UNDEFINED = "undefined"
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,17 @@ def run_gate(
     suite: str,
     report_dir: str | os.PathLike = "reports/quality",
     raise_on_failure: bool = True,
+    metadata: Mapping[str, Any] | None = None,
 ) -> GateResult:
-    """Validate ``df``; write the result as JSON; raise :class:`GateFailed` naming what failed."""
+    """Validate ``df``; write the result as JSON; raise :class:`GateFailed` naming what failed.
+
+    ``metadata`` (e.g. ``{"source": "simulated"}``) is written into the JSON report
+    beside the result; it cannot replace the report's own keys.  A statistic
+    expectation (``expect_column_min_to_be_between`` ...) on a column whose values
+    are all NaN fails with observed value ``"undefined"``: an agreement that cannot
+    be computed (every label identical, no pairable items) is not evidence that
+    the data are good.
+    """
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
 
@@ -83,33 +96,46 @@ def run_gate(
     failures = []
     for expectation, res in zip(expectations, _ordered_results(validation, expectations)):
         observed = _observed(res)
+        success = bool(res.success)
+        if _undefined(df, expectation):
+            observed, success = UNDEFINED, False
         row = {
             "expectation": expectation.name,
             "kwargs": expectation.kwargs,
-            "success": bool(res.success),
+            "success": success,
             "observed_value": observed,
             "threshold": expectation.threshold(),
         }
         rows.append(row)
-        if not res.success:
+        if not success:
             failures.append(row)
 
     report_path = Path(report_dir) / f"{_slug(study)}__{_slug(suite)}.json"
-    write_json(
-        report_path,
-        {"study": study, "artefact": artefact, "suite": suite, "success": not failures, "results": rows},
-    )
+    core = {"study": study, "artefact": artefact, "suite": suite, "success": not failures, "results": rows}
+    clash = sorted(set(metadata or {}) & set(core))
+    if clash:
+        raise ValueError(f"gate metadata cannot replace report key(s) {clash}")
+    write_json(report_path, {**core, **dict(metadata or {})})
     result = GateResult(suite=suite, success=not failures, results=rows, report_path=report_path)
     if failures and raise_on_failure:
         first = failures[0]
         column = first["kwargs"].get("column")
         where = f" on column {column!r}" if column else ""
         more = f" (+{len(failures) - 1} more failing expectation(s); see {report_path})" if len(failures) > 1 else ""
+        observed = first["observed_value"]
+        shown = "undefined (NaN: the statistic could not be computed)" if observed == UNDEFINED else repr(observed)
         raise GateFailed(
             f"[{study}] gate {suite!r} failed for {artefact}: {first['expectation']}{where} "
-            f"observed {first['observed_value']!r}, threshold {first['threshold']}{more}"
+            f"observed {shown}, threshold {first['threshold']}{more}"
         )
     return result
+
+
+def _undefined(df: pd.DataFrame, expectation: Expectation) -> bool:
+    column = expectation.kwargs.get("column")
+    if not _STATISTIC.fullmatch(expectation.name) or column not in df.columns or df.empty:
+        return False
+    return bool(df[column].isna().all())
 
 
 def _quiet(context) -> None:
