@@ -69,6 +69,25 @@ def test_causal_loglikelihood_equals_manual_computation(tiny_causal_lm_dir, tmp_
         assert abs(res.logprob - expected) < 1e-4
 
 
+def test_causal_loglikelihood_continuation_at_and_over_the_maximum_length(tiny_causal_lm_dir, tmp_path):
+    model = causal(tiny_causal_lm_dir, tmp_path)
+    limit = model.max_length
+    context = "The nurse said that"
+    by_len = {len(model.encode_pair(context, " kind" * k)[1]): " kind" * k for k in range(limit - 10, limit + 10)}
+    assert limit in by_len and limit + 1 in by_len
+    # exactly `limit` continuation tokens fit: the context keeps only its last token
+    (res,) = model.loglikelihood([LoglikelihoodRequest(context=context, continuation=by_len[limit])])
+    ctx, cont = model.encode_pair(context, by_len[limit])
+    window = (ctx + cont)[-(limit + 1) :]
+    with torch.no_grad():
+        logp = torch.log_softmax(model.model(torch.tensor([window[:-1]])).logits[0], dim=-1)
+    assert res.n_tokens == limit
+    assert abs(res.logprob - sum(float(logp[t, window[t + 1]]) for t in range(limit))) < 1e-4
+    # one more cannot be scored in one window: a clear refusal, not a misaligned slice
+    with pytest.raises(UnsupportedRequest, match=rf"has {limit + 1} tokens, more than the model's maximum of {limit}"):
+        model.loglikelihood([LoglikelihoodRequest(context=context, continuation=by_len[limit + 1])])
+
+
 def test_causal_loglikelihood_cache_hit_makes_no_forward_calls(tiny_causal_lm_dir, tmp_path):
     first = causal(tiny_causal_lm_dir, tmp_path).loglikelihood(REQUESTS)
     again = causal(tiny_causal_lm_dir, tmp_path)

@@ -14,6 +14,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
+# reference libraries from the [test] extra: imported directly so that a missing one fails
+# the run instead of silently skipping the comparisons the engine's exactness rests on
+import lm_eval.models.huggingface as lm_eval_hf
+import minicons.scorer as minicons_scorer
+from lm_eval.api.instance import Instance
+
 from stereolens.scoring import (
     score_continuations,
     score_pair_lists,
@@ -135,13 +141,12 @@ def test_word_l2r_differs_from_pll_only_on_multi_piece_words(mlm):
 
 
 def test_word_l2r_equals_minicons(mlm, tiny_masked_lm_dir):
-    scorer_mod = pytest.importorskip("minicons.scorer")
     model, tok = mlm
     ref_tok = AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
     if not hasattr(ref_tok, "batch_encode_plus"):
         # minicons 0.3.39 still calls batch_encode_plus, which transformers 5 removed
         ref_tok.batch_encode_plus = ref_tok.__call__
-    scorer = scorer_mod.MaskedLMScorer(model, "cpu", tokenizer=ref_tok)
+    scorer = minicons_scorer.MaskedLMScorer(model, "cpu", tokenizer=ref_tok)
     ref = scorer.sequence_score(SENTENCES, PLL_metric="within_word_l2r", reduction=lambda x: x.sum(0).item())
     got = score_sentences(model, tok, SENTENCES, "pll_word_l2r")
     assert [g.logprob for g in got] == pytest.approx(ref, abs=TOL)
@@ -183,14 +188,11 @@ def test_causal_equals_direct_bos_conditioned_sum(clm):
 
 
 def test_causal_equals_lm_evaluation_harness(clm, tiny_causal_lm_dir):
-    hf = pytest.importorskip("lm_eval.models.huggingface")
-    from lm_eval.api.instance import Instance
-
     model, tok = clm
     # logits_cache off: lm-eval 0.4.13 shares logits between requests with the same
     # context+continuation[:-1] and then reads the wrong positions for the shorter continuation
     # (here "" + "Women are kind." and "Women are" + " kind."), which is its bug, not the definition
-    lm = hf.HFLM(pretrained=str(tiny_causal_lm_dir), device="cpu", batch_size=4, logits_cache=False)
+    lm = lm_eval_hf.HFLM(pretrained=str(tiny_causal_lm_dir), device="cpu", batch_size=4, logits_cache=False)
     contexts = ["", "", "Women are", "Люди из этой деревни очень "]
     conts = [SENTENCES[0], SENTENCES[3], " kind.", "добрые."]
     requests = [
@@ -203,6 +205,43 @@ def test_causal_equals_lm_evaluation_harness(clm, tiny_causal_lm_dir):
     assert [g.logprob for g in got] == pytest.approx(ref, abs=TOL)
     empty = score_sentences(model, tok, conts[:2], "causal")
     assert [g.logprob for g in empty] == pytest.approx(ref[:2], abs=TOL)
+
+
+@pytest.fixture(scope="module")
+def no_bos_clm_dir(tiny_causal_lm_dir, tmp_path_factory):
+    """The tiny causal LM with a tokenizer that keeps its BOS token but does not add it (as GPT-2's)."""
+    import json
+    import shutil
+
+    out = tmp_path_factory.mktemp("tiny-causal-no-bos")
+    for f in tiny_causal_lm_dir.iterdir():
+        shutil.copy(f, out / f.name)
+    spec = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["post_processor"] = None
+    (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def test_continuation_bos_follows_tokenizer_as_lm_evaluation_harness(no_bos_clm_dir):
+    from stereolens.scoring.encoding import adds_bos
+
+    model = AutoModelForCausalLM.from_pretrained(no_bos_clm_dir).eval()
+    tok = AutoTokenizer.from_pretrained(no_bos_clm_dir)
+    assert tok.bos_token_id is not None and tok("Women")["input_ids"][0] != tok.bos_token_id
+    assert not adds_bos(tok)
+    contexts, conts = ["Women are", "Люди из этой деревни очень ", ""], [" kind.", "добрые.", "Men are kind."]
+    lm = lm_eval_hf.HFLM(pretrained=str(no_bos_clm_dir), device="cpu", batch_size=4, logits_cache=False)
+    requests = [Instance(request_type="loglikelihood", doc={}, arguments=(c, s), idx=i) for i, (c, s) in enumerate(zip(contexts, conts))]
+    ref = [ll for ll, _greedy in lm.loglikelihood(requests)]
+    got = score_continuations(model, tok, contexts, conts)
+    assert [g.logprob for g in got] == pytest.approx(ref, abs=TOL)
+    ctx = tok("Women are", add_special_tokens=False)["input_ids"]
+    cont = tok("Women are kind.", add_special_tokens=False)["input_ids"][len(ctx) :]
+    assert got[0].logprob == pytest.approx(direct_causal(model, tok, ctx, cont), abs=TOL)
+    # the explicit override still puts BOS first; an empty context is BOS either way
+    forced = score_continuations(model, tok, contexts, conts, prepend_bos=True)
+    assert forced[0].logprob == pytest.approx(direct_causal(model, tok, [tok.bos_token_id, *ctx], cont), abs=TOL)
+    assert forced[2].logprob == pytest.approx(got[2].logprob, abs=1e-9)
 
 
 def test_continuation_with_bos_equals_direct(clm):
@@ -228,7 +267,47 @@ def test_seq2seq_equals_model_loss(s2s):
         assert score.mean == pytest.approx(-loss, abs=TOL)
 
 
-# ---------------------------------------------------------------- batching
+S2S_INPUTS = ["<extra_id_0> are kind.", "Women are <extra_id_0> and very nice.", "<extra_id_0> очень добрые."]
+S2S_TARGETS = ["<extra_id_0> women <extra_id_1>", "<extra_id_0> kind <extra_id_1> nice", "<extra_id_0> Люди <extra_id_1>"]
+
+
+@torch.no_grad()
+def labels_path_logprobs(model, tok, src: str, tgt: str) -> list[float]:
+    """Per-token log P(target) from the model's own labels path (full logits at every position)."""
+    labels = tok(text_target=tgt, return_tensors="pt").input_ids
+    out = model(**tok(src, return_tensors="pt"), labels=labels)
+    logp = torch.log_softmax(out.logits[0].double(), -1)
+    return [logp[t, y].item() for t, y in enumerate(labels[0].tolist())]
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_seq2seq_projects_only_target_rows_and_equals_labels_path(s2s, tied):
+    import transformers
+
+    model, tok = s2s
+    if not tied:
+        # a T5 v1.1-style config (tie_word_embeddings false in its file) does not scale decoder
+        # states by d_model**-0.5 before the head; the tiny model's config does, so both
+        # branches of T5's forward are covered
+        fields = {k: v for k, v in model.config.to_dict().items() if k != "scale_decoder_outputs"}
+        config = transformers.T5Config.from_dict({**fields, "tie_word_embeddings": False})
+        torch.manual_seed(1)
+        model = transformers.T5ForConditionalGeneration(config).eval()
+    assert model.config.scale_decoder_outputs is tied
+    head_inputs = []
+    handle = model.get_output_embeddings().register_forward_hook(lambda m, i, o: head_inputs.append(tuple(i[0].shape)))
+    try:
+        got = score_seq2seq(model, tok, S2S_INPUTS, S2S_TARGETS, per_token=True, batch_tokens=4096)
+    finally:
+        handle.remove()
+    n_target = sum(len(tok(text_target=t).input_ids) for t in S2S_TARGETS)
+    # the one-off check of the split runs the full model once; scoring itself projects target rows only
+    scoring = head_inputs[-1:]
+    assert scoring == [(n_target, model.config.d_model)]
+    for src, tgt, score in zip(S2S_INPUTS, S2S_TARGETS, got):
+        assert list(score.token_logprobs) == pytest.approx(labels_path_logprobs(model, tok, src, tgt), abs=TOL)
+
+
 
 
 def _assert_close(a, b):

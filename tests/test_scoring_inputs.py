@@ -67,6 +67,37 @@ def test_too_long_names_row_and_truncate_reports(mlm, clm):
     assert cut.truncated and cut.n_tokens == 128
 
 
+@pytest.mark.parametrize("metric", ["pll", "crows"])
+def test_too_long_in_pairs_names_row_and_column(mlm, metric):
+    model, tok = mlm
+    long = " ".join(["Women are kind and the doctors were smart."] * 20)
+    df = pd.DataFrame({"id": ["p1", "p2"], "sent_stereo": ["Women are kind.", "Men are kind."], "sent_anti": ["Men are kind.", long]})
+    with pytest.raises(DataError, match=r"^row p2: sentence in column sent_anti has \d+ tokens, more than the model's maximum of 64"):
+        score_pairs(model, tok, df, metric)
+    renamed = df.rename(columns={"sent_stereo": "more", "sent_anti": "less"})
+    with pytest.raises(DataError, match=r"^row p2: empty sentence in column more$"):
+        score_pairs(model, tok, renamed.assign(more=["Women are kind.", " "]), metric, columns=("more", "less"))
+
+
+def test_seq2seq_target_longer_than_model_maximum_names_row(tiny_seq2seq_lm_dir):
+    from transformers import AutoModelForSeq2SeqLM
+
+    from stereolens.scoring import score_seq2seq
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_seq2seq_lm_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_seq2seq_lm_dir, model_max_length=8)
+    inputs = ["<extra_id_0> are kind.", "<extra_id_0> are kind."]
+    targets = ["<extra_id_0> women <extra_id_1>", "<extra_id_0> women and men and the doctors and nurses <extra_id_1>"]
+    assert len(tok(text_target=targets[1]).input_ids) > 8 >= len(tok(inputs[1]).input_ids)
+    with pytest.raises(DataError, match=r"^row t2: target has \d+ tokens, more than the model's maximum of 8"):
+        score_seq2seq(model, tok, inputs, targets, ids=["t1", "t2"])
+    ok, cut = score_seq2seq(model, tok, inputs, targets, truncate=True, per_token=True)
+    assert not ok.truncated and cut.truncated and cut.n_tokens == 8
+    # a truncated target is scored as its prefix: the first tokens keep their log-probabilities
+    (full,) = score_seq2seq(model, AutoTokenizer.from_pretrained(tiny_seq2seq_lm_dir), inputs[1:], targets[1:], per_token=True)
+    assert list(cut.token_logprobs) == pytest.approx(list(full.token_logprobs[:8]), abs=1e-5)
+
+
 def test_missing_column_in_pairs(mlm):
     model, tok = mlm
     with pytest.raises(DataError, match="missing column.*sent_anti"):
@@ -143,6 +174,32 @@ def test_cache_resumes_and_hits(mlm, tmp_path):
     # another metric or parameter is another key
     score_sentences(model, tok, sents[:1], "pll_word_l2r", cache=cache)
     assert cache.misses == 4 + len(sents) - 4 + 1
+
+
+def test_cache_key_tells_tokenizers_of_equal_class_and_size_apart(tiny_masked_lm_dir, mlm, tmp_path):
+    import shutil
+
+    model, tok = mlm
+    # the same vocabulary behind a lowercasing normaliser: same class, same length, other token ids
+    other_dir = tmp_path / "lowercasing"
+    shutil.copytree(tiny_masked_lm_dir, other_dir)
+    spec = json.loads((other_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["normalizer"]["lowercase"] = True
+    (other_dir / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    other = AutoTokenizer.from_pretrained(other_dir)
+    assert type(other) is type(tok) and len(other) == len(tok)
+    sents = ["Women are kind.", "The poor are really ignorant about how to handle money."]
+    assert other(sents[0])["input_ids"] != tok(sents[0])["input_ids"]
+    cache = ResponseCache(tmp_path / "cache")
+    first = score_sentences(model, tok, sents, "pll", cache=cache)
+    cached_other = score_sentences(model, other, sents, "pll", cache=cache)
+    assert cache.stats() == {"hits": 0, "misses": 4}
+    fresh_other = score_sentences(model, other, sents, "pll")
+    assert [c.logprob for c in cached_other] == [f.logprob for f in fresh_other]
+    assert [c.logprob for c in cached_other] != pytest.approx([f.logprob for f in first])
+    # the same tokenizer loaded again is the same key
+    score_sentences(model, AutoTokenizer.from_pretrained(tiny_masked_lm_dir), sents, "pll", cache=cache)
+    assert cache.stats() == {"hits": 2, "misses": 4}
 
 
 def test_identical_sentences_scored_once(mlm):

@@ -281,6 +281,7 @@ class HFCausalLM(HFModel):
             return batch.finish()
         import torch
 
+        limit = self.max_length
         encoded: dict[int, tuple[list[int], list[int]]] = {}
         for i in batch.todo:
             req = batch.requests[i]
@@ -292,10 +293,16 @@ class HFCausalLM(HFModel):
                     f"model {self.spec.name!r}: continuation {req.continuation!r} is empty after tokenisation "
                     f"(context {req.context[:40]!r})"
                 )
+            if len(cont) > limit:
+                # the context can lose its oldest tokens, but every continuation token needs
+                # the position before it inside one window of at most `limit` inputs
+                raise UnsupportedRequest(
+                    f"model {self.spec.name!r}: continuation {req.continuation[:40]!r} has {len(cont)} tokens, "
+                    f"more than the model's maximum of {limit}; shorten it"
+                )
             encoded[i] = (ctx, cont)
         lengths = {i: len(c) + len(t) for i, (c, t) in encoded.items()}
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        limit = self.max_length
         with torch.inference_mode():
             for chunk in self._batches(batch.todo, lengths):
                 inputs, conts = [], []

@@ -224,6 +224,101 @@ def _bert_layer_rows(
     return layer.output(layer.intermediate(attended), attended)
 
 
+class Seq2SeqBodyHead:
+    """An encoder-decoder model as ``hidden(...) -> decoder states`` plus ``head(rows) -> logits``.
+
+    The decoder states are captured at the input of the model's own output
+    projection, so whatever the architecture does on the way there is kept
+    exactly: T5 multiplies them by ``d_model**-0.5`` when its embeddings are
+    tied (``config.scale_decoder_outputs`` in transformers 5, ``tie_word_embeddings``
+    before; MT5 no longer does, UMT5 does), and no rule of ours has to track
+    which version does what.  BART-style models add ``final_logits_bias`` after
+    the projection, which ``head`` adds too.  Checked once against the model's
+    own forward pass; on a mismatch the whole model runs and its logits are used.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        self._head = out if isinstance(out, torch.nn.Module) else None
+        bias = getattr(model, "final_logits_bias", None)
+        self._bias = bias if isinstance(bias, torch.Tensor) else None
+        self.split = self._head is not None
+
+    @property
+    def mode(self) -> str:
+        return "head-rows" if self.split else "full"
+
+    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, decoder_input_ids: torch.Tensor) -> torch.Tensor:
+        """Decoder states as the output head receives them (or the logits when not split)."""
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids, use_cache=False)
+        if not self.split:
+            return self.model(**kwargs).logits
+        assert self._head is not None
+        handle = self._head.register_forward_pre_hook(_raise_hidden, with_kwargs=True)
+        try:
+            self.model(**kwargs)
+            raise RuntimeError("the output head was never reached")  # pragma: no cover
+        except _StopBeforeLastLayer as stop:
+            return stop.hidden
+        finally:
+            handle.remove()
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        if not self.split:
+            return rows
+        assert self._head is not None
+        logits = self._head(rows)
+        return logits + self._bias.to(logits.dtype) if self._bias is not None else logits
+
+    def verify(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor) -> None:
+        if not self.split:
+            return
+        with torch.inference_mode():
+            full = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, use_cache=False).logits.float()[0]
+            mine = self.head(self.hidden(input_ids, None, decoder_input_ids)[0]).float()
+        scale = max(1.0, full.abs().max().item())
+        rel = 1e-3 if next(self.model.parameters()).dtype == torch.float32 else 3e-2
+        err = (full - mine).abs().max().item()
+        if not (math.isfinite(err) and err <= rel * scale):
+            log.warning("seq2seq scoring path of %s differs from its forward pass by %.3g; using full logits",
+                        type(self.model).__name__, err)
+            self.split = False
+
+
+def shift_right(model: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor:
+    """Decoder inputs for ``labels`` (-100 = padding) exactly as the model builds them from labels."""
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if prepare is not None:
+        return prepare(labels=labels)
+    config = model.config
+    start = config.decoder_start_token_id
+    if start is None or config.pad_token_id is None:
+        raise ConfigError(f"{type(model).__name__} states no decoder_start_token_id or pad_token_id to build decoder inputs")
+    shifted = labels.new_full(labels.shape, int(start))
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, int(config.pad_token_id))
+
+
+_SEQ2SEQ_ATTR = "_stereolens_seq2seq_head"
+
+
+def split_seq2seq(model: torch.nn.Module, probe_input: list[int], probe_target: list[int]) -> Seq2SeqBodyHead:
+    """The (verified, memoised on the model) decoder/head split of an encoder-decoder model."""
+    memo = getattr(model, _SEQ2SEQ_ATTR, None)
+    if memo is not None:
+        return memo
+    sh = Seq2SeqBodyHead(model)
+    device = device_of(model)
+    labels = torch.tensor([probe_target], device=device)
+    sh.verify(torch.tensor([probe_input], device=device), shift_right(model, labels))
+    try:
+        setattr(model, _SEQ2SEQ_ATTR, sh)
+    except (AttributeError, TypeError):  # pragma: no cover - exotic module types
+        pass
+    return sh
+
+
 _CACHE_ATTR = "_stereolens_body_head"
 
 

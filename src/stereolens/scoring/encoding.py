@@ -39,7 +39,7 @@ def check_text(text: Any, row_id: Any, what: str = "sentence") -> str:
     return text
 
 
-def _too_long(row_id: Any, n: int, limit: int, what: str = "sentence") -> DataError:
+def too_long(row_id: Any, n: int, limit: int, what: str = "sentence") -> DataError:
     return DataError(
         f"row {row_id}: {what} has {n} tokens, more than the model's maximum of {limit}; "
         "use --truncate (truncate=True) to cut it to the maximum"
@@ -47,9 +47,10 @@ def _too_long(row_id: Any, n: int, limit: int, what: str = "sentence") -> DataEr
 
 
 def encode_masked(
-    tokenizer: Any, text: str, row_id: Any, *, limit: int | None, truncate: bool, word_ids: bool
+    tokenizer: Any, text: str, row_id: Any, *, limit: int | None, truncate: bool, word_ids: bool, what: str = "sentence"
 ) -> MaskedEncoding:
-    text = check_text(text, row_id)
+    """``what`` names the text in errors (e.g. "sentence in column sent_stereo")."""
+    text = check_text(text, row_id, what)
     if word_ids and not getattr(tokenizer, "is_fast", False):
         raise ConfigError(
             f"metric pll_word_l2r needs word boundaries from a fast (Rust) tokenizer; "
@@ -59,7 +60,7 @@ def encode_masked(
     truncated = False
     if limit is not None and len(enc["input_ids"]) > limit:
         if not truncate:
-            raise _too_long(row_id, len(enc["input_ids"]), limit)
+            raise too_long(row_id, len(enc["input_ids"]), limit, what)
         enc = tokenizer(
             text, add_special_tokens=True, return_special_tokens_mask=True, truncation=True, max_length=limit
         )
@@ -67,7 +68,7 @@ def encode_masked(
     ids = tuple(int(i) for i in enc["input_ids"])
     special = tuple(bool(s) for s in enc["special_tokens_mask"])
     if all(special):
-        raise DataError(f"row {row_id}: sentence has no tokens to score after tokenisation")
+        raise DataError(f"row {row_id}: {what} has no tokens to score after tokenisation")
     wids = tuple(enc.word_ids()) if word_ids else None
     return MaskedEncoding(ids=ids, special=special, word_ids=wids, truncated=truncated)
 
@@ -78,6 +79,22 @@ def prefix_token_id(tokenizer: Any) -> int:
         if tid is not None:
             return int(tid)
     raise ConfigError(f"{type(tokenizer).__name__} has neither a BOS nor an EOS token to condition on")
+
+
+def adds_bos(tokenizer: Any) -> bool:
+    """Whether the tokenizer puts BOS before a text by itself (Gemma's, Llama's do; GPT-2's does not).
+
+    lm-evaluation-harness encodes a non-empty context with the tokenizer's own
+    special tokens unless told otherwise, so this decides whether a context
+    starts with BOS there.  Asked of the tokenizer's behaviour rather than its
+    ``add_bos_token`` attribute, which not every tokenizer class keeps in step
+    with its post-processor.
+    """
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return False
+    ids = tokenizer("x")["input_ids"]
+    return bool(ids) and int(ids[0]) == int(bos)
 
 
 def _plain_ids(tokenizer: Any, text: str) -> list[int]:
@@ -93,6 +110,7 @@ def encode_causal(
     limit: int | None,
     truncate: bool,
     prepend_bos: bool = True,
+    what: str | None = None,
 ) -> CausalEncoding:
     """Encode log P(continuation | context) the way lm-evaluation-harness does.
 
@@ -103,7 +121,8 @@ def encode_causal(
     ``prepend_bos`` puts the prefix token before a non-empty context too (the
     harness does so for models that need it, e.g. Gemma).
     """
-    continuation = check_text(continuation, row_id, "continuation" if context else "sentence")
+    what = what or ("continuation" if context else "sentence")
+    continuation = check_text(continuation, row_id, what)
     prefix = prefix_token_id(tokenizer)
     if context == "":
         ctx_ids, cont_ids = [prefix], _plain_ids(tokenizer, continuation)
@@ -118,13 +137,13 @@ def encode_causal(
         if prepend_bos:
             ctx_ids = [prefix, *ctx_ids]
     if not cont_ids:
-        raise DataError(f"row {row_id}: continuation has no tokens to score after tokenisation")
+        raise DataError(f"row {row_id}: {what} has no tokens to score after tokenisation")
     ids = ctx_ids + cont_ids
     truncated = False
     # the last token is only a target, never an input
     if limit is not None and len(ids) - 1 > limit:
         if not truncate or len(ctx_ids) >= limit:
-            raise _too_long(row_id, len(ids) - 1, limit)
+            raise too_long(row_id, len(ids) - 1, limit, what)
         ids = ids[: limit + 1]
         truncated = True
     return CausalEncoding(ids=tuple(ids), start=len(ctx_ids), truncated=truncated)

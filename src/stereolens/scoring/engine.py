@@ -10,6 +10,8 @@ done, so an interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,8 +22,8 @@ from stereolens.errors import ConfigError, DataError
 from stereolens.scoring import causal as _causal
 from stereolens.scoring import masked as _masked
 from stereolens.scoring import seq2seq as _seq2seq
-from stereolens.scoring.access import max_length, model_identity, split_head, unwrap
-from stereolens.scoring.encoding import check_text, encode_causal, encode_masked
+from stereolens.scoring.access import max_length, model_identity, split_head, split_seq2seq, unwrap
+from stereolens.scoring.encoding import adds_bos, check_text, encode_causal, encode_masked, too_long
 from stereolens.scoring.types import MASKED_METRICS, METRICS, SentenceScore
 
 CACHE_NAMESPACE = "stereolens.scoring/1"
@@ -96,13 +98,49 @@ def _base_payload(
         return None
     if tokenizer is not None:
         # a backend identity covers its tokenizer files; a bare model's fingerprint does not
-        params = {**params, "tokenizer": f"{type(tokenizer).__name__}/{len(tokenizer)}"}
+        params = {**params, "tokenizer": tokenizer_fingerprint(tokenizer)}
     # dtype changes the numbers, so it is part of the key even when the identity omits it
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     return {
         "kind": CACHE_NAMESPACE, "model": identity or model_identity(model), "metric": metric,
         "params": {**params, "dtype": dtype},
     }
+
+
+_FINGERPRINT_ATTR = "_stereolens_fingerprint"
+
+
+def _content_hash(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    h = hashlib.sha256()
+    if backend is not None:
+        # vocabulary, merges, normaliser, pre-tokeniser, post-processor and added tokens
+        h.update(backend.to_str().encode("utf-8"))
+    else:
+        h.update(json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False).encode("utf-8"))
+        # a slow tokenizer's behaviour also hangs on flags such as do_lower_case
+        flags = {k: v for k, v in getattr(tokenizer, "init_kwargs", {}).items() if isinstance(v, (bool, int, float))}
+        h.update(json.dumps(flags, sort_keys=True).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """Class, size, a hash of the content and the special-token ids: what makes two tokenizers encode alike.
+
+    Hashing the content (the Rust tokenizer's JSON when fast, else the sorted
+    vocabulary) costs a few milliseconds to a second, so it is done once per
+    tokenizer object.  The special-token ids are read every time: they live in
+    the Python wrapper and can be reassigned after loading.
+    """
+    content = getattr(tokenizer, _FINGERPRINT_ATTR, None)
+    if content is None:
+        content = _content_hash(tokenizer)
+        try:
+            setattr(tokenizer, _FINGERPRINT_ATTR, content)
+        except (AttributeError, TypeError):  # pragma: no cover - a tokenizer that refuses new attributes
+            pass
+    special = [getattr(tokenizer, f"{name}_token_id", None) for name in ("bos", "eos", "pad", "mask", "unk", "cls", "sep")]
+    return f"{type(tokenizer).__name__}/{len(tokenizer)}/{content}/{','.join('-' if t is None else str(t) for t in special)}"
 
 
 def _make_score(lps: list[float], ids: Sequence[int], positions: Sequence[int], truncated: bool, tokenizer: Any, per_token: bool) -> SentenceScore:
@@ -205,6 +243,7 @@ def score_sentences(
     progress: bool = False,
     cache: Any | None = None,
     identity: str | None = None,
+    what: Sequence[str] | None = None,
 ) -> list[SentenceScore]:
     """Score each sentence on its own: ``pll``, ``pll_word_l2r`` (masked LM) or ``causal``.
 
@@ -213,7 +252,8 @@ def score_sentences(
     context.  ``crows`` scores a sentence against its partner: use
     :func:`score_pairs`.  ``ids`` name rows in error messages; ``truncate``
     cuts over-long sentences to the model's maximum (else a DataError);
-    ``per_token`` fills tokens and token_logprobs.
+    ``per_token`` fills tokens and token_logprobs; ``what`` names each
+    sentence in error messages (default "sentence").
     """
     _check_metric(metric)
     if metric == "crows":
@@ -221,17 +261,23 @@ def score_sentences(
     model, tokenizer, backend_identity = unwrap(model, tokenizer)
     identity = identity or backend_identity
     row_ids = _row_ids(len(sentences), ids)
+    whats = ["sentence"] * len(sentences) if what is None else list(what)
+    if len(whats) != len(sentences):
+        raise ValueError(f"what has {len(whats)} entries for {len(sentences)} sentences")
     limit = max_length(model, tokenizer)
     opts = dict(batch_tokens=batch_tokens, cache=cache, identity=identity, per_token=per_token, progress=progress)
     params = {"truncate": bool(truncate), "max_length": limit}
     if metric == "causal":
-        encs = [encode_causal(tokenizer, "", s, rid, limit=limit, truncate=truncate) for s, rid in zip(sentences, row_ids)]
+        encs = [
+            encode_causal(tokenizer, "", s, rid, limit=limit, truncate=truncate, what=w)
+            for s, rid, w in zip(sentences, row_ids, whats)
+        ]
         return _causal_scores(model, tokenizer, encs, params, lambda i: {"text": sentences[i]}, **opts)
     word = metric == "pll_word_l2r"
     build = _masked.pll_word_l2r_item if word else _masked.pll_item
     items = [
-        build(encode_masked(tokenizer, s, rid, limit=limit, truncate=truncate, word_ids=word))
-        for s, rid in zip(sentences, row_ids)
+        build(encode_masked(tokenizer, s, rid, limit=limit, truncate=truncate, word_ids=word, what=w))
+        for s, rid, w in zip(sentences, row_ids, whats)
     ]
     return _masked_scores(model, tokenizer, items, metric, params, lambda i: {"text": sentences[i]}, **opts)
 
@@ -250,24 +296,31 @@ def score_pair_lists(
     progress: bool = False,
     cache: Any | None = None,
     identity: str | None = None,
+    columns: tuple[str, str] | None = None,
 ) -> tuple[list[SentenceScore], list[SentenceScore]]:
-    """Scores of both sentences of each pair; for ``crows`` only their shared tokens count."""
+    """Scores of both sentences of each pair; for ``crows`` only their shared tokens count.
+
+    ``columns`` names the two sides in error messages ("sentence in column ...").
+    """
     _check_metric(metric)
     if len(first) != len(second):
         raise ValueError(f"{len(first)} first sentences but {len(second)} second sentences")
     n = len(first)
     row_ids = _row_ids(n, ids)
+    what_a, what_b = (f"sentence in column {c}" for c in columns) if columns else ("first sentence", "second sentence")
     opts = dict(batch_tokens=batch_tokens, truncate=truncate, per_token=per_token, progress=progress, cache=cache, identity=identity)
     if metric != "crows":
-        scores = score_sentences(model, tokenizer, [*first, *second], metric, ids=[*row_ids, *row_ids], **opts)
+        scores = score_sentences(
+            model, tokenizer, [*first, *second], metric, ids=[*row_ids, *row_ids], what=[what_a] * n + [what_b] * n, **opts
+        )
         return scores[:n], scores[n:]
     model, tokenizer, backend_identity = unwrap(model, tokenizer)
     limit = max_length(model, tokenizer)
     items: list[_masked.MaskedItem] = []
     pair_items = []
     for a, b, rid in zip(first, second, row_ids):
-        ea = encode_masked(tokenizer, a, rid, limit=limit, truncate=truncate, word_ids=False)
-        eb = encode_masked(tokenizer, b, rid, limit=limit, truncate=truncate, word_ids=False)
+        ea = encode_masked(tokenizer, a, rid, limit=limit, truncate=truncate, word_ids=False, what=what_a)
+        eb = encode_masked(tokenizer, b, rid, limit=limit, truncate=truncate, word_ids=False, what=what_b)
         pair_items.append(_masked.crows_items(ea, eb))
     items = [p[0] for p in pair_items] + [p[1] for p in pair_items]
     texts = [(a, b) for a, b in zip(first, second)] + [(b, a) for a, b in zip(first, second)]
@@ -308,7 +361,7 @@ def score_pairs(
     first, second = list(pairs[columns[0]]), list(pairs[columns[1]])
     stereo, anti = score_pair_lists(
         model, tokenizer, first, second, metric, ids=ids, batch_tokens=batch_tokens, truncate=truncate,
-        per_token=per_token, progress=progress, cache=cache, identity=identity,
+        per_token=per_token, progress=progress, cache=cache, identity=identity, columns=columns,
     )
     out = pairs.copy()
     for name, scores in (("stereo", stereo), ("anti", anti)):
@@ -327,7 +380,7 @@ def score_continuations(
     contexts: Sequence[str],
     continuations: Sequence[str],
     *,
-    prepend_bos: bool = True,
+    prepend_bos: bool | None = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     truncate: bool = False,
     ids: Sequence[Any] | None = None,
@@ -340,15 +393,20 @@ def score_continuations(
 
     Encoding follows lm-evaluation-harness (see
     :func:`stereolens.scoring.encoding.encode_causal`); an empty context is
-    the BOS token.  With ``prepend_bos`` a non-empty context is preceded by
-    BOS as well.  Use it for option choice (compare the options' sums) and
-    StereoSet intersentence scoring (context sentence, then each candidate).
+    the BOS token (EOS without one).  A non-empty context is preceded by BOS
+    when the tokenizer adds BOS itself (Gemma's and Llama's do, GPT-2's does
+    not), as the harness does with its default ``add_bos_token``;
+    ``prepend_bos=True`` or ``False`` overrides that.  Use it for option
+    choice (compare the options' sums) and StereoSet intersentence scoring
+    (context sentence, then each candidate).
     """
     if len(contexts) != len(continuations):
         raise ValueError(f"{len(contexts)} contexts but {len(continuations)} continuations")
     model, tokenizer, backend_identity = unwrap(model, tokenizer)
     row_ids = _row_ids(len(contexts), ids)
     limit = max_length(model, tokenizer)
+    if prepend_bos is None:
+        prepend_bos = adds_bos(tokenizer)
     encs = []
     for ctx, cont, rid in zip(contexts, continuations, row_ids):
         if not isinstance(ctx, str):
@@ -379,7 +437,10 @@ def score_seq2seq(
     The target is tokenised as labels are (T5 appends ``</s>``, which is
     scored); ``SentenceScore.mean`` equals minus the model's loss on those
     labels.  For span-corruption templates the target is e.g.
-    ``"<extra_id_0> kind <extra_id_1>"``.
+    ``"<extra_id_0> kind <extra_id_1>"``.  An input or target longer than the
+    model's maximum is an error naming the row; with ``truncate`` the input
+    keeps its first tokens and its last (``</s>``), the target its first
+    tokens (the score is then that of a prefix), and ``truncated`` is set.
     """
     if len(inputs) != len(targets):
         raise ValueError(f"{len(inputs)} inputs but {len(targets)} targets")
@@ -398,8 +459,13 @@ def score_seq2seq(
         cut = False
         if limit is not None and len(a) > limit:
             if not truncate:
-                raise DataError(f"row {rid}: input has {len(a)} tokens, more than the model's maximum of {limit}; use truncate=True")
+                raise too_long(rid, len(a), limit, "input")
             a, cut = a[: limit - 1] + a[-1:], True
+        if limit is not None and len(b) > limit:
+            if not truncate:
+                raise too_long(rid, len(b), limit, "target")
+            # a prefix of the target is what can be scored; its sum is log P of that prefix
+            b, cut = b[:limit], True
         encoded.append((tuple(a), tuple(b)))
         truncated.append(cut)
     keys: dict[tuple, int] = {}
@@ -412,8 +478,9 @@ def score_seq2seq(
     resolver = _Resolver(cache, _base_payload(cache, model, identity or backend_identity, "seq2seq", params, tokenizer))
 
     def compute(missing: list[int], done: Callable[[int, list[float]], None]) -> None:
+        sh = split_seq2seq(model, list(unique[missing[0]][0]), list(unique[missing[0]][1]))
         res = _seq2seq.run_seq2seq(
-            model, [unique[u] for u in missing], pad_token_id=_pad_id(tokenizer), vocab_size=_vocab_size(model),
+            sh, [unique[u] for u in missing], pad_token_id=_pad_id(tokenizer), vocab_size=_vocab_size(model),
             batch_tokens=batch_tokens,
         )
         for j, lps in enumerate(res):

@@ -13,19 +13,28 @@ from collections.abc import Sequence
 
 import torch
 
-from stereolens.scoring.access import device_of
+from stereolens.scoring.access import Seq2SeqBodyHead, device_of, shift_right
 from stereolens.scoring.batching import plan_batches, target_logprobs
 
 
 def run_seq2seq(
-    model: torch.nn.Module,
+    sh: Seq2SeqBodyHead,
     items: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
     *,
     pad_token_id: int,
     vocab_size: int,
     batch_tokens: int,
 ) -> list[list[float]]:
-    """Per-token log P(target_t | input, target_<t) for every (input_ids, target_ids) item."""
+    """Per-token log P(target_t | input, target_<t) for every (input_ids, target_ids) item.
+
+    The model runs on decoder inputs shifted from the targets (as its labels
+    path builds them) but without labels: with labels it would project every
+    decoder position through the full vocabulary and compute a loss.  Here only
+    the target rows go through the head, a bounded number at a time.  Right
+    padding of the targets needs no decoder mask: the decoder is causal, so
+    padding after a target never reaches the target's positions.
+    """
+    model = sh.model
     device = device_of(model)
     lengths = [len(a) + len(b) for a, b in items]
     results: list[list[float]] = [[] for _ in items]
@@ -42,10 +51,10 @@ def run_seq2seq(
                 inputs[b, : len(src)] = torch.tensor(src)
                 attention[b, : len(src)] = 1
                 labels[b, : len(tgt)] = torch.tensor(tgt)
-            out = model(input_ids=inputs.to(device), attention_mask=attention.to(device), labels=labels.to(device))
+            labels = labels.to(device)
+            hidden = sh.hidden(inputs.to(device), attention.to(device), shift_right(model, labels))
             valid = labels != -100
-            rows = out.logits[valid.to(device)]
-            lp = target_logprobs(lambda x: x, rows, labels[valid].to(device), vocab_size).tolist()
+            lp = target_logprobs(sh.head, hidden[valid], labels[valid], vocab_size).tolist()
             r = 0
             for i in members:
                 n = len(items[i][1])
