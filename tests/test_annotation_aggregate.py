@@ -154,3 +154,33 @@ def test_read_matrix_names_bad_cell(tmp_path):
     path.write_text("Traits,woman,man\ncold,1.5,\nwarm,n/a?,2\n")
     with pytest.raises(DataError, match=r"cell \('warm', 'woman'\) is 'n/a\?'"):
         read_matrix(path)
+
+
+def test_default_name_map_is_found_from_the_package_not_the_working_directory(repo_root, tmp_path, monkeypatch):
+    from stereolens.annotation.aggregate import repository_root
+
+    # a stray file at the same relative path under the working directory must not be picked up
+    stray = tmp_path / "data" / "seed" / "leakage" / "survey_group_names.csv"
+    stray.parent.mkdir(parents=True)
+    stray.write_text("something,else\n1,2\n")
+    monkeypatch.chdir(tmp_path)
+    assert repository_root() == repo_root
+    names = load_group_names()
+    assert len(names.groups) == 30 and "Texan" in names.groups
+
+
+def test_missing_default_name_map_names_the_expected_path(tmp_path):
+    from stereolens.annotation.aggregate import _default_name_map
+
+    # a checkout (pyproject.toml) whose seed data is missing
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    package_file = tmp_path / "src" / "stereolens" / "annotation" / "aggregate.py"
+    package_file.parent.mkdir(parents=True)
+    package_file.write_text("")
+    expected = tmp_path / "data" / "seed" / "leakage" / "survey_group_names.csv"
+    with pytest.raises(DataError, match=rf"not found at the expected {expected}; pass the map's path \(--name-map\)$"):
+        _default_name_map(package_file)
+    outside = tmp_path.parent / f"{tmp_path.name}_site" / "stereolens" / "annotation" / "aggregate.py"
+    outside.parent.mkdir(parents=True)
+    with pytest.raises(DataError, match=r"no repository \(pyproject.toml\) above .*site.stereolens.annotation"):
+        _default_name_map(outside)

@@ -12,6 +12,7 @@ from statsmodels.stats.inter_rater import aggregate_raters, cohens_kappa
 from statsmodels.stats.inter_rater import fleiss_kappa as sm_fleiss_kappa
 
 from stereolens.annotation import agreement as A
+from stereolens.annotation.scales import LIKERT5
 from stereolens.errors import DataError
 
 # Krippendorff (2011), "Computing Krippendorff's alpha-reliability": 4 observers x 12 units
@@ -184,3 +185,42 @@ def test_crows_pairs_validation_agreement(data_mirror):
     assert alpha.value == pytest.approx(
         krippendorff.alpha(reliability_data=wide.to_numpy(dtype=float), level_of_measurement="nominal"), rel=1e-10
     )
+
+
+def test_cohen_ordinal_counts_an_unused_category_as_a_step():
+    # two raters on a 1..5 Likert scale; nobody ever answers 3
+    rng = np.random.default_rng(5)
+    a = rng.choice([1, 2, 4, 5], 120)
+    b = np.where(rng.random(120) < 0.6, a, rng.choice([1, 2, 4, 5], 120))
+    long = to_long(np.vstack([a, b]).astype(float))
+    full = pd.crosstab(a, b).reindex(index=range(1, 6), columns=range(1, 6), fill_value=0).to_numpy()
+    assert full[2].sum() == 0 and full[:, 2].sum() == 0
+    # statsmodels on the full 1..5 table: weights |i - j| / 4 over the scale positions
+    expected = cohens_kappa(full, weights=np.arange(5), wt="linear").kappa
+    res = A.cohen_kappa(long, "ordinal", scale=LIKERT5, n_boot=0)
+    assert res.value == pytest.approx(expected, rel=1e-12)
+    assert A.cohen_kappa(long, "ordinal", scale=[1, 2, 3, 4, 5], n_boot=0).value == pytest.approx(expected, rel=1e-12)
+    # by hand: kappa_w = 1 - sum(w * p_obs) / sum(w * p_exp)
+    p = full / full.sum()
+    w = np.abs(np.subtract.outer(np.arange(5), np.arange(5))) / 4
+    assert res.value == pytest.approx(1 - (w * p).sum() / (w * np.outer(p.sum(1), p.sum(0))).sum(), rel=1e-12)
+    # observed categories only (2 -> 4 one step): a different, smaller-step answer
+    observed_only = A.cohen_kappa(long, "ordinal", n_boot=0).value
+    assert observed_only == pytest.approx(cohens_kappa(full[[0, 1, 3, 4]][:, [0, 1, 3, 4]], wt="linear").kappa)
+    assert abs(observed_only - expected) > 1e-3
+    with pytest.raises(DataError, match=r"label 5.0 is not on the scale domain \[1, 2, 3, 4\]"):
+        A.cohen_kappa(long, "ordinal", scale=[1, 2, 3, 4], n_boot=0)
+
+
+def test_cohen_interval_weights_use_the_values_not_their_ranks():
+    # slider ratings at unequal spacing: -50, -10, 0, 40
+    values = np.array([-50.0, -10.0, 0.0, 40.0])
+    rng = np.random.default_rng(9)
+    ia = rng.integers(0, 4, 150)
+    ib = np.where(rng.random(150) < 0.5, ia, rng.integers(0, 4, 150))
+    long = to_long(np.vstack([values[ia], values[ib]]))
+    table = pd.crosstab(ia, ib).reindex(index=range(4), columns=range(4), fill_value=0).to_numpy()
+    expected = cohens_kappa(table, weights=values, wt="quadratic").kappa
+    res = A.cohen_kappa(long, "interval", n_boot=0)
+    assert res.value == pytest.approx(expected, rel=1e-12)
+    assert res.value != pytest.approx(cohens_kappa(table, wt="quadratic").kappa, rel=1e-3)  # rank spacing differs

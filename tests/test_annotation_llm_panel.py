@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -47,8 +48,30 @@ def test_loglikelihood_panel_member(tiny_causal):
 
 
 def test_generated_panel_member_and_panel(tiny_causal):
+    from stereolens.annotation.llm_panel import DEFAULT_TEMPLATE, render_prompt
+    from stereolens.annotation.scales import Scale
+    from stereolens.models import GenerationRequest
+
     df = llm_panel_annotations({"gen": tiny_causal}, ITEMS, YES_NO, "Is this a stereotype?", method="generate")
-    assert (df["method"] == "generate").all() and df["raw_answer"].map(lambda t: isinstance(t, str)).all()
-    # an untrained model rarely says yes/no: unparsed answers stay missing, never guessed
-    assert df["label"].isna().all() or df["label"].dropna().isin(["yes", "no"]).all()
+    assert (df["method"] == "generate").all()
     assert (df["annotator_id"] == "gen").all() and df["model_identity"].str.len().gt(0).all()
+    # the raw answer is the model's own greedy continuation of the rendered prompt
+    prompts = [render_prompt(DEFAULT_TEMPLATE, "Is this a stereotype?", t, YES_NO) for t in ITEMS["text"]]
+    direct = tiny_causal.generate(
+        [GenerationRequest(prompt=p, max_tokens=8, temperature=0.0, seed=0, stop=("\n",)) for p in prompts]
+    )
+    assert df["raw_answer"].tolist() == [g.text for g in direct]
+    # an untrained model names neither yes nor no: the label stays missing, never guessed
+    assert not any(re.search(r"(?<!\w)(yes|no)(?!\w)", g.text.lower()) for g in direct)
+    assert df["label"].isna().all()
+
+    # with a prompt that does not list the options, a scale whose first option is the first word
+    # the model says must be answered with exactly that option
+    template = "{instructions}\n\n{text}\nAnswer:"
+    said = tiny_causal.generate([GenerationRequest(prompt=render_prompt(template, "Rate it.", ITEMS["text"][0], YES_NO),
+                                                   max_tokens=8, temperature=0.0, seed=0, stop=("\n",))])[0].text
+    word = re.search(r"\w+", said).group()
+    assert "qqqqqqqq" not in said.lower()
+    probe = Scale("probe", "nominal", options=("hit", "miss"), option_texts=(word, "qqqqqqqq"))
+    probed = llm_panel_annotations({"gen": tiny_causal}, ITEMS, probe, "Rate it.", template=template, method="generate")
+    assert probed["raw_answer"][0] == said and probed["label"][0] == "hit"
