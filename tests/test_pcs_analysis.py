@@ -68,19 +68,65 @@ def test_min_gap_excludes_and_counts():
     assert result.summary["cap_util"] == pytest.approx(0.6)
 
 
+# seed 004 Table 10: model -> (PCS, printed capability utilisation %, mean A, mean B, mean C)
+TABLE10 = {
+    "Minstral-8B": (0.137, 13.5, 4.90, 6.06, 5.06),
+    "Mimo-V2-flash": (0.135, 19.3, 4.89, 6.22, 5.15),
+    "Gemini-3-flash": (0.107, 19.5, 5.03, 6.42, 5.30),
+    "Grok-4.1-fast": (0.081, 16.8, 4.88, 6.34, 5.13),
+}
+
+
 def test_table10_means_give_the_defined_cap_util():
-    """Minstral-8B in seed 004 Table 10: A 4.90, B 6.06, C 5.06 -> 13.8 %."""
+    """All four models of seed 004 Table 10: the aggregate ratio of the printed means.
+
+    The means are printed to two decimals, so the ratio they imply can differ from the printed
+    percentage by the rounding of three means; the printed value must lie inside that interval.
+    """
     rows = [
-        dict(model="Minstral-8B", language=lang, scenario_id=f"s{i}", dimension="PDI", feature="deference", condition=c, score=v)
+        dict(model=model, language=lang, scenario_id=f"s{i}", dimension="PDI", feature="deference", condition=c, score=v)
+        for model, (_, _, *abc) in TABLE10.items()
         for lang in ("en", "hi")
         for i in range(3)
-        for c, v in zip("ABC", (4.90, 6.06, 5.06))
+        for c, v in zip("ABC", abc)
     ]
     result = pcs.analyze_scores(pd.DataFrame(rows))
-    assert result.summary["cap_util"] == pytest.approx(0.16 / 1.16)
-    assert round(100 * result.summary["cap_util"], 1) == 13.8
-    t10 = result.tables["table10_model_summary"].iloc[0]
-    assert (t10["mean_a"], t10["mean_b"], t10["mean_c"]) == pytest.approx((4.90, 6.06, 5.06))
+    t10 = result.tables["table10_model_summary"].set_index("model")
+    implied = {"Minstral-8B": 13.8, "Mimo-V2-flash": 19.5, "Gemini-3-flash": 19.4, "Grok-4.1-fast": 17.1}
+    for model, (_, printed, a, b, c) in TABLE10.items():
+        row = t10.loc[model]
+        assert (row["mean_a"], row["mean_b"], row["mean_c"]) == pytest.approx((a, b, c))
+        assert row["cap_util"] == pytest.approx((c - a) / (b - a))
+        assert round(100 * row["cap_util"], 1) == implied[model]
+        half = 0.005
+        lo, hi = (c - a - 2 * half) / (b - a + 2 * half), (c - a + 2 * half) / (b - a - 2 * half)
+        assert lo <= printed / 100 <= hi, model
+    # every triad is identical within a model, so each cell's PCS equals the model's capability utilisation
+    assert t10["pcs"].to_numpy() == pytest.approx(t10["cap_util"].to_numpy())
+    assert set(t10.index) == set(TABLE10) and (t10["n_cells"] == 6).all()
+
+
+def test_cap_util_per_language_and_dimension_language():
+    result = pcs.analyze_scores(_long())
+    by_lang = result.tables["pcs_by_language"].set_index("language")
+    # hi: A (2, 4) B (6, 6) C (3, 5) -> (4 - 3) / (6 - 3); ur: A (3, 4) B (7, 4) C (5, 6) -> (5.5 - 3.5) / (5.5 - 3.5)
+    assert by_lang.loc["hi", "cap_util"] == pytest.approx(1 / 3)
+    assert by_lang.loc["ur", "cap_util"] == pytest.approx(1.0)
+    assert by_lang.loc["hi", "mean_pcs"] == pytest.approx(0.375) and by_lang.loc["ur", "n_excluded"] == 1
+    dim_lang = result.tables["pcs_dimension_language"].set_index(["dimension", "language"])
+    assert dim_lang.loc[("PDI", "hi"), "cap_util"] == pytest.approx(0.25)
+    assert dim_lang.loc[("PDI", "ur"), "cap_util"] == pytest.approx(0.5)
+    assert np.isnan(dim_lang.loc[("IDV", "ur"), "cap_util"])  # B == A: the ratio is undefined
+    assert "cap_util" in result.tables["table09_pcs_model_language"].columns
+
+
+@pytest.mark.parametrize("col", ["judge", "sample"])
+def test_blank_judge_or_sample_is_refused_not_dropped(col):
+    df = _long()
+    df[col] = df[col].astype(object)
+    df.loc[5, col] = None
+    with pytest.raises(DataError, match=rf"row 7: blank '{col}'"):
+        pcs.analyze_scores(df)
 
 
 def test_anova_matches_statsmodels_and_eta2():

@@ -167,8 +167,36 @@ def test_inter_judge_alpha_matches_krippendorff_package():
 
 
 def test_template_calibration_set_is_contrastive():
+    from stereolens.construction.calibration import build_calibration_set
+
     scen = pd.DataFrame([{"scenario_id": "s1", "dimension": "PDI", "language": "en", "prompt_a": "dilemma"}])
-    calib = jd.build_calibration_set(scen, {"PDI": FEATURES}, pairs_per_feature=2)
+    calib = build_calibration_set(scen, {"PDI": FEATURES}, pairs_per_feature=2)
     assert len(calib) == 2 * 2 * 2 and set(calib["pole"]) == {"high", "low"}
     high = calib.loc[(calib["feature"] == "directness") & (calib["pole"] == "high"), "response"].iloc[0]
     assert "highly indirect" in high and (calib["source"] == "template").all()
+
+
+def test_calibration_set_reads_only_scenarios_and_rubrics(tmp_path, repo_root):
+    """Generated once and versioned: nothing but scenarios.csv and rubrics.yaml may change it."""
+    import shutil
+
+    import yaml
+
+    from stereolens.construction import calibration as cal
+
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    for name in ("scenarios.csv", "rubrics.yaml"):
+        shutil.copy(repo_root / "data" / "seed" / "pcs" / name, bank / name)
+    # no markers, no reviews: the builder must not need them
+    scen, rubrics = cal.load_calibration_inputs(bank, language="en", dimensions=["PDI", "UAI"])
+    calib = cal.build_calibration_set(scen, rubrics, pairs_per_feature=1)
+    assert len(calib) == 2 * 4 * 2 and set(calib["dimension"]) == {"PDI", "UAI"}
+    path = tmp_path / "set.csv"
+    calib.to_csv(path, index=False)
+    assert len(cal.file_sha256(path)) == 64
+
+    dvc = yaml.safe_load((repo_root / "dvc.yaml").read_text(encoding="utf-8"))
+    assert dvc["stages"]["pcs_calibration_set"]["deps"] == [
+        "data/seed/pcs/scenarios.csv", "data/seed/pcs/rubrics.yaml", "src/stereolens/construction/calibration.py",
+    ]

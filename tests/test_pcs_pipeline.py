@@ -48,21 +48,33 @@ def _params(root, model_dir, **gates):
         "judges": {"panel": [{"id": "tiny", "model": None, "mode": "logprob", "logprob_method": "loglikelihood"}]},
         "gates": {"enforce": False, "construct_validity_min": 0.8, "alpha_min": 0.6, "calibration_min": 0.9, **gates},
         "analysis": {"min_gap": 1e-6, "hindi": "hi", "urdu": "ur"},
+        "human_validation": {"items_per_comparison": None, "tie_margin": 0.0, "judgements": None},
+    }
+    annotation = {
+        "source": "simulated", "scale": "likert5", "quorum": 3,
+        "simulator": {"n_annotators": 5, "reliability": 0.9, "bias": 0.0, "per_item": None, "seed": 0},
+        "qc": {"min_annotations_per_item": 5},
+        # a tiny random judge gives a random truth: the pipeline must run whatever the agreement
+        "thresholds": {"min_fleiss_kappa": None, "min_krippendorff_alpha": None, "min_annotations_per_item": 5,
+                       "max_top_label_share": None},
+        "bootstrap": {"n_boot": 20},
     }
     params = {
         "model": {"id": "tiny", "name": str(model_dir), "kind": "causal", "backend": "hf", "dtype": "float32"},
         "language": {"include": None}, "tracking": {"enabled": False}, "seed": 0, "study": {"pcs": study},
+        "annotation": annotation,
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
 
 
 @pytest.mark.slow
-def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_dir):
+def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_dir, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
     _write_bank(tmp_path)
     _params(tmp_path, tiny_causal_lm_dir)
-    for name in ("pcs-collect", "pcs-calibration-set", "pcs-judge", "pcs-validate", "pcs-analyze"):
+    for name in ("pcs-collect", "pcs-calibration-set", "pcs-judge", "pcs-validate", "pcs-human-validation",
+                 "pcs-analyze"):
         assert main(["stage", name]) == 0, name
     responses = pd.read_csv(tmp_path / "data/interim/pcs/responses.csv")
     assert len(responses) == 2 * 2 * 3 and {"valid", "invalid_reason", "script_share"} <= set(responses.columns)
@@ -72,20 +84,43 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_d
     assert scores["score"].between(1, 7).all()
     gates = json.loads((tmp_path / "reports/pcs/gates.json").read_text())
     assert gates["enforced"] is False and gates["gates"]["inter_judge_alpha"]["passed"] is None
+    import hashlib
+
+    calib_bytes = (tmp_path / "data/interim/pcs/calibration_set.csv").read_bytes()
+    assert gates["calibration_set"]["sha256"] == hashlib.sha256(calib_bytes).hexdigest()
+    prefs = pd.read_csv(tmp_path / "data/interim/pcs/human_validation/preferences.csv", keep_default_na=False)
+    # 2 scenarios x 2 languages x (A-C, B-C), every row labelled simulated
+    assert len(prefs) == 8 and (prefs["source"] == "simulated").all()
+    assert set(prefs.loc[prefs["decided"], "preference"]) <= {"A", "B", "C", "tie"}
+    assert (tmp_path / "reports/pcs/human_validation/agreement.json").exists()
     summary = json.loads((tmp_path / "reports/pcs/summary.json").read_text())
     assert list(summary) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud"]
     assert set(summary["ldi"]) == {"hi", "ur"} and "overall" in summary["hud"]
     report = (tmp_path / "reports/pcs/report.md").read_text()
     assert "config**: test" in report and "reported, not enforced" in report
+    assert "**Human-validation preferences in this report are SIMULATED" in report.splitlines()[2]
+    for line in ("- **dimensions**: IDV, PDI", "- **domains**: family, workplace", "- **scenarios**: 2 (",
+                 "- **samples**: 1", "- **temperature**: 0.7", "- **max_tokens**: 6", "- **judges**: tiny (logprob)",
+                 "- **gates**: reported, not enforced"):
+        assert line in report, line
+    statistics = json.loads((tmp_path / "reports/pcs/statistics.json").read_text())
+    assert statistics["human_validation_source"] == "simulated" and "A-C" in statistics["human_validation"]
     assert (tmp_path / "reports/pcs/figures/hindi_urdu_dumbbell.svg").exists()
     # rerun: everything comes from the cache
     assert main(["stage", "pcs-collect"]) == 0
     assert pd.read_csv(tmp_path / "data/interim/pcs/responses.csv")["cached"].all()
 
-    # an enforced gate that cannot pass stops the pipeline, naming the figure
-    _params(tmp_path, tiny_causal_lm_dir, enforce=True, construct_validity_min=1.01)
+    # an enforced gate that cannot pass stops the pipeline, naming every failing figure and its threshold
+    _params(tmp_path, tiny_causal_lm_dir, enforce=True, construct_validity_min=1.01, allow_not_applicable=False)
+    capsys.readouterr()
     assert main(["stage", "pcs-validate"]) == 2
     assert main(["stage", "pcs-analyze"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2
+    observed = gates["gates"]["construct_validity"]["observed"]
+    for line in err:
+        assert f"construct_validity observed {observed:.3f} vs threshold 1.01 (below)" in line
+        assert "inter_judge_alpha observed n/a vs threshold 0.6 (not computable)" in line
 
 
 def test_pcs_analyze_cli(tmp_path, capsys):
@@ -116,3 +151,23 @@ def test_pcs_analyze_cli_reports_missing_columns(tmp_path, capsys):
     pd.DataFrame({"model": ["m"], "score": [1]}).to_csv(tmp_path / "bad.csv", index=False)
     assert main(["pcs", "analyze", "--scores", str(tmp_path / "bad.csv"), "--output", str(tmp_path / "o")]) == 2
     assert "missing column(s) language" in capsys.readouterr().err
+
+
+def test_greedy_samples_warn(caplog):
+    from stereolens.stages.pcs import warn_sampling
+
+    with caplog.at_level("WARNING", logger="stereolens.stages.pcs"):
+        assert warn_sampling({"samples": 4, "temperature": 0.0})
+    assert "samples=4 with temperature=0" in caplog.text
+    assert warn_sampling({"samples": 1, "temperature": 0.0}) is None
+    assert warn_sampling({"samples": 4, "temperature": 0.7}) is None
+
+
+def test_pcs_analyze_cli_refuses_blank_sample(tmp_path, capsys):
+    rows = [dict(model="m", language="hi", scenario_id="s", dimension="PDI", feature="f", condition=c, judge="j",
+                 sample=s, score=4.0) for c in "ABC" for s in (0, 1)]
+    df = pd.DataFrame(rows).astype({"sample": object})
+    df.loc[3, "sample"] = None
+    df.to_csv(tmp_path / "scores.csv", index=False)
+    assert main(["pcs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(tmp_path / "o")]) == 2
+    assert "row 5: blank 'sample'" in capsys.readouterr().err

@@ -103,8 +103,64 @@ def test_rubric_anchor_missing_is_refused(tmp_path):
 
 def test_repository_bank_passes_its_own_check(repo_root):
     bank_dir = repo_root / "data" / "seed" / "pcs"
-    if not (bank_dir / "rubrics.yaml").exists() or not (bank_dir / "indexical_markers.yaml").exists():
-        pytest.skip("scenario bank (data/seed/pcs) not complete yet")
-    bank = sc.load_bank(bank_dir)
-    counts = bank.scenarios.drop_duplicates("scenario_id").groupby("dimension").size()
-    assert set(counts.index) == set(bank.rubrics) and all(len(f) == 4 for f in bank.rubrics.values())
+    languages = ["en", "de", "hi", "ne", "ur"]
+    bank = sc.load_bank(bank_dir, languages=languages)
+    # 3 dimensions x 4 domains x 5 scenarios, each in all 5 languages
+    assert bank.scenarios["scenario_id"].nunique() == 60 and len(bank.scenarios) == 60 * 5
+    per_scenario = bank.scenarios.groupby("scenario_id")["language"].agg(lambda s: ",".join(sorted(s)))
+    assert (per_scenario == ",".join(sorted(languages))).all()
+    cells = bank.scenarios.drop_duplicates("scenario_id").groupby(["dimension", "domain"]).size()
+    assert len(cells) == 12 and (cells == 5).all()
+    assert set(cells.index.get_level_values(0)) == set(bank.rubrics) and all(len(f) == 4 for f in bank.rubrics.values())
+    # every non-English translation has a review record per condition
+    assert len(bank.reviews) == 60 * 4 * 3
+
+
+REVIEW = {"scenario_id": "PDI-w-1", "language": "hi", "condition": "C", "register_naturalness": "3",
+          "address_forms": "3", "dilemma_preservation": "3", "no_calques": "2", "decision": "minor edits",
+          "reviewer": "r1"}
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"no_calques": "6"}, r"row 3 \(scenario PDI-w-1, language hi, condition C\): no_calques is '6', expected a score 1-5"),
+        ({"address_forms": ""}, r"row 3 .*address_forms is '', expected a score 1-5"),
+        ({"decision": ""}, r"row 3 .*decision '' is not one of"),
+        ({"reviewer": "authored"}, r"row 3 .*reviewer is 'authored' \(unreviewed\) but register_naturalness, address_forms, "
+                                   r"dilemma_preservation, no_calques, decision are filled in"),
+        ({"reviewer": ""}, r"row 3 .*empty reviewer"),
+    ],
+)
+def test_incomplete_review_record_is_refused_naming_the_row(tmp_path, change, message):
+    path = _bank(tmp_path, ROWS)
+    blank = {**REVIEW, "reviewer": "authored", **{c: "" for c in sc.REVIEW_CRITERIA}, "decision": ""}
+    pd.DataFrame([blank, {**REVIEW, **change}]).to_csv(path / "translation_reviews.csv", index=False)
+    with pytest.raises(DataError, match=message) as err:
+        sc.load_bank(path, languages=["en", "hi"])
+    assert "\n" not in str(err.value)
+
+
+def test_review_file_without_a_criterion_column_is_refused(tmp_path):
+    path = _bank(tmp_path, ROWS)
+    pd.DataFrame([REVIEW]).drop(columns="no_calques").to_csv(path / "translation_reviews.csv", index=False)
+    with pytest.raises(DataError, match="missing column.*no_calques"):
+        sc.load_bank(path)
+
+
+def test_collect_stops_on_a_bad_review_with_one_line(tmp_path, monkeypatch, capsys):
+    from stereolens.cli import main
+
+    (tmp_path / "bank").mkdir()
+    bank = _bank(tmp_path / "bank", ROWS)
+    pd.DataFrame([{**REVIEW, "register_naturalness": "9"}]).to_csv(bank / "translation_reviews.csv", index=False)
+    params = {
+        "model": {"id": "none", "name": "none", "kind": "causal", "backend": "hf"}, "language": {"include": None},
+        "tracking": {"enabled": False}, "seed": 0,
+        "study": {"pcs": {"bank": str(bank), "languages": ["en", "hi"], "collection": {"samples": 1}}},
+    }
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["stage", "pcs-collect"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 2 (scenario PDI-w-1, language hi, condition C): register_naturalness is '9'" in err[0]

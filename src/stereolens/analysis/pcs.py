@@ -58,6 +58,16 @@ def check_scores(df: pd.DataFrame, *, what: str = "scores") -> pd.DataFrame:
         row = bad.index[0]
         raise DataError(f"{what} row {row}: condition {bad['condition'].iloc[0]!r} is not one of A, B, C")
     out["score"] = pd.to_numeric(out["score"], errors="coerce")
+    # a blank judge or sample would vanish from the groupby that averages over it: refuse it instead
+    for col in ("judge", "sample"):
+        if col in out.columns:
+            blank = out[col].isna() | (out[col].astype(str).str.strip() == "")
+            if blank.any():
+                row = int(blank.to_numpy().nonzero()[0][0])
+                raise DataError(
+                    f"{what} row {row + 2}: blank {col!r} (fill it in, or drop the {col} column when every "
+                    f"response has one {col})"
+                )
     for col in CELL_KEYS:
         out[col] = out[col].astype(str)
     # failed judgements are recorded with an empty score: they drop out of every mean
@@ -67,13 +77,13 @@ def check_scores(df: pd.DataFrame, *, what: str = "scores") -> pd.DataFrame:
 def response_scores(df: pd.DataFrame) -> pd.DataFrame:
     """Mean over judges: one score per response (model, language, scenario, condition, sample) and feature."""
     keys = [*CELL_KEYS, "condition"] + (["sample"] if "sample" in df.columns else [])
-    return df.groupby(keys, as_index=False, sort=True)["score"].mean()
+    return df.groupby(keys, as_index=False, sort=True, dropna=False)["score"].mean()
 
 
 def cell_scores(df: pd.DataFrame) -> pd.DataFrame:
     """Mean over judges, then over samples: one score per scenario-feature cell and condition."""
     resp = response_scores(df)
-    return resp.groupby([*CELL_KEYS, "condition"], as_index=False, sort=True)["score"].mean()
+    return resp.groupby([*CELL_KEYS, "condition"], as_index=False, sort=True, dropna=False)["score"].mean()
 
 
 def triads(cells: pd.DataFrame) -> pd.DataFrame:
@@ -260,9 +270,12 @@ def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> 
 
 
 def _pcs_stats(pcs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Mean, median, SD and count of cell PCS per group, the excluded cells, and the group's
+    capability utilisation (the aggregate ratio over every complete triad of the group, section 4.1)."""
     grouped = pcs.groupby(by, sort=True)
     out = grouped["pcs"].agg(mean_pcs="mean", median_pcs="median", sd="std", n="count")
     out["n_excluded"] = grouped["excluded"].sum().astype(int)
+    out["cap_util"] = grouped[list(CONDITIONS)].apply(capability_utilisation)
     return out.reset_index()
 
 
@@ -452,6 +465,7 @@ def analyze_scores(
         "table02_ldi_by_language": ldi_by_language(ldi),
         "table08_pcs_model_dimension": _pcs_stats(tri, ["model", "dimension"]),
         "table09_pcs_model_language": _pcs_stats(tri, ["model", "language"]),
+        "pcs_by_language": _pcs_stats(tri, ["language"]),
         "table10_model_summary": model_summary(tri),
         "table11_ldi": ldi,
         "table11_ldi_wide": ldi_wide(ldi),

@@ -36,11 +36,18 @@ def write_analysis(
     validity: pd.DataFrame | None = None,
     waterfall_cell: Mapping[str, Any] | None = None,
 ) -> tuple[PCSAnalysis, list[Path]]:
-    """Analyse ``scores`` and write summary, statistics, tables, figures and report under ``output``."""
+    """Analyse ``scores`` and write summary, statistics, tables, figures and report under ``output``.
+
+    ``human`` may carry a ``source`` column (human / simulated / llm_panel); the
+    report says so in a visible line when the preferences are not human.
+    """
     from stereolens.report.pcs import report_markdown, write_figures
 
     out = Path(output)
+    human_source = human_sources(human)
     analysis = analyze_scores(scores, min_gap=min_gap, hindi=hindi, urdu=urdu, human=human)
+    if human_source:
+        analysis.statistics["human_validation_source"] = human_source
     files = [write_json(out / "summary.json", analysis.summary)]
     statistics = dict(analysis.statistics)
     if configuration:
@@ -54,14 +61,25 @@ def write_analysis(
     note = "; ".join(f"{k}={v}" for k, v in config.items() if k in ("config", "responders", "judges"))
     if gates and not gates.get("all_passed", True):
         note += "; JUDGE GATES NOT PASSED"
+    if human_source and human_source != "human":
+        note += f"; human-validation preferences: {human_source}"
     figures = write_figures(analysis.tables, analysis.cells, out / "figures", note=note or None,
                             waterfall_cell=waterfall_cell)
     files += figures
     md = report_markdown(configuration=config, summary=analysis.summary, statistics=analysis.statistics, gates=gates,
-                         tables=analysis.tables, validity=validity,
+                         tables=analysis.tables, validity=validity, human_source=human_source,
                          figures=[str(f.relative_to(out)) for f in figures if f.suffix == ".png"])
     files.append(write_text(out / "report.md", md))
     return analysis, files
+
+
+def human_sources(human: pd.DataFrame | None) -> str | None:
+    """The ``source`` of human-validation preferences ("human" when the table has no source column)."""
+    if human is None or not len(human):
+        return None
+    if "source" not in human.columns:
+        return "human"
+    return ", ".join(sorted(human["source"].dropna().astype(str).unique())) or "human"
 
 
 def _analyze(args: argparse.Namespace) -> int:

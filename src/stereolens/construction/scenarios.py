@@ -37,6 +37,10 @@ SCENARIO_COLUMNS = (
 PROMPT_COLUMNS = {"A": "prompt_a", "B": "prompt_b", "C": "prompt_c"}
 REVIEW_KEY_COLUMNS = ("scenario_id", "language", "condition", "decision", "reviewer")
 REVIEW_DECISIONS = ("acceptable", "minor edits", "major revision")
+# the four review criteria of seed 004 section 3.3, each scored 1-5 by the reviewer
+REVIEW_CRITERIA = ("register_naturalness", "address_forms", "dilemma_preservation", "no_calques")
+REVIEW_SCORES = ("1", "2", "3", "4", "5")
+UNREVIEWED = "authored"
 ANCHOR_LEVELS = (1, 4, 7)
 
 
@@ -147,22 +151,39 @@ def load_rubrics(path: str | os.PathLike) -> dict[str, tuple[RubricFeature, ...]
 
 
 def load_reviews(path: str | os.PathLike) -> pd.DataFrame:
-    """Translation review records; criteria are every column besides the key columns."""
+    """Translation review records, checked for completeness (seed 004 section 3.3).
+
+    Every row has the four criteria columns; a row whose reviewer is ``authored``
+    (a machine-written translation nobody has reviewed yet) carries no scores and
+    no decision; any other row is a review: every criterion scored 1-5 and a
+    decision.  The first bad row stops loading with its CSV line number.
+    """
     path = Path(path)
     if not path.exists():
         raise DataError(f"translation reviews not found: {path}")
     df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
-    missing = [c for c in REVIEW_KEY_COLUMNS if c not in df.columns]
+    missing = [c for c in (*REVIEW_KEY_COLUMNS, *REVIEW_CRITERIA) if c not in df.columns]
     if missing:
         raise DataError(f"translation reviews {path} are missing column(s) {', '.join(missing)}")
-    df["decision"] = df["decision"].str.strip().str.lower().str.replace("_", " ")
-    bad = df.loc[(df["decision"] != "") & ~df["decision"].isin(REVIEW_DECISIONS)]
-    if len(bad):
-        row = bad.iloc[0]
-        raise DataError(
-            f"translation reviews {path}: scenario {row['scenario_id']} language {row['language']} has decision "
-            f"{row['decision']!r} (use one of: {', '.join(REVIEW_DECISIONS)})"
-        )
+    for col in (*REVIEW_CRITERIA, "reviewer", "decision"):
+        df[col] = df[col].str.strip()
+    df["decision"] = df["decision"].str.lower().str.replace("_", " ")
+    for pos, row in enumerate(df.itertuples(index=False)):
+        where = (f"translation reviews {path} row {pos + 2} (scenario {row.scenario_id}, language {row.language}, "
+                 f"condition {row.condition})")
+        scores = {c: getattr(row, c) for c in REVIEW_CRITERIA}
+        if not row.reviewer:
+            raise DataError(f"{where}: empty reviewer (a reviewer id, or {UNREVIEWED!r} for an unreviewed translation)")
+        if row.reviewer == UNREVIEWED:
+            filled = [c for c, v in scores.items() if v] + (["decision"] if row.decision else [])
+            if filled:
+                raise DataError(f"{where}: reviewer is {UNREVIEWED!r} (unreviewed) but {', '.join(filled)} are filled in")
+            continue
+        for col, value in scores.items():
+            if value not in REVIEW_SCORES:
+                raise DataError(f"{where}: {col} is {value!r}, expected a score 1-5")
+        if row.decision not in REVIEW_DECISIONS:
+            raise DataError(f"{where}: decision {row.decision!r} is not one of: {', '.join(REVIEW_DECISIONS)}")
     return df
 
 

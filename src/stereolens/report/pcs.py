@@ -171,9 +171,16 @@ def _md_table(df: pd.DataFrame, digits: int = 3) -> str:
 
 def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, Any], statistics: Mapping[str, Any],
                     gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
-                    figures: list[str]) -> str:
+                    figures: list[str], human_source: str | None = None) -> str:
     """The study's report page: configuration, gates, headline numbers, tables, figures."""
-    lines = ["# pcs: pragmatic context sensitivity (seed 004)", "", "## Configuration", ""]
+    lines = ["# pcs: pragmatic context sensitivity (seed 004)", ""]
+    if human_source and "simulated" in human_source:
+        lines += ["**Human-validation preferences in this report are SIMULATED (annotation.source=simulated): "
+                  "seeded simulated annotators around the judges' own scores, not human judgements. "
+                  "Table 17 and its binomial tests show the pipeline works, not that humans agree with the judges.**", ""]
+    elif human_source and human_source != "human":
+        lines += [f"**Human-validation preferences come from `{human_source}`, not from human annotators.**", ""]
+    lines += ["## Configuration", ""]
     for key, value in configuration.items():
         lines.append(f"- **{key}**: {value}")
     lines += ["", "## Judge validation gates", ""]
@@ -198,7 +205,10 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
     lines.append(f"- Hindi vs Urdu baseline: t = {_fmt(hu.get('t'))}, p = {_fmt(hu.get('p'))}, d = {_fmt(hu.get('d'))}")
     if validity is not None and len(validity):
         lines += ["", "## Response validity", "", _md_table(validity)]
-    for name in ("table10_model_summary", "table01_model_dimension", "table02_ldi_by_language", "table15_anova_language",
+    if human_source:
+        lines.append(f"- human-validation preferences: {human_source}")
+    for name in ("table10_model_summary", "table01_model_dimension", "pcs_by_language", "pcs_dimension_language",
+                 "table02_ldi_by_language", "table15_anova_language",
                  "table16_paired_a_vs_c", "table13_hud_by_feature", "table14_feature_ranking", "table17_human_validation"):
         if name in tables:
             lines += ["", f"## {name}", "", _md_table(tables[name])]

@@ -19,7 +19,8 @@ judge cannot score the explicit instruction in Prompt B instead of the response.
 
 Panel validation (appendix B.1): construct validity (share of scenario-features
 with B above A), inter-judge Krippendorff's alpha (interval), and accuracy on a
-synthetic calibration set of contrastive high/low exemplars per feature.
+synthetic calibration set of contrastive high/low exemplars per feature
+(built by :mod:`stereolens.construction.calibration`).
 """
 
 from __future__ import annotations
@@ -367,76 +368,7 @@ def calibration_accuracy(scored: pd.DataFrame) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- calibration set
-
-
-def template_exemplar(feature: RubricFeature, pole: Literal["high", "low"]) -> str:
-    """A response written from the anchor itself: the minimal signal any usable judge must see."""
-    anchor = feature.anchors[7 if pole == "high" else 1].rstrip(".")
-    return f"Here is how I would handle it. My approach: {anchor[0].lower() + anchor[1:]}."
-
-
-def exemplar_prompt(scenario: str, feature: RubricFeature, pole: Literal["high", "low"], language_name: str) -> str:
-    anchor = feature.anchors[7 if pole == "high" else 1]
-    return (
-        f"Write a short first-person reply (3-5 sentences, in {language_name}) to the scenario below. "
-        f"The reply must clearly show this behaviour for \"{feature.label}\": {anchor} "
-        f"Do not name the behaviour; just show it.\n\nScenario: {scenario}"
-    )
-
-
-def build_calibration_set(
-    scenarios: pd.DataFrame,
-    rubrics: dict[str, tuple[RubricFeature, ...]],
-    *,
-    pairs_per_feature: int = 1,
-    source: Literal["template", "model"] = "template",
-    generator: LanguageModel | None = None,
-    language: str = "en",
-    language_name: str = "English",
-    max_tokens: int = 200,
-    seed: int = 0,
-) -> pd.DataFrame:
-    """Contrastive high/low exemplars per feature, on the first scenarios of the feature's dimension.
-
-    Columns: pair_id, dimension, feature, pole, scenario_id, language, scenario, response, source.
-    """
-    if source == "model" and generator is None:
-        raise ConfigError("calibration source 'model' needs a generator model")
-    base = scenarios.loc[scenarios["language"] == language].sort_values("scenario_id")
-    rows = []
-    for dim, features in rubrics.items():
-        pool = base.loc[base["dimension"] == dim]
-        if pool.empty:
-            continue
-        for f_idx, feature in enumerate(features):
-            for p in range(pairs_per_feature):
-                scen = pool.iloc[(f_idx + p) % len(pool)]
-                for pole in ("high", "low"):
-                    rows.append(
-                        {
-                            "pair_id": f"{dim}-{feature.name}-{p}",
-                            "dimension": dim,
-                            "feature": feature.name,
-                            "pole": pole,
-                            "scenario_id": scen["scenario_id"],
-                            "language": language,
-                            "scenario": scen["prompt_a"],
-                            "response": template_exemplar(feature, pole) if source == "template" else None,
-                            "source": "template" if source == "template" else f"model:{generator.identity}",
-                        }
-                    )
-    out = pd.DataFrame(rows)
-    if source == "model" and len(out):
-        feats = {(f.dimension, f.name): f for fs in rubrics.values() for f in fs}
-        reqs = [
-            GenerationRequest(
-                prompt=exemplar_prompt(r.scenario, feats[(r.dimension, r.feature)], r.pole, language_name),
-                max_tokens=max_tokens, temperature=0.0, seed=seed,
-            )
-            for r in out.itertuples()
-        ]
-        out["response"] = [g.text.strip() for g in generator.generate(reqs)]
-    return out
+# (the set itself is built by stereolens.construction.calibration, a versioned artefact of its own)
 
 
 def judge_calibration(model: LanguageModel, spec: JudgeSpec, calib: pd.DataFrame,

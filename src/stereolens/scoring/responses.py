@@ -6,9 +6,23 @@ language (appendix A); sample ``k`` uses seed ``base_seed + k`` so that samples
 differ and every one of them is reproducible.
 
 Validity: empty, refusal (configurable phrase list per language), and wrong
-language by script: the share of letters in the expected script must reach
-``min_script_share``.  A script check cannot tell English from German; that
-pair passes whenever the text is in Latin script.
+language, in two steps:
+
+1. script: the share of letters in the expected script must reach
+   ``min_script_share`` (catches an English reply to an Urdu prompt);
+2. language id by function words, for languages that share a script (Hindi and
+   Nepali in Devanagari, English and German in Latin): each configured language
+   has a profile of a few dozen very frequent function words; a response is in
+   the wrong language when another configured language's profile clearly wins,
+   i.e. it matches at least ``min_hits`` tokens and at least ``margin`` times
+   as many as the expected language's profile.  Words listed in more than one
+   profile (English/German "in", "so") are dropped from all of them, because
+   they cannot tell the two apart.  Short replies with few function words are
+   never flagged by this step; it is a guard against clear language switches,
+   not a classifier.
+
+A language needs a script entry or a profile (or both); one with neither could
+never be checked and is refused as a config error.
 """
 
 from __future__ import annotations
@@ -20,6 +34,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from stereolens.errors import ConfigError
 from stereolens.models.base import ChatMessage, GenerationRequest, LanguageModel
 
 SYSTEM_PROMPT = (
@@ -37,6 +52,30 @@ DEFAULT_REFUSALS: dict[str, tuple[str, ...]] = {
     "ne": ("म यसमा मद्दत गर्न सक्दिन", "एआईको रूपमा", "माफ गर्नुहोस्, म"),
     "ur": ("میں اس میں مدد نہیں کر سکتا", "میں اس میں مدد نہیں کر سکتی", "ایک اے آئی کے طور پر", "معذرت، میں"),
 }
+
+# Function-word profiles: high-frequency closed-class words (copulas, postpositions,
+# pronouns, conjunctions, negation) of each language, written as they appear between
+# spaces.  They are what a few sentences of running text cannot avoid, whatever the topic.
+DEFAULT_PROFILES: dict[str, tuple[str, ...]] = {
+    "en": ("the", "and", "is", "are", "of", "to", "that", "it", "with", "for", "you", "this", "would", "not",
+           "be", "have", "they", "i", "my", "your", "will", "can", "should", "what", "how", "about", "their",
+           "there", "which", "on", "at", "by", "but", "or", "if", "we", "our", "them", "could", "been"),
+    "de": ("der", "die", "das", "und", "ist", "nicht", "ich", "sie", "es", "ein", "eine", "zu", "den", "dem",
+           "mit", "sich", "auf", "für", "auch", "von", "wie", "dass", "mein", "meine", "ihre", "ihr", "werden",
+           "wird", "kann", "sollte", "würde", "aber", "oder", "wenn", "noch", "nur", "bei", "aus", "sind",
+           "haben", "hat", "diese", "einen", "einem", "wir", "mich", "mir", "ihnen"),
+    "hi": ("है", "हैं", "का", "की", "के", "में", "नहीं", "और", "से", "यह", "वह", "था", "थी", "थे", "गया",
+           "लिए", "अपने", "करना", "सकता", "सकती", "सकते", "चाहिए", "आप", "मैं", "हम", "इस", "उस", "रहा",
+           "रही", "रहे", "होगा", "होता", "किया", "करें", "करूँगा", "करूंगा", "आपके", "आपको", "मुझे", "हूँ", "हूं"),
+    "ne": ("छ", "छन्", "हो", "हुन्छ", "गर्नु", "गर्न", "गर्छ", "गर्छु", "मा", "लाई", "ले", "भने", "र", "पनि",
+           "यो", "त्यो", "छैन", "थियो", "हुन", "गरेर", "भएको", "गरेको", "सक्छ", "सक्नुहुन्छ", "तपाईं",
+           "तपाईंको", "तपाईंलाई", "म", "मेरो", "हामी", "जुन", "हुनुहुन्छ", "गर्नुहोस्", "गर्छन्", "सक्छु", "यस"),
+    "ur": ("ہے", "ہیں", "کا", "کی", "کے", "میں", "نہیں", "اور", "سے", "کو", "یہ", "وہ", "کہ", "پر", "بھی",
+           "تھا", "تھی", "تھے", "گیا", "لیے", "اپنے", "سکتا", "سکتی", "سکتے", "چاہیے", "آپ", "ہم", "اس",
+           "کر", "کرنا", "ہوں", "گا", "گی", "گے"),
+}
+# Punctuation that separates words in the five default scripts (danda, Arabic comma/full stop, quotes).
+_SEPARATORS = re.compile(r"[\s.,;:!?\"'()\[\]{}«»“”‘’„।॥؟،۔…/\-–—*#]+")
 
 
 @dataclass(frozen=True)
@@ -61,6 +100,56 @@ class ValiditySettings:
     exclude: tuple[str, ...] = INVALID_REASONS
     scripts: Mapping[str, str] = field(default_factory=lambda: dict(LANGUAGE_SCRIPTS))
     refusals: Mapping[str, Sequence[str]] = field(default_factory=lambda: dict(DEFAULT_REFUSALS))
+    profiles: Mapping[str, Sequence[str]] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
+    # language id: another language wins with >= min_hits function words and >= margin x the expected one's
+    min_hits: int = 3
+    margin: float = 2.0
+
+    def require(self, languages: Sequence[str], *, where: str = "study.pcs.validity") -> None:
+        """ConfigError for a language that neither a script nor a profile can check."""
+        unchecked = [lang for lang in languages if not self.scripts.get(lang) and not self.profiles.get(lang)]
+        if unchecked:
+            raise ConfigError(
+                f"{where}: response language(s) {', '.join(unchecked)} have neither a script entry (scripts) nor a "
+                f"function-word profile (profiles), so a wrong-language reply could never be detected"
+            )
+
+
+def validity_settings_from_config(cfg: Mapping[str, object] | None, languages: Sequence[str] = (),
+                                  *, where: str = "study.pcs.validity") -> ValiditySettings:
+    """Settings from the ``validity`` config block; ``scripts``, ``refusals`` and ``profiles`` extend the defaults
+    per language (an entry replaces that language's default; null keeps every default)."""
+    cfg = dict(cfg or {})
+    known = {"min_script_share", "exclude", "scripts", "refusals", "profiles", "language_id"}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} (known: {sorted(known)})")
+    exclude = tuple(cfg.get("exclude") or ()) if cfg.get("exclude") is not None else INVALID_REASONS
+    bad = sorted(set(exclude) - set(INVALID_REASONS))
+    if bad:
+        raise ConfigError(f"{where}.exclude: unknown reason(s) {bad} (use {', '.join(INVALID_REASONS)})")
+
+    def merged(key: str, default: Mapping[str, object]) -> dict[str, object]:
+        value = cfg.get(key)
+        if value is None:
+            return dict(default)
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}.{key} must map language -> value, got {type(value).__name__}")
+        return {**default, **{str(k): v for k, v in value.items()}}
+
+    scripts = {k: str(v).upper() for k, v in merged("scripts", LANGUAGE_SCRIPTS).items() if v}
+    refusals = {k: tuple(str(x) for x in (v or ())) for k, v in merged("refusals", DEFAULT_REFUSALS).items()}
+    profiles = {k: tuple(str(x) for x in (v or ())) for k, v in merged("profiles", DEFAULT_PROFILES).items()}
+    lid = dict(cfg.get("language_id") or {})
+    bad = sorted(set(lid) - {"min_hits", "margin"})
+    if bad:
+        raise ConfigError(f"{where}.language_id: unknown key(s) {bad} (known: min_hits, margin)")
+    settings = ValiditySettings(
+        min_script_share=float(cfg.get("min_script_share", 0.5)), exclude=exclude, scripts=scripts,
+        refusals=refusals, profiles=profiles, min_hits=int(lid.get("min_hits", 3)), margin=float(lid.get("margin", 2.0)),
+    )
+    settings.require(languages, where=where)
+    return settings
 
 
 def response_id(model: str, language: str, scenario_id: str, condition: str, sample: int) -> str:
@@ -125,11 +214,48 @@ def _script_of(ch: str) -> str | None:
 
 
 def script_share(text: str, script: str) -> float:
-    """Share of alphabetic characters whose Unicode name starts with ``script`` (1.0 for letterless text)."""
+    """Share of alphabetic characters whose Unicode name starts with ``script``.
+
+    Text without letters (digits, punctuation, emoji) has no script evidence and
+    gets 0.0: it fails the script check, which is right for a reply that says
+    nothing in any language (``check_validity`` reports it as empty first when it
+    has no word characters at all).
+    """
     letters = [s for s in (_script_of(ch) for ch in text) if s is not None]
     if not letters:
         return 0.0
     return sum(1 for s in letters if s == script) / len(letters)
+
+
+def tokens(text: str) -> list[str]:
+    """Casefolded words split at whitespace and punctuation (vowel signs stay inside their word)."""
+    return [t for t in _SEPARATORS.split(text.casefold()) if t]
+
+
+def distinctive_profiles(profiles: Mapping[str, Sequence[str]]) -> dict[str, frozenset[str]]:
+    """Each profile without the words another profile also lists (shared words cannot tell two languages apart)."""
+    sets = {lang: frozenset(w.casefold() for w in words) for lang, words in profiles.items()}
+    out = {}
+    for lang, words in sets.items():
+        others = set().union(*(w for other, w in sets.items() if other != lang)) if len(sets) > 1 else set()
+        out[lang] = frozenset(words - others)
+    return out
+
+
+def profile_hits(text: str, profiles: Mapping[str, frozenset[str]]) -> dict[str, int]:
+    """Number of the text's tokens in each language's function-word profile."""
+    toks = tokens(text)
+    return {lang: sum(1 for t in toks if t in words) for lang, words in profiles.items()}
+
+
+def identified_language(hits: Mapping[str, int], expected: str, *, min_hits: int = 3, margin: float = 2.0) -> str | None:
+    """The other language whose profile clearly wins over ``expected``'s, or None."""
+    own = hits.get(expected, 0)
+    best = max(((n, lang) for lang, n in hits.items() if lang != expected), default=(0, None))
+    n, lang = best
+    if lang is not None and n >= min_hits and n >= margin * max(own, 1):
+        return lang
+    return None
 
 
 def is_refusal(text: str, phrases: Sequence[str]) -> bool:
@@ -138,8 +264,10 @@ def is_refusal(text: str, phrases: Sequence[str]) -> bool:
 
 
 def check_validity(responses: pd.DataFrame, settings: ValiditySettings) -> pd.DataFrame:
-    """Add ``empty``, ``refusal``, ``script_share``, ``wrong_language``, ``valid`` and ``invalid_reason``."""
+    """Add ``empty``, ``refusal``, ``script_share``, ``detected_language``, ``wrong_language``, ``valid``,
+    ``invalid_reason`` and ``judged``."""
     out = responses.copy()
+    settings.require(sorted(out["language"].astype(str).unique()), where="validity settings")
     texts = out["response"].fillna("").astype(str)
     out["empty"] = texts.str.strip().eq("") | ~texts.str.contains(r"\w", regex=True)
     out["refusal"] = [
@@ -150,8 +278,18 @@ def check_validity(responses: pd.DataFrame, settings: ValiditySettings) -> pd.Da
         script = settings.scripts.get(lang)
         shares.append(script_share(t, script) if script else float("nan"))
     out["script_share"] = shares
+    profiles = distinctive_profiles({k: v for k, v in settings.profiles.items() if v})
+    detected = []
+    for t, lang in zip(texts, out["language"]):
+        # only when the expected language has a profile: otherwise "another profile wins" has nothing to beat
+        detected.append(
+            identified_language(profile_hits(t, profiles), lang, min_hits=settings.min_hits, margin=settings.margin)
+            if lang in profiles else None
+        )
+    out["detected_language"] = [d or "" for d in detected]
     out["wrong_language"] = [
-        (not e) and (s == s) and s < settings.min_script_share for e, s in zip(out["empty"], out["script_share"])
+        (not e) and (((s == s) and s < settings.min_script_share) or bool(d))
+        for e, s, d in zip(out["empty"], out["script_share"], detected)
     ]
     out["valid"] = ~(out["empty"] | out["refusal"] | out["wrong_language"])
     reasons = []

@@ -1,0 +1,180 @@
+"""Human validation of the pcs judges (seed 004 appendix J) through the annotation layer.
+
+Native speakers compare two responses to the same scenario, shown blinded and in
+random order, and say which is more culturally appropriate for the scenario, or
+that there is no meaningful difference.  Pairs are A-vs-C and B-vs-C per
+language; the analysis runs binomial tests on the decisive cases.
+
+This module builds the pairwise items from the collected responses and the
+judged scores, turns annotation-layer judgements (labels ``1`` / ``2`` / ``tie``
+on the shown positions) back into condition preferences (``A``/``B``/``C``/``tie``),
+and aggregates them to one preference per item by majority vote.
+
+* Items: per language and comparison, scenario-model pairs sampled round-robin
+  over dimensions (stratified, as in appendix J), one response per condition
+  (the first judged sample).  Item ids are a hash of the pair's key, so the
+  files annotators see do not reveal which condition is which, and a re-export
+  gives the same ids and the same order.
+* Latent truth (for the simulator only): the response whose judged score,
+  averaged over judges and over the dimension's features, is higher; a
+  difference within ``tie_margin`` is a tie.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stereolens.annotation.scales import Scale
+from stereolens.errors import ConfigError, DataError
+
+COMPARISONS: dict[str, tuple[str, str]] = {"A-C": ("A", "C"), "B-C": ("B", "C")}
+TIE = "tie"
+# The annotators' answer scale: the two positions shown, or no meaningful difference (appendix J).
+PAIRWISE_SCALE = Scale(
+    "pairwise_preference",
+    "nominal",
+    options=("1", "2", TIE),
+    option_texts=("Response 1", "Response 2", "No meaningful difference"),
+)
+INSTRUCTIONS = (
+    "Read the scenario and the two responses to it. Which response is more culturally appropriate for the "
+    "situation described? Answer 'Response 1', 'Response 2', or 'No meaningful difference'. Judge how each "
+    "response communicates (directness, deference, hedging, whose interests it puts first), not its length or "
+    "its language quality."
+)
+# what annotators may see; the conditions stay in the key file
+TASK_COLUMNS = ("item_id", "language", "scenario", "response_1", "response_2", "text")
+
+
+def item_id(language: str, comparison: str, model: str, scenario_id: str, sample: Any) -> str:
+    """A stable id that does not reveal the conditions (annotators see it)."""
+    key = f"{language}|{comparison}|{model}|{scenario_id}|{sample}"
+    return "pv-" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
+
+
+def _stable_seed(seed: int, key: str) -> int:
+    return int(hashlib.sha1(f"{seed}|{key}".encode("utf-8")).hexdigest()[:8], 16)
+
+
+def response_means(scores: pd.DataFrame) -> pd.Series:
+    """Judged score per response: mean over judges per feature, then over the dimension's features."""
+    need = ["response_id", "feature", "score"]
+    missing = [c for c in need if c not in scores.columns]
+    if missing:
+        raise DataError(f"pcs scores lack column(s) {', '.join(missing)} needed for human-validation items")
+    s = scores.assign(score=pd.to_numeric(scores["score"], errors="coerce")).dropna(subset=["score"])
+    per_feature = s.groupby(["response_id", "feature"])["score"].mean()
+    return per_feature.groupby(level="response_id").mean()
+
+
+def preference_items(
+    responses: pd.DataFrame,
+    scores: pd.DataFrame,
+    *,
+    items_per_comparison: int | None = None,
+    tie_margin: float = 0.0,
+    seed: int = 0,
+    comparisons: Sequence[str] = tuple(COMPARISONS),
+) -> pd.DataFrame:
+    """One row per pairwise item: key columns, the two shown responses, and ``truth`` (``1``/``2``/``tie``).
+
+    ``items_per_comparison`` caps the pairs per language and comparison (None: every judged pair).
+    """
+    unknown = sorted(set(comparisons) - set(COMPARISONS))
+    if unknown:
+        raise ConfigError(f"human validation comparisons {unknown} are not among {sorted(COMPARISONS)}")
+    need = ["response_id", "model", "language", "scenario_id", "dimension", "condition", "sample", "response", "prompt"]
+    missing = [c for c in need if c not in responses.columns]
+    if missing:
+        raise DataError(f"pcs responses lack column(s) {', '.join(missing)} needed for human-validation items")
+    means = response_means(scores)
+    judged = responses.assign(judged_score=responses["response_id"].map(means)).dropna(subset=["judged_score"])
+    # the first judged sample of each scenario x condition: annotators compare single responses
+    judged = judged.sort_values(["model", "language", "scenario_id", "condition", "sample"])
+    first = judged.groupby(["model", "language", "scenario_id", "condition"], as_index=False).head(1)
+    by_cell = {(r.model, r.language, r.scenario_id, r.condition): r for r in first.itertuples(index=False)}
+    neutral = {(r.model, r.language, r.scenario_id): r.prompt for r in first.itertuples(index=False) if r.condition == "A"}
+
+    rows = []
+    for (model, lang, sid), _ in sorted(neutral.items()):
+        for comp in comparisons:
+            left, right = COMPARISONS[comp]
+            if (model, lang, sid, left) not in by_cell or (model, lang, sid, right) not in by_cell:
+                continue
+            x, y = by_cell[(model, lang, sid, left)], by_cell[(model, lang, sid, right)]
+            iid = item_id(lang, comp, model, sid, f"{x.sample}/{y.sample}")
+            flip = np.random.default_rng(_stable_seed(seed, iid)).random() < 0.5
+            first_r, second_r = (y, x) if flip else (x, y)
+            diff = float(first_r.judged_score) - float(second_r.judged_score)
+            truth = TIE if abs(diff) <= tie_margin else ("1" if diff > 0 else "2")
+            scenario = str(neutral[(model, lang, sid)])
+            rows.append({
+                "item_id": iid, "language": lang, "comparison": comp, "model": model, "scenario_id": sid,
+                "dimension": x.dimension, "first_condition": first_r.condition, "second_condition": second_r.condition,
+                "first_response_id": first_r.response_id, "second_response_id": second_r.response_id,
+                "first_score": float(first_r.judged_score), "second_score": float(second_r.judged_score),
+                "truth": truth, "scenario": scenario, "response_1": str(first_r.response),
+                "response_2": str(second_r.response),
+                "text": f"Scenario:\n{scenario}\n\nResponse 1:\n{first_r.response}\n\nResponse 2:\n{second_r.response}",
+            })
+    items = pd.DataFrame(rows)
+    if items.empty:
+        raise DataError("no A/B/C response pair with judged scores: nothing for human validation")
+    if items_per_comparison is not None:
+        items = _stratified(items, int(items_per_comparison), seed)
+    return items.sort_values(["language", "comparison", "model", "scenario_id"]).reset_index(drop=True)
+
+
+def _stratified(items: pd.DataFrame, k: int, seed: int) -> pd.DataFrame:
+    """Up to ``k`` items per language x comparison, taken round-robin over dimensions in a seeded order."""
+    keep = []
+    for (lang, comp), group in items.groupby(["language", "comparison"], sort=True):
+        rng = np.random.default_rng(_stable_seed(seed, f"{lang}|{comp}"))
+        queues = [list(g.index[rng.permutation(len(g))]) for _, g in group.groupby("dimension", sort=True)]
+        chosen: list[int] = []
+        while len(chosen) < k and any(queues):
+            for q in queues:
+                if q and len(chosen) < k:
+                    chosen.append(q.pop(0))
+        keep += chosen
+    return items.loc[sorted(keep)]
+
+
+def to_preferences(aggregated: pd.DataFrame, items: pd.DataFrame, *, source: str) -> pd.DataFrame:
+    """Majority-vote labels (on shown positions) -> condition preferences the analysis reads.
+
+    Items without a decided majority are kept with an empty preference and ``decided=False``;
+    the analysis reads only decided rows.
+    """
+    key = items.set_index("item_id")
+    missing = sorted(set(aggregated["item_id"]) - set(key.index))
+    if missing:
+        raise DataError(f"aggregated preferences name unknown item(s) {missing[:3]}")
+    rows = []
+    for r in aggregated.itertuples(index=False):
+        item = key.loc[r.item_id]
+        label = r.label
+        if not r.decided or label is None or (isinstance(label, float) and math.isnan(label)):
+            pref = ""
+        elif str(label) == TIE:
+            pref = TIE
+        elif str(label) == "1":
+            pref = item["first_condition"]
+        elif str(label) == "2":
+            pref = item["second_condition"]
+        else:
+            raise DataError(f"item {r.item_id}: label {label!r} is not 1, 2 or tie")
+        rows.append({
+            "item_id": r.item_id, "language": item["language"], "comparison": item["comparison"],
+            "preference": pref, "decided": bool(r.decided), "votes": int(r.votes), "n": int(r.n),
+            "model": item["model"], "scenario_id": item["scenario_id"], "dimension": item["dimension"],
+            "source": source,
+        })
+    return pd.DataFrame(rows, columns=["item_id", "language", "comparison", "preference", "decided", "votes", "n",
+                                       "model", "scenario_id", "dimension", "source"])
