@@ -139,3 +139,35 @@ def test_undecided_majority_is_not_a_preference():
     assert prefs.loc[0, "preference"] == "" and not prefs.loc[0, "decided"]
     agg = pd.DataFrame([{"item_id": "pv-1", "label": "1", "votes": 3, "n": 4, "decided": True}])
     assert ph.to_preferences(agg, items, source="human").loc[0, "preference"] == "C"
+
+
+def test_stage_tags_mlflow_runs_with_the_preference_source(tmp_path, monkeypatch):
+    """pcs-human-validation and pcs-analyze runs carry annotation_source = simulated."""
+    import mlflow
+    import yaml
+
+    from stereolens.cli import main
+    from stereolens.io import write_csv, write_json
+
+    monkeypatch.chdir(tmp_path)
+    responses, scores = _data()
+    meta = responses.set_index("response_id")[["model", "language", "scenario_id", "dimension", "condition", "sample"]]
+    scores = scores.join(meta, on="response_id")
+    write_csv(tmp_path / "data/interim/pcs/responses.csv", responses.assign(domain="workplace", translation_status="authored"))
+    write_csv(tmp_path / "data/interim/pcs/scores.csv", scores)
+    write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
+    tracking = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
+                "experiment": "t"}
+    params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": tracking, "seed": 0,
+              "annotation": ANNOTATION,
+              "study": {"pcs": {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
+                                "judges": {"panel": []}, "human_validation": {}, "analysis": {}}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    assert main(["stage", "pcs-human-validation"]) == 0
+    assert main(["stage", "pcs-analyze"]) == 0
+    mlflow.set_tracking_uri("sqlite:///mlruns/mlflow.db")
+    runs = mlflow.search_runs(experiment_names=["t"])
+    tags = dict(zip(runs["tags.stage"], runs["tags.annotation_source"]))
+    assert tags == {"human_validation": "simulated", "analyze": "simulated"}
+    assert set(runs["tags.judge_source"].dropna()) == {"llm_panel"}
+    assert "SIMULATED" in (tmp_path / "reports/pcs/report.md").read_text()
