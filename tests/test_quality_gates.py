@@ -57,3 +57,11 @@ def test_undefined_statistic_fails_as_undefined(tmp_path, name, bound):
     report = json.loads((tmp_path / "stereo__agreement.json").read_text())
     assert [r["success"] for r in report["results"]] == [False, True]
     assert report["results"][0]["observed_value"] == "undefined"
+
+
+def test_unknown_expectation_is_a_one_line_config_error(tmp_path):
+    from stereolens.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"stereo/v.csv: unknown Great Expectations expectation 'expect_alpha_to_be_nice'"):
+        run_gate(pd.DataFrame({"alpha": [0.7]}), [Expectation("expect_alpha_to_be_nice", column="alpha")],
+                 study="stereo", artefact="v.csv", suite="agreement", report_dir=tmp_path)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from stereolens.errors import GateFailed
+from stereolens.errors import ConfigError, GateFailed
 from stereolens.io import write_json
 
 _THRESHOLD_KEYS = ("min_value", "max_value", "value", "value_set", "mostly", "regex", "type_")
@@ -88,7 +88,7 @@ def run_gate(
     for expectation in expectations:
         cls = getattr(gx.expectations, expectation.class_name, None)
         if cls is None:
-            raise ValueError(f"unknown Great Expectations expectation {expectation.name!r}")
+            raise ConfigError(f"{study}/{artefact}: unknown Great Expectations expectation {expectation.name!r}")
         gx_suite.add_expectation(cls(**expectation.kwargs))
     validation = batch.validate(gx_suite)
 
@@ -149,7 +149,7 @@ def _quiet(context) -> None:
 
 
 def _ordered_results(validation, expectations: list[Expectation]):
-    # GX returns results in suite order; match by type defensively in case that changes
+    # GX returns results in suite order; a different count means that assumption broke
     results = list(validation.results)
     if len(results) == len(expectations):
         return results
