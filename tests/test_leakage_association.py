@@ -183,3 +183,35 @@ def test_two_level_prompt_sharing_equals_one_level(lex, causal):
     two = np.array(A.prefixed_context_logprobs(causal, prefixes, contexts, conts, max_rows=7))
     np.testing.assert_allclose(two[:, 0], one[:, 0], atol=1e-4)
     np.testing.assert_array_equal(two[:, 1], one[:, 1])
+
+
+def test_causal_ilps_refuses_a_template_with_the_group_after_the_trait(lex, causal, tmp_path):
+    import shutil
+
+    seed = tmp_path / "seed"
+    shutil.copytree(SEED, seed)
+    with open(seed / "templates.csv", "a", encoding="utf-8") as f:
+        f.write("en,typical,pl,any,{trait} is typical of {group}.,authored\n")
+    late = A.load_lexicon(seed)
+    with pytest.raises(A.ConfigError, match=r"en/typical .*\{group\} comes after \{trait\}"):
+        A.ilps_scores(causal, late, "en", kind="causal", template_ids=["are", "typical"], groups=["woman"])
+    # every template at once (templates: null) names it too; group-first templates still score
+    with pytest.raises(A.ConfigError, match="en/typical"):
+        A.ilps_scores(causal, late, "en", kind="causal", groups=["woman"])
+    ok = A.ilps_scores(causal, late, "en", kind="causal", template_ids=["are"], groups=["woman"])
+    assert ok["score"].notna().all()
+
+
+def test_choice_auto_mode_uses_logprobs_on_the_tiny_causal_lm(lex, causal, tmp_path):
+    from stereolens.stages.leakage import score_model
+
+    assert A.resolve_choice_mode(causal, "auto") == "logprob"
+    study = {"choice": {"mode": "auto", "design": "matching", "groups": ["woman"]}}
+    done = score_model(causal, "causal", ["choice"], lex, "en", study, None, tmp_path)["choice"]
+    assert (done["mode_requested"], done["mode"]) == ("auto", "logprob")
+    assert (done["design"], done["n_groups"], done["groups"], done["queries"]) == ("matching", 1, ["woman"], 16)
+    assert not (tmp_path / "choice_nonmatching.csv").exists()
+    # the same numbers as asking for logprob explicitly
+    explicit = A.choice_scores(causal, lex, "en", mode="logprob", design="matching", groups=["woman"])[0]
+    auto = pd.read_csv(tmp_path / "choice_long.csv")
+    np.testing.assert_allclose(auto["score"], explicit["score"], atol=1e-9)

@@ -47,8 +47,11 @@ def _check_recovers_ru(fit, target="HI"):
     assert coef.loc["H_RU", "estimate"] == pytest.approx(0.3, abs=0.05)
     assert coef.loc["H_RU", "p"] < 0.05
     assert coef.loc["H_RU", "ci_low"] < 0.3 < coef.loc["H_RU", "ci_high"]
+    # no other source is significant in either direction.  A fair test, not a lucky seed: over 200
+    # seeds each (fpr experiment, noise sd 3) a non-RU term had p < 0.05 in 4.0% (synthetic) and
+    # 5.7% (real survey) of fits, the nominal 5%; the seeds here are the files' first ones, not picked.
     for other in ("H_EN", "H_ZH", "H_HI"):
-        assert not (coef.loc[other, "p"] < 0.05 and coef.loc[other, "estimate"] > 0), other
+        assert coef.loc[other, "p"] >= 0.05, (other, coef.loc[other, "estimate"], coef.loc[other, "p"])
     edges = leakage_edges(fit)
     assert [(e["source"], e["target"]) for e in edges] == [("RU", target)]
 
@@ -88,6 +91,13 @@ def test_baseline_term_and_beta_table():
     assert coef.loc["LM_HI", "estimate"] == pytest.approx(0.5, abs=0.05)
     table = beta_table({("m", "hi"): fit})
     assert table.loc[0, "HI"] == pytest.approx(coef.loc["LM_HI", "estimate"])
+    assert table.loc[0, "p_HI"] == pytest.approx(coef.loc["LM_HI", "p"]) and table.loc[0, "p_HI"] < 0.05
+    # from coefficient tables (what the report stage reads back), in the study's language order
+    no_lm = fit_leakage(target, human, "en")
+    table = beta_table({("m", "hi"): fit.coefficients, ("m", "en"): no_lm.coefficients}, ["en", "ru", "hi"])
+    assert list(table.columns) == ["model", "EN", "RU", "HI", "p_EN", "p_RU", "p_HI"]
+    assert table.loc[0, "p_HI"] == pytest.approx(coef.loc["LM_HI", "p"])
+    assert table[["EN", "RU", "p_EN", "p_RU"]].isna().all().all()
 
 
 def test_missing_cells_dropped_or_zero_filled_and_scaling():
@@ -97,10 +107,38 @@ def test_missing_cells_dropped_or_zero_filled_and_scaling():
     zeroed, _ = design_table(target, human, target_language="hi", missing="zero")
     assert len(zeroed) == 960 and len(dropped) < len(zeroed)
     assert not dropped.isna().any().any()
+    fit_drop = fit_leakage(target, human, "hi").summary()
+    fit_zero = fit_leakage(target, human, "hi", missing="zero").summary()
+    assert fit_drop["n_dropped_missing_human"] == 960 - len(dropped) == fit_zero["n_zero_filled_missing_human"]
+    assert fit_drop["n_obs"] == len(dropped) and fit_zero["n_dropped_missing_human"] == 0
     std, _ = design_table(target, human, target_language="hi", scale="standardised")
     assert std["y"].mean() == pytest.approx(0, abs=1e-9) and std["H_RU"].std(ddof=0) == pytest.approx(1)
     fit = fit_leakage(target, human, "hi", scale="standardised")
     assert fit.coefficients.set_index("term").loc["H_RU", "p"] < 0.05
+
+
+def test_degenerate_optimum_is_not_kept():
+    """On these matrices L-BFGS reports convergence at a singular random-effects covariance (llf = +inf,
+    trait variance 0, intercept SE ~3e7); the fit keeps the best finite converged optimum instead."""
+    human = synthetic_human()
+    fit = fit_leakage(leaky_target(human), human, "hi")
+    tried = {c["method"]: c for c in fit.summary()["optimisers_tried"]}
+    assert tried["lbfgs"]["converged"] and tried["lbfgs"]["llf"] is None  # the degenerate one
+    assert fit.converged and fit.optimiser != "lbfgs"
+    assert fit.log_likelihood == max(c["llf"] for c in tried.values() if c["llf"] is not None and c["converged"])
+    assert 1.0 < fit.trait_variance < 16.0  # the truth: trait effects with sd 2
+    assert fit.coefficients.set_index("term").loc["Intercept", "se"] < 5
+
+
+def test_no_converged_optimiser_keeps_the_highest_likelihood():
+    human = synthetic_human(1)
+    fit = fit_leakage(leaky_target(human, seed=2), human, "hi", maxiter=1)
+    s = fit.summary()
+    assert s["converged"] is False and not any(c["converged"] for c in s["optimisers_tried"])
+    finite = [c for c in s["optimisers_tried"] if c["llf"] is not None]
+    best = max(finite, key=lambda c: c["llf"])
+    assert s["optimiser"] == best["method"] and s["log_likelihood"] == best["llf"]
+    assert any("did not converge with any optimiser" in n for n in s["notes"])
 
 
 def test_qualitative_table_finds_leaked_cells():

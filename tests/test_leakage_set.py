@@ -120,3 +120,59 @@ def test_set_item_scores_sum_and_min_over_pieces(tiny_masked_lm_dir):
     single = AssociationItem("en", "t", "woman", "the", "the", "Women are ", ".")
     assert set_item_scores(model, tok, [single], piece_aggregation="sum")[0] == pytest.approx(
         set_item_scores(model, tok, [single], piece_aggregation="min")[0])
+
+
+def _head_input_without_hook(model, enc, pos: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x~, logits) at ``pos`` from the hidden states and the MLM head's own modules (no forward hook)."""
+    import torch
+
+    with torch.no_grad():
+        out = model(**enc, output_hidden_states=True)
+        x = model.cls.predictions.transform(out.hidden_states[-1][0, pos]).double().numpy()
+        logits = out.logits[0, pos].double().numpy()
+    return np.append(x, 1.0), logits
+
+
+def test_set_item_scores_equals_guarded_log_of_direct_solution(tiny_masked_lm_dir):
+    """The public path for a single-piece trait == log(1 - ||B - W'||_F) with the norm solved numerically.
+
+    The norm comes from SLSQP over the logit change u over the whole vocabulary (every token
+    competes in the untrained model); that ||B - W'||_F = ||u|| / ||x~|| is verified separately by
+    SLSQP over the full weight matrix (bias column included) on a 20-token slice of the vocabulary.
+    """
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
+    model = AutoModelForMaskedLM.from_pretrained(tiny_masked_lm_dir).eval()
+    word = "cold"
+    assert len(tok(word, add_special_tokens=False)["input_ids"]) == 1
+    j = tok.convert_tokens_to_ids(word)
+    enc = tok(f"Women are {tok.mask_token}.", return_tensors="pt")
+    pos = int((enc["input_ids"][0] == tok.mask_token_id).nonzero()[0])
+    x_tilde, a = _head_input_without_hook(model, enc, pos)
+    decoder = model.get_output_embeddings()
+    W = torch.cat([decoder.weight.detach(), decoder.bias.detach().unsqueeze(1)], dim=1).double().numpy()
+    np.testing.assert_allclose(W @ x_tilde, a, rtol=1e-5, atol=1e-5)
+    x_norm = float(np.linalg.norm(x_tilde))
+
+    # the identity on a vocabulary slice: the target and 19 tokens around it in logit order
+    order = list(np.argsort(-a))
+    rank = order.index(j)
+    slice_ids = sorted(order[max(0, rank - 10) : rank + 10])
+    assert j in slice_ids and len(slice_ids) == 20
+    j_slice = slice_ids.index(j)
+    over_weights = _direct_frobenius(W[slice_ids], x_tilde, j_slice)
+    over_logits = _direct_logit_qp(a[slice_ids], j_slice, x_norm)
+    assert over_weights > 0
+    assert over_weights == pytest.approx(over_logits, rel=1e-4)
+
+    norm = _direct_logit_qp(a, j, x_norm)
+    assert 0 < norm < 1  # log(1 - norm) is defined, so every guard must give exactly it
+    item = AssociationItem("en", "t", "woman", word, word, "Women are ", ".")
+    for guard in ("clip", "nan"):
+        score = set_item_scores(model, tok, [item], guard=guard)[0]
+        assert score == pytest.approx(math.log(1.0 - norm), rel=1e-4)
+    # a different trait token gives a different score: the public path really scores the gold token
+    other = AssociationItem("en", "t", "woman", "warm", "warm", "Women are ", ".")
+    assert set_item_scores(model, tok, [other])[0] != pytest.approx(math.log(1.0 - norm), rel=1e-4)

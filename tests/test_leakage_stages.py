@@ -58,12 +58,26 @@ def test_leakage_stages_end_to_end(tmp_path, monkeypatch, data_mirror, tiny_caus
 
     assert main(["stage", "leakage-report"]) == 0
     report = Path("reports/leakage")
-    for name in ("coefficients.csv", "edges.json", "beta_table.csv", "qualitative.csv", "flow.png", "flow.svg", "report.md"):
+    for name in ("coefficients.csv", "edges.json", "beta_table.csv", "qualitative.csv", "flow.png", "flow.svg", "report.md",
+                 "choice_nonmatching.csv"):
         assert (report / name).exists(), name
     text = (report / "report.md").read_text(encoding="utf-8")
     assert "Table 3 shape" in text and "authored" in text
     beta = pd.read_csv(report / "beta_table.csv").set_index("model")
     assert beta.loc["tiny/ilps", "EN"] == pytest.approx(en_coef.set_index("term").loc["LM_EN", "estimate"])
     assert pd.isna(beta.loc["tiny/ilps", "HI"])
+    assert beta.loc["tiny/ilps", "p_EN"] == pytest.approx(en_coef.set_index("term").loc["LM_EN", "p"])
+    assert list(beta.columns) == ["EN", "HI", "p_EN", "p_HI"]
     summary = json.loads((report / "summary.json").read_text())
     assert set(summary["terms"]) == {"tiny/ilps->EN", "tiny/ilps->HI", "tiny/choice->EN", "tiny/choice->HI"}
+    # coverage: choice mode, design, groups and templates per language, as scored
+    choice_cov = summary["coverage"]["HI"]["tiny/choice"]
+    assert (choice_cov["mode_requested"], choice_cov["mode"], choice_cov["design"]) == ("auto", "logprob", "matching")
+    assert (choice_cov["n_groups"], choice_cov["groups"]) == (3, ["woman", "Texan", "man"])  # seed order
+    assert summary["coverage"]["HI"]["tiny/ilps"]["templates"] == ["hote"]
+    assert "3 of the groups (woman, Texan, man)" in text and "1 template(s) (hote)" in text
+    # rows dropped for missing human cells, per fit, in the summary and on the page
+    hi_fit = next(f for f in summary["fits"] if f["panel"] == "tiny/ilps" and f["target"] == "HI")
+    assert hi_fit["n_dropped_missing_human"] == fit["n_dropped_missing_human"] > 0
+    assert f"{fit['n_dropped_missing_human']} (group, trait) rows dropped for a missing human cell" in text
+    assert set(pd.read_csv(report / "coefficients.csv")["converged"]) <= {True, False}

@@ -25,6 +25,7 @@ from stereolens.errors import ConfigError, DataError
 Scale = Literal["raw", "standardised"]
 Missing = Literal["drop", "zero"]
 COEFFICIENT_COLUMNS = ["term", "estimate", "se", "z", "p", "ci_low", "ci_high"]
+OPTIMISERS = ("lbfgs", "bfgs", "powell", "nm")
 
 
 def human_term(language: str) -> str:
@@ -48,6 +49,11 @@ class LeakageFit:
     converged: bool
     trait_variance: float
     notes: list[str] = field(default_factory=list)
+    # n_cells, n_unscored, n_missing_human (dropped or zero-filled as ``missing`` says), n_missing_baseline
+    cell_counts: dict[str, Any] = field(default_factory=dict)
+    optimiser: str | None = None  # the statsmodels optimiser whose result was kept
+    optimisers: list[dict[str, Any]] = field(default_factory=list)  # every optimiser tried: converged, llf
+    log_likelihood: float | None = None
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -58,7 +64,13 @@ class LeakageFit:
             "baseline_available": self.baseline_available,
             "scale": self.scale,
             "missing": self.missing,
+            "n_dropped_missing_human": self.cell_counts.get("n_missing_human", 0) if self.missing == "drop" else 0,
+            "n_zero_filled_missing_human": self.cell_counts.get("n_missing_human", 0) if self.missing == "zero" else 0,
+            "cell_counts": self.cell_counts,
             "converged": self.converged,
+            "optimiser": self.optimiser,
+            "log_likelihood": self.log_likelihood,
+            "optimisers_tried": self.optimisers,
             "trait_random_intercept_variance": self.trait_variance,
             "notes": self.notes,
         }
@@ -117,11 +129,16 @@ def design_table(
             notes.append(f"dropped {int(no_lm.sum())} cells without a baseline score")
             df = df[~no_lm]
     df = df.reset_index(drop=True)
+    counts = {"n_cells": int(n_all), "n_unscored": int(n_all - len(missing_human)),
+              "n_missing_human": int(missing_human.sum()), "missing_human": missing,
+              "n_missing_baseline": int(no_lm.sum()) if baseline is not None else 0}
     if scale == "standardised":
         cols = ["y", *hterms] + ([baseline_term(target_language)] if baseline is not None else [])
         for col in cols:
             sd = df[col].std(ddof=0)
             df[col] = (df[col] - df[col].mean()) / sd if sd > 0 else 0.0
+    # what was left out, for reports that must say how many (group, trait) rows each fit lost
+    df.attrs["counts"] = counts
     return df, notes
 
 
@@ -134,8 +151,16 @@ def fit_leakage(
     scale: Scale = "raw",
     missing: Missing = "drop",
     alpha: float = 0.05,
+    optimisers: Sequence[str] = OPTIMISERS,
+    maxiter: int | None = None,
 ) -> LeakageFit:
-    """Mixed-effects fit of Equation 1 with a random intercept per trait."""
+    """Mixed-effects fit of Equation 1 with a random intercept per trait.
+
+    Every optimiser in ``optimisers`` is tried and the best result kept (:func:`_select_result`):
+    one optimiser can report convergence at a degenerate point, e.g. L-BFGS stopping at a singular
+    random-effects covariance with an infinite log-likelihood and an intercept SE of 1e7.
+    ``maxiter`` caps each optimiser's iterations (None: statsmodels' default).
+    """
     import statsmodels.formula.api as smf
     from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
@@ -157,24 +182,33 @@ def fit_leakage(
         raise DataError(f"leakage fit for {target_language}: only {len(df)} usable cells for {len(terms)} terms")
     formula = "y ~ " + (" + ".join(terms) if terms else "1")
     model = smf.mixedlm(formula, df, groups=df["trait"])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", ConvergenceWarning)
-        result = None
-        for method in ("lbfgs", "powell", "nm"):
+    candidates: list[dict[str, Any]] = []
+    results: list[tuple[str, Any]] = []
+    messages: dict[str, list[str]] = {}
+    for method in optimisers:
+        fit_kwargs = {"maxiter": int(maxiter)} if maxiter is not None else {}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
             try:
-                result = model.fit(reml=True, method=method)
-            except (np.linalg.LinAlgError, ValueError):
+                res = model.fit(reml=True, method=method, **fit_kwargs)
+            except (np.linalg.LinAlgError, ValueError) as exc:
+                candidates.append({"method": method, "converged": False, "llf": None, "error": str(exc).splitlines()[0]})
                 continue
-            if result.converged:
-                break
-    if result is None:
-        raise DataError(f"leakage fit for {target_language}: MixedLM failed with every optimiser")
+        messages[method] = list(dict.fromkeys(
+            str(w.message).splitlines()[0] for w in caught if issubclass(w.category, ConvergenceWarning)))
+        candidates.append({"method": method, "converged": bool(res.converged), "llf": _finite_or_none(res.llf)})
+        results.append((method, res))
+    chosen = _select_result(results)
+    if chosen is None:
+        raise DataError(f"leakage fit for {target_language}: MixedLM failed with every optimiser ({', '.join(optimisers)})")
+    optimiser, result = chosen
     converged = bool(result.converged)
     if not converged:
-        notes.append("MixedLM did not converge; read the coefficients with care")
-    for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught if issubclass(w.category, ConvergenceWarning)):
+        notes.append(f"MixedLM did not converge with any optimiser; kept {optimiser}, the highest likelihood "
+                     "found; read the coefficients with care")
+    for message in messages.get(optimiser, []):
         # typically the trait variance estimate on the boundary (0): the fixed effects are still valid
-        notes.append(f"statsmodels: {message}")
+        notes.append(f"statsmodels ({optimiser}): {message}")
     ci = result.conf_int(alpha=alpha)
     rows = []
     for term in [*terms, "Intercept"]:
@@ -200,7 +234,35 @@ def fit_leakage(
         converged=converged,
         trait_variance=trait_var,
         notes=notes,
+        cell_counts=dict(df.attrs.get("counts", {})),
+        optimiser=optimiser,
+        optimisers=candidates,
+        log_likelihood=_finite_or_none(result.llf),
     )
+
+
+def _finite_or_none(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _select_result(results: Sequence[tuple[str, Any]]) -> tuple[str, Any] | None:
+    """The converged result with the highest finite log-likelihood; if none converged, the highest
+    finite log-likelihood; failing that, the first result.
+
+    A non-finite log-likelihood marks a degenerate optimum (singular covariance), never a best fit.
+    """
+    if not results:
+        return None
+    finite = [(m, r) for m, r in results if _finite_or_none(r.llf) is not None]
+    pool = [(m, r) for m, r in finite if r.converged] or finite
+    if not pool:
+        return results[0]
+    # max keeps the first of equal likelihoods, so the preferred (earlier) optimiser wins ties
+    return max(pool, key=lambda mr: float(mr[1].llf))
 
 
 def leakage_edges(fit: LeakageFit, *, alpha: float = 0.05, model: str | None = None) -> list[dict[str, Any]]:
@@ -221,23 +283,30 @@ def leakage_edges(fit: LeakageFit, *, alpha: float = 0.05, model: str | None = N
     return edges
 
 
-def beta_table(fits: Mapping[tuple[str, str], LeakageFit]) -> pd.DataFrame:
-    """Seed 001 Table 3 shape: one row per model, one column per target language, beta (p) of LM_tgt.
+def beta_table(
+    fits: Mapping[tuple[str, str], "LeakageFit | pd.DataFrame"], languages: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Seed 001 Table 3 shape: one row per model, per target language the beta of LM_tgt and its p.
 
-    ``fits`` maps (model, target language) to a fit; a fit without a baseline gives NaN.
+    ``fits`` maps (model, target language) to a fit or its coefficient table (COEFFICIENT_COLUMNS);
+    a fit without a baseline gives NaN.  Columns: model, <LANG>..., p_<LANG>... in ``languages``
+    order (default: first seen), every language present even where no model was fitted.
     """
     rows: dict[str, dict[str, float]] = {}
-    pvals: dict[str, dict[str, float]] = {}
+    seen: list[str] = []
     for (model, lang), fit in fits.items():
+        lang = lang.upper()
+        if lang not in seen:
+            seen.append(lang)
+        table = fit.coefficients if isinstance(fit, LeakageFit) else fit
+        coef = table.set_index("term")
         term = baseline_term(lang)
-        coef = fit.coefficients.set_index("term")
-        est = float(coef.loc[term, "estimate"]) if term in coef.index else math.nan
-        p = float(coef.loc[term, "p"]) if term in coef.index else math.nan
-        rows.setdefault(model, {})[lang.upper()] = est
-        pvals.setdefault(model, {})[f"p_{lang.upper()}"] = p
-    est_df = pd.DataFrame.from_dict(rows, orient="index")
-    p_df = pd.DataFrame.from_dict(pvals, orient="index")
-    out = pd.concat([est_df, p_df], axis=1)
+        row = rows.setdefault(model, {})
+        row[lang] = float(coef.loc[term, "estimate"]) if term in coef.index else math.nan
+        row[f"p_{lang}"] = float(coef.loc[term, "p"]) if term in coef.index else math.nan
+    langs = [lang.upper() for lang in languages] if languages is not None else seen
+    columns = langs + [f"p_{lang}" for lang in langs]
+    out = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=columns)
     out.index.name = "model"
     return out.reset_index()
 

@@ -81,6 +81,50 @@ def _md_table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _human_lines(human: Mapping[str, Any]) -> list[str]:
+    published = [lang for lang, h in human.items() if h.get("source") == "published survey"]
+    other = {lang: h for lang, h in human.items() if h.get("source") != "published survey"}
+    lines = []
+    if published or not human:
+        lines.append("Human stereotypes" + (f" ({', '.join(published)})" if published else "") + ": the public survey "
+                     "of Cao, Sotnikova et al. (151 annotators, MIT licence), annotation source `human`.")
+    for lang, h in other.items():
+        lines.append(
+            f"Human stereotypes ({lang}): judgements {h.get('path')} (annotation source `{h.get('annotation_source')}`), "
+            f"after quality control {h.get('n_annotators_passed')} of {h.get('n_annotators')} annotators kept; "
+            f"{h.get('n_groups_rated')} groups rated, {h.get('n_groups_kept')} with at least "
+            f"{h.get('min_annotators_per_group')} annotators (the rest are missing cells)."
+        )
+    return lines
+
+
+def _coverage_lines(coverage: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for lang, per in coverage.items():
+        if "skipped" in per:
+            lines.append(f"- {lang}: not scored ({per['skipped']})")
+            continue
+        for panel, c in per.items():
+            if panel == "baseline":
+                lines.append(f"- {lang} baseline: {c['model']} (SeT)")
+                continue
+            parts = []
+            if c.get("templates"):
+                parts.append(f"{len(c['templates'])} template(s) ({', '.join(map(str, c['templates']))})")
+            if "design" in c:
+                mode = c.get("mode")
+                if c.get("mode_requested") and c.get("mode_requested") != mode:
+                    mode = f"{mode} (requested {c['mode_requested']})"
+                parts.append(
+                    f"mode {mode}, design {c['design']}{' in both orders' if c.get('both_orders') else ''} "
+                    f"({c.get('pairs_per_group')} pairs per group), {c.get('n_groups')} of the groups "
+                    f"({', '.join(map(str, c.get('groups') or []))}), {c.get('queries')} queries"
+                    + (f" x {c['n_samples']} samples, {c.get('nonmatching', 0)} non-matching" if c.get("n_samples") else "")
+                )
+            lines.append(f"- {lang} {panel}: " + "; ".join(parts))
+    return lines
+
+
 def report_markdown(
     *,
     model_id: str,
@@ -91,21 +135,31 @@ def report_markdown(
     fit_summaries: Sequence[Mapping[str, Any]],
     nonmatching: pd.DataFrame | None,
     provenance: Mapping[str, Any],
+    coverage: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The report page: what was measured, with which terms, and where the data came from."""
+    """The report page: what was measured, with which terms, and where the data came from.
+
+    ``provenance["human"]`` maps a language to where its H matrix came from (the published survey or
+    judgements through QC); ``coverage`` maps a language to :func:`stereolens.stages.leakage.scores_coverage`.
+    """
     lines = [f"# Stereotype leakage (seed 001): {model_id}", ""]
+    lines += _human_lines(provenance.get("human") or {})
     lines += [
-        "Human stereotypes: the public survey of Cao, Sotnikova et al. (151 annotators, MIT licence), "
-        "annotation source `human`.",
         f"Model prompts and templates: {provenance.get('translation_note', '')}",
         "",
-        "## Terms available per fit",
-        "",
     ]
+    if coverage:
+        lines += ["## Coverage of the model scores", ""] + _coverage_lines(coverage) + [""]
+    lines += ["## Terms available per fit", ""]
     for s in fit_summaries:
+        dropped = (f"{s.get('n_dropped_missing_human', 0)} (group, trait) rows dropped for a missing human cell"
+                   if s["missing"] == "drop" else
+                   f"{s.get('n_zero_filled_missing_human', 0)} (group, trait) rows with a missing human cell zero-filled")
+        conv = "converged" if s.get("converged") else "NOT converged"
         lines.append(
             f"- {s['panel']} -> {s['target_language']}: terms {', '.join(s['terms'])} + intercept; "
-            f"n = {s['n_obs']} cells, {s['n_traits']} traits; scale {s['scale']}, missing human cells {s['missing']}. "
+            f"n = {s['n_obs']} cells, {s['n_traits']} traits; {dropped}; scale {s['scale']}; "
+            f"MixedLM {conv} ({s.get('optimiser') or 'optimiser not recorded'}). "
             + " ".join(f"_{n}_" for n in s.get("notes", []))
         )
     lines += ["", "## Leakage edges (non-target alpha > 0, p < 0.05)", ""]

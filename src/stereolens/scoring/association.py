@@ -798,6 +798,20 @@ def ilps_seq2seq_item_scores(
     return [lp / n if reduction == "mean" else lp for lp, n in pairs]
 
 
+def check_causal_templates(lex: Lexicon, language: str, template_ids: Sequence[str] | None) -> None:
+    """Refuse templates whose ``{group}`` follows ``{trait}``: a causal LM scores the trait from the text
+    before it, so the group could not condition the score and every group-minus-prior cell would be 0."""
+    rows = _template_rows(lex, language, template_ids)
+    for row in rows.itertuples(index=False):
+        t = str(row.template)
+        if "{group}" in t and "{trait}" in t and t.index("{group}") > t.index("{trait}"):
+            raise ConfigError(
+                f"templates.csv {language}/{row.template_id} ({t!r}): {{group}} comes after {{trait}}, so causal "
+                "ILPS (log P(trait | text before it)) cannot see the group; use a template with the group first "
+                "or leave it out of study.leakage.templates"
+            )
+
+
 def ilps_scores(
     model: Any,
     lex: Lexicon,
@@ -812,6 +826,8 @@ def ilps_scores(
     batch_tokens: int | None = None,
 ) -> pd.DataFrame:
     """ILPS(group, trait) = log P(trait | group template) - log P(trait | generic template), aggregated."""
+    if kind == "causal":
+        check_causal_templates(lex, language, template_ids)
     items = build_items(lex, language, template_ids=template_ids, groups=select_groups(lex, groups))
     if kind == "causal":
         raw = ilps_causal_item_scores(model, items, reduction=reduction or "sum", cache=cache, batch_tokens=batch_tokens)
@@ -1056,12 +1072,28 @@ def choice_group_trait_scores(per_query: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+ChoiceMode = Literal["auto", "logprob", "sample"]
+
+
+def resolve_choice_mode(model: Any, mode: str) -> str:
+    """``auto``: ``logprob`` where the backend scores given continuations, else ``sample``.
+
+    OpenAI-style chat endpoints only score what they generate themselves, so their loglikelihood raises
+    UnsupportedRequest; auto sends them to exact-match sampling instead (seed 001's protocol for them).
+    """
+    if mode in ("logprob", "sample"):
+        return mode
+    if mode != "auto":
+        raise ConfigError(f"choice mode must be auto, logprob or sample, got {mode!r}")
+    return "logprob" if bool(getattr(model, "supports_loglikelihood", True)) else "sample"
+
+
 def choice_scores(
     model: Any,
     lex: Lexicon,
     language: str,
     *,
-    mode: Literal["logprob", "sample"] = "logprob",
+    mode: ChoiceMode = "auto",
     design: Literal["all", "cyclic", "matching"] = "all",
     opponents: int | None = None,
     both_orders: bool = False,
@@ -1073,16 +1105,26 @@ def choice_scores(
     batch_tokens: int | None = None,
     truncate: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """(group-trait scores, per-query table, non-matching counts or None in logprob mode)."""
+    """(group-trait scores, per-query table, non-matching counts or None in logprob mode).
+
+    ``mode`` is resolved with :func:`resolve_choice_mode`; in ``auto`` mode an endpoint that claims
+    log-likelihoods but refuses them (a completions server without echo) falls back to sampling.
+    The mode that ran is ``logprob`` exactly when the third element is None.
+    """
+    from stereolens.models.base import UnsupportedRequest
+
+    resolved = resolve_choice_mode(model, mode)
     pairs = same_polarity_pairs(lex, design=design, opponents=opponents, both_orders=both_orders)
     queries = choice_queries(lex, language, pairs, groups)
-    if mode == "logprob":
-        per_query = choice_logprob_table(model, queries, cache=cache, batch_tokens=batch_tokens, truncate=truncate)
-        return choice_group_trait_scores(per_query), per_query, None
-    if mode == "sample":
-        per_query, gens = choice_sample_table(model, queries, n_samples=n_samples, temperature=temperature, seed=seed)
-        return choice_group_trait_scores(per_query), gens, nonmatching_counts(gens)
-    raise ConfigError(f"choice mode must be logprob or sample, got {mode!r}")
+    if resolved == "logprob":
+        try:
+            per_query = choice_logprob_table(model, queries, cache=cache, batch_tokens=batch_tokens, truncate=truncate)
+            return choice_group_trait_scores(per_query), per_query, None
+        except UnsupportedRequest:
+            if mode != "auto":
+                raise
+    per_query, gens = choice_sample_table(model, queries, n_samples=n_samples, temperature=temperature, seed=seed)
+    return choice_group_trait_scores(per_query), gens, nonmatching_counts(gens)
 
 
 def methods_for_kind(kind: str) -> list[str]:
