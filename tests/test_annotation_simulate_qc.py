@@ -168,3 +168,13 @@ def test_coverage_keeps_items_and_groups_whose_annotators_all_failed():
     assert counts["men|cold - warm"] == 0 and counts["women|cold - warm"] == 1
     groups = report.groups.set_index(["language", "group"])["n_annotators"]
     assert groups[("RU", "men")] == 0 and groups[("RU", "women")] == 0 and groups[("EN", "women")] == 1
+
+
+def test_a_gold_column_in_the_judgements_does_not_break_attention_checks():
+    """Exports often carry the gold answer beside each judgement; the items table stays the authority."""
+    df, items = survey_judgements()
+    plain = run_qc(df, QCConfig(self_agreement_rule="same_side", min_annotations_per_item=1), items=items)
+    with_gold = df.merge(items[["item_id", "gold"]], on="item_id", how="left")
+    with_gold["gold"] = 999  # a stale or wrong copy must not be what the check compares against
+    got = run_qc(with_gold, QCConfig(self_agreement_rule="same_side", min_annotations_per_item=1), items=items)
+    pd.testing.assert_frame_equal(got.annotators, plain.annotators)

@@ -183,7 +183,10 @@ def attention_failures(
     gold = None
     if items is not None and "gold" in items.columns:
         gold = items.dropna(subset=["gold"])[[item_col, "gold"]].drop_duplicates(item_col)
-        answered = judgements.dropna(subset=[label_col]).merge(gold, on=item_col, how="inner")
+        # the items table is the one authority on gold answers: a ``gold`` column the
+        # judgements happen to carry would otherwise collide in the merge
+        answered = (judgements.drop(columns=["gold"], errors="ignore").dropna(subset=[label_col])
+                    .merge(gold, on=item_col, how="inner"))
         ok = answers_agree(answered[label_col], answered["gold"], QCConfig(self_agreement_rule="exact"))
         frames.append(pd.DataFrame({
             annotator_col: answered[annotator_col].to_numpy(), "check": answered[item_col].astype(str).to_numpy(),
