@@ -346,6 +346,33 @@ def test_batched_equals_one_at_a_time_crows_continuations_seq2seq(mlm, clm, s2s)
     _assert_close(score_seq2seq(model, tok, src, tgt), [score_seq2seq(model, tok, [s], [t], batch_tokens=1)[0] for s, t in zip(src, tgt)])
 
 
+def test_cpu_passes_hold_one_length_and_padded_passes_agree(mlm):
+    from stereolens.scoring import masked
+    from stereolens.scoring.access import split_head
+    from stereolens.scoring.encoding import encode_masked
+
+    model, tok = mlm
+    score_sentences(model, tok, SENTENCES[:1], "pll")  # first use checks the scoring path once per model
+    passes = []
+    handle = model.base_model.embeddings.register_forward_pre_hook(
+        lambda m, args, kwargs: passes.append(kwargs["input_ids"].clone()), with_kwargs=True
+    )
+    try:
+        score_sentences(model, tok, SENTENCES, "pll", batch_tokens=1 << 16)
+    finally:
+        handle.remove()
+    # on a CPU no pass pads: every row of every pass is a whole sentence of the pass's width
+    assert len(passes) == len({len(tok(s)["input_ids"]) for s in SENTENCES})
+    assert all(not (p == tok.pad_token_id).any() for p in passes)
+    # the padded plan (what a GPU gets) gives the same numbers, with an attention mask
+    items = [masked.pll_word_l2r_item(encode_masked(tok, s, i, limit=64, truncate=False, word_ids=True)) for i, s in enumerate(SENTENCES)]
+    bh = split_head(model, "masked", list(items[0].enc.ids))
+    opts = dict(mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, vocab_size=len(tok), batch_tokens=1 << 16)
+    padded, unpadded = masked.run_masked(bh, items, pad=True, **opts), masked.run_masked(bh, items, pad=False, **opts)
+    for a, b in zip(padded, unpadded):
+        assert a == pytest.approx(b, abs=TOL)
+
+
 def test_order_and_duplicates_do_not_change_scores(mlm):
     model, tok = mlm
     shuffled = SENTENCES[::-1] + SENTENCES[:3]

@@ -93,8 +93,14 @@ def run_masked(
     batch_tokens: int,
     on_item: Callable[[int, list[float]], None] | None = None,
     progress: bool = False,
+    pad: bool | None = None,
 ) -> list[list[float]]:
-    """Per-target log-probabilities for every item, in the order of ``item.targets``."""
+    """Per-target log-probabilities for every item, in the order of ``item.targets``.
+
+    ``pad``: whether sentences of different lengths may share a forward pass
+    (default: not on a CPU, where padding costs more than an extra pass; see
+    :mod:`stereolens.scoring.batching`).
+    """
     device = device_of(bh.model)
     results: list[list[float]] = [[0.0] * len(it.targets) for it in items]
     remaining = [len(it.targets) for it in items]
@@ -102,7 +108,9 @@ def run_masked(
         if n == 0 and on_item is not None:
             on_item(i, results[i])
     lengths = [len(it.enc.ids) for it in items]
-    batches = list(plan_batches(lengths, remaining, batch_tokens))
+    if pad is None:
+        pad = device.type != "cpu"
+    batches = list(plan_batches(lengths, remaining, batch_tokens, pad=pad))
     bar = None
     if progress:
         from tqdm import tqdm
