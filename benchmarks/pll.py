@@ -64,34 +64,48 @@ def build_model(model_dir: Path, tokenizer_vocab: int) -> None:
     fast.save_pretrained(model_dir)
 
 
-def flop_model(model_dir: Path, sents: list[str]) -> dict:
-    """Multiply-adds per scored token for each method, from the model's dimensions.
+def flop_model(model_dir: Path, sents: list[str], batch_tokens: int, minicons_batch: int) -> dict:
+    """Multiply-adds per scored token for each method, from the model's dimensions and the
+    positions each method actually computes, padding included.
 
-    Every scored token costs one encoder pass over its masked copy; the engine
-    projects one position of it through the MLM head (and runs the last layer's
-    query, output and feed-forward at that position only), the naive loop and
-    minicons project every position.
+    Every scored token costs one encoder pass over its masked copy.  The engine
+    runs its own batch plan (on a CPU one sentence length per pass, so no
+    padding), the last layer's query, output and feed-forward at the scored
+    position only, and the MLM head at that position only.  The naive loop runs
+    one unpadded copy per pass and projects every position; minicons pads the
+    copies of ``minicons_batch`` sentences to the longest of them and projects
+    every position.
     """
     from transformers import AutoConfig, AutoTokenizer
+
+    from stereolens.scoring.batching import plan_batches
 
     c = AutoConfig.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     h, f, n_layers, v = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
     head = h * h + h * v
     layer_tok = 4 * h * h + 2 * h * f
-    engine = whole = copies = 0
-    for s in sents:
-        length = len(tok(s)["input_ids"])
-        n = length - 2
-        enc = n_layers * (length * layer_tok + 2 * length * length * h)
-        saved = (length - 1) * (2 * h * h + 2 * h * f)
-        engine += n * (enc - saved + head)
-        whole += n * (enc + length * head)
-        copies += n
+
+    def encoder(n_rows: int, width: int) -> int:
+        return n_rows * n_layers * (width * layer_tok + 2 * width * width * h)
+
+    lengths = [len(tok(s)["input_ids"]) for s in sents]
+    rows = [n - 2 for n in lengths]
+    copies = sum(rows)
+    engine = 0
+    for batch in plan_batches(lengths, rows, batch_tokens, pad=False):
+        width, n = max(lengths[s.item] for s in batch), sum(s.stop - s.start for s in batch)
+        engine += encoder(n, width) - n * (width - 1) * (2 * h * h + 2 * h * f) + n * head
+    naive = sum(encoder(r, n) + r * n * head for r, n in zip(rows, lengths))
+    minicons = 0
+    for i in range(0, len(sents), minicons_batch):
+        width, n = max(lengths[i : i + minicons_batch]), sum(rows[i : i + minicons_batch])
+        minicons += encoder(n, width) + n * width * head
     return {
-        "engine_per_token": engine / copies, "naive_or_minicons_per_token": whole / copies,
-        "ratio": whole / engine,
-        "note": "compute-bound floor: the speedup an exact engine can reach from work saved alone",
+        "engine_per_token": engine / copies, "naive_per_token": naive / copies, "minicons_per_token": minicons / copies,
+        "ratio_naive": naive / engine, "ratio_minicons": minicons / engine,
+        "note": "work saved alone: the speedup an exact engine reaches at equal multiply-add throughput; "
+                "more comes only from running its multiply-adds faster (bigger, unpadded passes)",
     }
 
 
@@ -240,7 +254,8 @@ def main() -> None:
                                         "peak_extra_mb": r["peak_extra_mb"], "seconds": r["seconds"]}
             print(f"engine, {n_sent} sentences of ~{target} tokens: peak +{r['peak_extra_mb']:.0f} MiB", flush=True)
 
-    summary_flops = flop_model(model_dir, sents)
+    sys.path.insert(0, str(REPO / "src"))
+    summary_flops = flop_model(model_dir, sents, args.batch_tokens, args.minicons_batch)
     summary = {
         "benchmark": "masked-LM PLL scoring (benchmarks/pll.py)",
         "metric": args.metric,
@@ -260,12 +275,11 @@ def main() -> None:
         "multiply_adds": summary_flops,
         "goals": {"speedup_vs_naive": 5.0, "speedup_vs_minicons": 3.0},
     }
-    sys.path.insert(0, str(REPO / "src"))
     from stereolens.io import write_json
 
     write_json(args.output, summary)
     print(json.dumps({k: summary[k] for k in ("speedup_vs_naive", "speedup_vs_minicons", "max_abs_diff_vs_naive", "max_abs_diff_vs_minicons")}, indent=2))
-    print(f"multiply-add ratio (naive or minicons / engine): {summary_flops['ratio']:.2f}")
+    print(f"multiply-add ratios: naive / engine {summary_flops['ratio_naive']:.2f}, minicons / engine {summary_flops['ratio_minicons']:.2f}")
     print(f"wrote {args.output}")
 
 
