@@ -19,7 +19,7 @@ ifneq ($(wildcard ../shared/data),)
 export STEREOLENS_DATA_MIRROR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test install install-test repro benchmark clean-venv
+.PHONY: run test install install-test repro benchmark benchmark-causal clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -47,6 +47,10 @@ test: $(VENV)/.installed-test
 
 benchmark: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/pll.py
+
+# needs the converted default model (models/gemma3-270m, made by `make run`)
+benchmark-causal: $(VENV)/.installed-test $(VENV)/.installed-run
+	$(BIN)/python benchmarks/causal.py
 
 clean-venv:
 	rm -rf $(VENV)
