@@ -8,36 +8,17 @@ generation must be counted as non-matching, none dropped.
 
 from __future__ import annotations
 
-import threading
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import test_models_openai as wire
+from test_models_openai import api_key, server  # noqa: F401  (the same loopback server and key fixtures)
 from stereolens.models import ModelSpec, ResponseCache, UnsupportedRequest, load_model
 from stereolens.scoring import association as A
 
 SEED = Path(__file__).resolve().parents[1] / "data" / "seed" / "leakage"
-
-
-@pytest.fixture
-def server():
-    state = wire.FakeOpenAI()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), wire.make_handler(state))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", wire.API_KEY)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
 def _remote(server, tmp_path, kind):
