@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import test_models_openai as wire
 from test_models_openai import api_key, server  # noqa: F401  (the same loopback server and key fixtures)
 from stereolens.models import ModelSpec, ResponseCache, UnsupportedRequest, load_model
 from stereolens.scoring import association as A
