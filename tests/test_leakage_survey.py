@@ -219,3 +219,15 @@ def test_bad_judgement_rows_are_named(tmp_path, lex, survey_csv):
     bad.to_csv(p, index=False)
     with pytest.raises(DataError, match=r"row 2: group 'martians'"):
         read_survey_judgements(p, lex.trait_order, lex.group_order)
+
+
+def test_downstream_runs_take_the_least_human_source_of_the_h_matrices():
+    """leakage-fit and leakage-report tag their MLflow runs from provenance.json: one simulated
+    language makes the whole fit simulated; the published survey (no annotation_source) is human."""
+    from stereolens.stages.leakage import _human_source, least_human_source
+
+    published = {"RU": {"source": "published survey", "path": "x"}}
+    assert _human_source(published) == "human"
+    assert _human_source({**published, "EN": {"source": "judgements", "annotation_source": "simulated"}}) == "simulated"
+    assert _human_source({**published, "DE": {"source": "judgements", "annotation_source": "human+llm_panel"}}) == "llm_panel"
+    assert least_human_source([]) == "human"

@@ -59,10 +59,7 @@ def leakage_human(args: argparse.Namespace) -> None:
             f"study.leakage.languages: {', '.join(unknown)} not in the published survey ({', '.join(LANGUAGE_FILES)}) "
             f"and not in study.leakage.judgements.path ({judg.get('path') or 'not set'})"
         )
-    # tracking takes one annotation source: the least human one present, so a simulated survey is never
-    # logged as human (provenance.json keeps the source of every language)
-    present = {src for v in (survey_qc.sources.values() if survey_qc else []) for src in v.split("+")}
-    source = next((s for s in ("simulated", "llm_panel") if s in present), "human")
+    source = least_human_source(survey_qc.sources.values() if survey_qc else [])
     with stage_run(tracking, study="leakage", stage="human", params={"study": study}, annotation_source=source) as run:
         provenance: dict[str, Any] = {}
         if published:
@@ -74,6 +71,19 @@ def leakage_human(args: argparse.Namespace) -> None:
             run.log_dataset(HUMAN_DIR / f"H_{lang}.csv", name=f"H_{lang}", context="training")
     print(f"human matrices: {', '.join(f'H_{k}' for k in langs)} -> {HUMAN_DIR}"
           + (f" ({', '.join(from_judgements)} from judgements through QC)" if from_judgements else ""))
+
+
+def least_human_source(sources: Any) -> str:
+    """The one MLflow ``annotation_source`` for results resting on several H matrices: the least human
+    source present, so a simulated survey is never logged as human (provenance.json keeps each language's)."""
+    present = {part for src in sources for part in str(src).split("+")}
+    return next((s for s in ("simulated", "llm_panel") if s in present), "human")
+
+
+def _human_source(provenance: dict[str, Any]) -> str:
+    """annotation_source of the H matrices (their provenance.json), for the stages downstream of leakage-human;
+    the published survey's languages carry no ``annotation_source`` and are human."""
+    return least_human_source(v.get("annotation_source", "human") for v in provenance.values())
 
 
 def _published_matrices(survey: Path, langs: list[str], run: Any) -> dict[str, Any]:
@@ -306,7 +316,7 @@ def leakage_fit(args: argparse.Namespace) -> None:
         summary["skipped"] = manifest["skipped"]
         write_json(out_root / "summary.json", summary)
         return
-    human = read_human_dir(HUMAN_DIR)
+    human, source = read_human_dir(HUMAN_DIR), _human_source(_read_human_provenance())
     baseline_path = SCORES_DIR / language / "baseline.csv"
     baseline = read_score_matrix(baseline_path, "baseline matrix") if manifest.get("baseline") else None
     for model_id, info in manifest["models"].items():
@@ -315,7 +325,7 @@ def leakage_fit(args: argparse.Namespace) -> None:
                 continue
             target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
             with stage_run(tracking, study="leakage", stage="fit", model=model_id, language=language,
-                           params={"study.fit": fit_cfg, "method": method}, annotation_source="human") as run:
+                           params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
                 fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
                                   missing=fit_cfg.get("missing", "drop"), alpha=float(fit_cfg.get("alpha", 0.05)))
                 edges = leakage_edges(fit, alpha=float(fit_cfg.get("alpha", 0.05)), model=f"{model_id}/{method}")
@@ -418,7 +428,7 @@ def leakage_report(args: argparse.Namespace) -> None:
         columns=["model", "language", "group", "n_generations", "n_nonmatching", "share_nonmatching"])
     human_provenance = _read_human_provenance()
     with stage_run(tracking, study="leakage", stage="report", model=p["model.id"], params={"study": study},
-                   annotation_source="human") as run:
+                   annotation_source=_human_source(human_provenance)) as run:
         write_csv(REPORT_DIR / "coefficients.csv", coefficients)
         write_json(REPORT_DIR / "edges.json", edges)
         write_csv(REPORT_DIR / "beta_table.csv", beta)

@@ -159,8 +159,7 @@ def configuration_label(p: dict[str, Any], scores: pd.DataFrame | None = None) -
         ),
         "languages": ", ".join(languages_to_run(list(cfg["languages"]), p["language"])),
         "dimensions": listed("dimension", cfg.get("dimensions")),
-        "domains": listed("domain", cfg.get("domains")) if scores is not None and "domain" in scores.columns
-        else (", ".join(cfg.get("domains") or []) or "all in the bank"),
+        "domains": listed("domain", cfg.get("domains")),
         "scenarios": scenarios,
         "samples": coll.get("samples"),
         "temperature": coll.get("temperature"),
