@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from stereolens.errors import ConfigError
+from stereolens.scoring.batching import target_logprobs
+from stereolens.scoring.projection import VocabProjection
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,35 @@ def _causal_head(model: torch.nn.Module) -> HeadFn | None:
     return lambda h: torch.tanh(out(h) / cap) * cap
 
 
+def _vocab_projection(model: torch.nn.Module, kind: str, head: HeadFn | None) -> VocabProjection | None:
+    """The head as ``pre(rows) @ W.T + b`` (then soft-capping for causal models), or None."""
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or not isinstance(out, torch.nn.Linear):
+        return None
+    if kind == "causal":
+        return VocabProjection(out.weight, out.bias, None, _softcap(model))
+    if head is out:
+        return VocabProjection(out.weight, out.bias)
+    # whatever the head does before its vocabulary matrix (BERT's dense + GELU + LayerNorm) runs as the model's own code
+    return VocabProjection(out.weight, out.bias, _input_of(out, head))
+
+
+def _input_of(module: torch.nn.Module, fn: HeadFn) -> HeadFn:
+    """``rows -> the input module receives when fn(rows) runs``, stopping fn there."""
+
+    def pre(rows: torch.Tensor) -> torch.Tensor:
+        handle = module.register_forward_pre_hook(_raise_hidden, with_kwargs=True)
+        try:
+            fn(rows)
+            raise RuntimeError("the vocabulary projection was never reached")
+        except _StopBeforeLastLayer as stop:
+            return stop.hidden
+        finally:
+            handle.remove()
+
+    return pre
+
+
 class _StopBeforeLastLayer(Exception):
     def __init__(self, hidden: torch.Tensor) -> None:
         super().__init__()
@@ -137,7 +168,9 @@ class BodyHead:
     pass before use: (1) for BERT-like encoders, the last layer runs only for
     the scored position of each row (its output elsewhere is never used); (2)
     the body runs whole and only the scored rows go through the head; (3) the
-    whole model runs and the scored rows of its logits are taken.
+    whole model runs and the scored rows of its logits are taken.  With (1) or
+    (2), ``projection`` describes the head as a vocabulary matrix (see
+    :mod:`stereolens.scoring.projection`) when it is one, also verified.
     """
 
     def __init__(self, model: torch.nn.Module, kind: str) -> None:
@@ -149,6 +182,7 @@ class BodyHead:
         self._head = head
         self._base = base
         self._last = _last_bert_layer(model, base) if (kind == "masked" and self.split) else None
+        self.projection = _vocab_projection(model, kind, head) if self.split else None
 
     @property
     def mode(self) -> str:
@@ -177,6 +211,12 @@ class BodyHead:
     def head(self, rows: torch.Tensor) -> torch.Tensor:
         return self._head(rows) if self.split else rows
 
+    def logprobs(self, rows: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """log P(target) per row from what :meth:`rows` returned."""
+        if self.projection is not None:
+            return self.projection.target_logprobs(rows, targets)
+        return target_logprobs(self.head, rows, targets, vocab_size)
+
     def verify(self, input_ids: torch.Tensor) -> None:
         """Compare with the model's own forward pass on one input; step down a level if they differ."""
         if not self.split:
@@ -189,9 +229,11 @@ class BodyHead:
             rel = 1e-3 if next(self.model.parameters()).dtype == torch.float32 else 3e-2
             while self.split:
                 ids = input_ids.expand(n, n)
-                mine = self.head(self.rows(ids, None, torch.arange(n, device=ids.device))).float()
+                rows = self.rows(ids, None, torch.arange(n, device=ids.device))
+                mine = self.head(rows).float()
                 err = (full - mine).abs().max().item()
                 if math.isfinite(err) and err <= rel * scale:
+                    self._verify_projection(rows, mine, rel * scale)
                     return
                 log.warning("scoring path %s of %s differs from its forward pass by %.3g; falling back",
                             self.mode, type(self.model).__name__, err)
@@ -199,6 +241,16 @@ class BodyHead:
                     self._last = None
                 else:
                     self.split = False
+                    self.projection = None
+
+    def _verify_projection(self, rows: torch.Tensor, logits: torch.Tensor, tolerance: float) -> None:
+        if self.projection is None:
+            return
+        err = (self.projection.logits(self.projection.prepare(rows)) - logits).abs().max().item()
+        if not (math.isfinite(err) and err <= tolerance):
+            log.warning("vocabulary projection of %s differs from its head by %.3g; projecting whole rows",
+                        type(self.model).__name__, err)
+            self.projection = None
 
 
 def _raise_hidden(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import plan_batches, target_logprobs
+from stereolens.scoring.batching import plan_batches
 from stereolens.scoring.encoding import MaskedEncoding
+from stereolens.scoring.projection import DeferredLogprobs
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,19 @@ def run_masked(
 
         bar = tqdm(total=sum(remaining), unit="tok", desc="masked copies")
     id_rows = [torch.tensor(it.enc.ids, dtype=torch.long) for it in items]
+
+    def ready(tag: object, lp: list[float]) -> None:
+        r = 0
+        for item, start, stop in tag:  # type: ignore[attr-defined]
+            results[item][start:stop] = lp[r : r + stop - start]
+            r += stop - start
+            remaining[item] -= stop - start
+            if remaining[item] == 0 and on_item is not None:
+                on_item(item, results[item])
+            if bar is not None:
+                bar.update(stop - start)
+
+    deferred = DeferredLogprobs(bh.projection, ready) if bh.projection is not None else None
     with torch.inference_mode():
         for batch in batches:
             width = max(lengths[s.item] for s in batch)
@@ -143,17 +157,13 @@ def run_masked(
             if attention is not None:
                 attention = attention.to(device)
             rows = bh.rows(inputs, attention, positions)
-            lp = target_logprobs(bh.head, rows, targets, vocab_size).tolist()
-            r = 0
-            for s in batch:
-                k = s.stop - s.start
-                results[s.item][s.start : s.stop] = lp[r : r + k]
-                r += k
-                remaining[s.item] -= k
-                if remaining[s.item] == 0 and on_item is not None:
-                    on_item(s.item, results[s.item])
-            if bar is not None:
-                bar.update(n_rows)
+            tag = [(s.item, s.start, s.stop) for s in batch]
+            if deferred is None:
+                ready(tag, bh.logprobs(rows, targets, vocab_size).tolist())
+            else:
+                deferred.add(tag, rows, targets)
+        if deferred is not None:
+            deferred.flush()
     if bar is not None:
         bar.close()
     return results
