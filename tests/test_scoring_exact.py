@@ -27,6 +27,7 @@ from stereolens.scoring import (
     score_sentences,
     score_seq2seq,
 )
+from stereolens.scoring.access import split_seq2seq
 
 SENTENCES = [
     "Women are kind.",
@@ -281,10 +282,12 @@ def labels_path_logprobs(model, tok, src: str, tgt: str) -> list[float]:
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_seq2seq_projects_only_target_rows_and_equals_labels_path(s2s, tied):
+def test_seq2seq_projects_only_target_rows_and_equals_labels_path(s2s, tiny_seq2seq_lm_dir, tied):
     import transformers
 
-    model, tok = s2s
+    _, tok = s2s
+    # a model of its own: the head path chosen below is remembered on the model
+    model = AutoModelForSeq2SeqLM.from_pretrained(tiny_seq2seq_lm_dir).eval()
     if not tied:
         # a T5 v1.1-style config (tie_word_embeddings false in its file) does not scale decoder
         # states by d_model**-0.5 before the head; the tiny model's config does, so both
@@ -294,6 +297,10 @@ def test_seq2seq_projects_only_target_rows_and_equals_labels_path(s2s, tied):
         torch.manual_seed(1)
         model = transformers.T5ForConditionalGeneration(config).eval()
     assert model.config.scale_decoder_outputs is tied
+    # the head module is what the hook can watch: take the path that calls it (the vocabulary
+    # projection, which reads its weight directly, gets the same rows; see test_scoring_projection)
+    src_ids, tgt_ids = tok(S2S_INPUTS[0])["input_ids"], tok(text_target=S2S_TARGETS[0])["input_ids"]
+    split_seq2seq(model, src_ids, tgt_ids).projection = None
     head_inputs = []
     handle = model.get_output_embeddings().register_forward_hook(lambda m, i, o: head_inputs.append(tuple(i[0].shape)))
     try:

@@ -164,3 +164,38 @@ def test_masked_projection_runs_the_heads_own_transform(tiny_masked_lm_dir):
     with torch.inference_mode():
         rows = bh.rows(torch.tensor([ids]), None, torch.tensor([1]))
         assert torch.allclose(bh.projection.logits(bh.projection.prepare(rows)), bh.head(rows), atol=1e-5)
+
+
+def test_seq2seq_projection_includes_final_logits_bias_and_fallback(tiny_seq2seq_lm_dir, caplog):
+    from transformers import AutoModelForSeq2SeqLM, BartConfig, BartForConditionalGeneration
+
+    from stereolens.scoring import score_seq2seq
+    from stereolens.scoring.access import split_seq2seq
+
+    tok = AutoTokenizer.from_pretrained(tiny_seq2seq_lm_dir)
+    src, tgt = tok("<extra_id_0> are kind.")["input_ids"], tok("<extra_id_0> women <extra_id_1>")["input_ids"]
+
+    def reference(model):
+        with torch.inference_mode():
+            out = model(input_ids=torch.tensor([src]), labels=torch.tensor([tgt]))
+        return -out.loss.item() * len(tgt)
+
+    # BART adds final_logits_bias after its projection; the projection must carry it
+    config = BartConfig(
+        vocab_size=len(tok), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.pad_token_id, forced_eos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(config).eval()
+    model.final_logits_bias.copy_(torch.linspace(-2, 2, len(tok))[None, :])
+    assert split_seq2seq(model, src, tgt).projection is not None
+    got = score_seq2seq(model, tok, ["<extra_id_0> are kind."], ["<extra_id_0> women <extra_id_1>"])[0]
+    assert got.logprob == pytest.approx(reference(model), abs=1e-4)
+
+    hooked = AutoModelForSeq2SeqLM.from_pretrained(tiny_seq2seq_lm_dir).eval()
+    hooked.lm_head.register_forward_hook(_double_output)
+    assert split_seq2seq(hooked, src, tgt).projection is None
+    got = score_seq2seq(hooked, tok, ["<extra_id_0> are kind."], ["<extra_id_0> women <extra_id_1>"])[0]
+    assert got.logprob == pytest.approx(reference(hooked), abs=1e-4)

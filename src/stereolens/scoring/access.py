@@ -296,6 +296,12 @@ class Seq2SeqBodyHead:
         bias = getattr(model, "final_logits_bias", None)
         self._bias = bias if isinstance(bias, torch.Tensor) else None
         self.split = self._head is not None
+        self.projection = None
+        if isinstance(self._head, torch.nn.Linear):
+            extra = None if self._bias is None else self._bias.reshape(-1)
+            head_bias = self._head.bias
+            combined = extra if head_bias is None else (head_bias if extra is None else head_bias + extra.to(head_bias.dtype))
+            self.projection = VocabProjection(self._head.weight, combined)
 
     @property
     def mode(self) -> str:
@@ -323,12 +329,20 @@ class Seq2SeqBodyHead:
         logits = self._head(rows)
         return logits + self._bias.to(logits.dtype) if self._bias is not None else logits
 
+    def logprobs(self, rows: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """log P(target) per row of decoder states from :meth:`hidden`."""
+        if self.projection is not None:
+            return self.projection.target_logprobs(rows, targets)
+        return target_logprobs(self.head, rows, targets, vocab_size)
+
     def verify(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor) -> None:
         if not self.split:
             return
         with torch.inference_mode():
             full = self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids, use_cache=False).logits.float()[0]
-            mine = self.head(self.hidden(input_ids, None, decoder_input_ids)[0]).float()
+            hidden = self.hidden(input_ids, None, decoder_input_ids)[0]
+            mine = self.head(hidden).float()
+            projected = self.projection.logits(hidden) if self.projection is not None else None
         scale = max(1.0, full.abs().max().item())
         rel = 1e-3 if next(self.model.parameters()).dtype == torch.float32 else 3e-2
         err = (full - mine).abs().max().item()
@@ -336,6 +350,13 @@ class Seq2SeqBodyHead:
             log.warning("seq2seq scoring path of %s differs from its forward pass by %.3g; using full logits",
                         type(self.model).__name__, err)
             self.split = False
+            self.projection = None
+        elif projected is not None:
+            err = (projected - mine).abs().max().item()
+            if not (math.isfinite(err) and err <= rel * scale):
+                log.warning("vocabulary projection of %s differs from its head by %.3g; projecting whole rows",
+                            type(self.model).__name__, err)
+                self.projection = None
 
 
 def shift_right(model: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor:

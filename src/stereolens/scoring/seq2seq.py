@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from stereolens.scoring.access import Seq2SeqBodyHead, device_of, shift_right
-from stereolens.scoring.batching import plan_batches, target_logprobs
+from stereolens.scoring.batching import plan_batches
 
 
 def run_seq2seq(
@@ -54,7 +54,7 @@ def run_seq2seq(
             labels = labels.to(device)
             hidden = sh.hidden(inputs.to(device), attention.to(device), shift_right(model, labels))
             valid = labels != -100
-            lp = target_logprobs(sh.head, hidden[valid], labels[valid], vocab_size).tolist()
+            lp = sh.logprobs(hidden[valid], labels[valid], vocab_size).tolist()
             r = 0
             for i in members:
                 n = len(items[i][1])
