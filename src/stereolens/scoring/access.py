@@ -298,10 +298,12 @@ class Seq2SeqBodyHead:
         self.split = self._head is not None
         self.projection = None
         if isinstance(self._head, torch.nn.Linear):
-            extra = None if self._bias is None else self._bias.reshape(-1)
-            head_bias = self._head.bias
-            combined = extra if head_bias is None else (head_bias if extra is None else head_bias + extra.to(head_bias.dtype))
-            self.projection = VocabProjection(self._head.weight, combined)
+            # BART's final_logits_bias is added after the head: one bias for both
+            proj_bias = self._head.bias
+            if self._bias is not None:
+                extra = self._bias.reshape(-1)
+                proj_bias = extra if proj_bias is None else proj_bias + extra.to(proj_bias.dtype)
+            self.projection = VocabProjection(self._head.weight, proj_bias)
 
     @property
     def mode(self) -> str:
