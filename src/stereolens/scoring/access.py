@@ -211,12 +211,6 @@ class BodyHead:
     def head(self, rows: torch.Tensor) -> torch.Tensor:
         return self._head(rows) if self.split else rows
 
-    def logprobs(self, rows: torch.Tensor, targets: torch.Tensor, vocab_size: int) -> torch.Tensor:
-        """log P(target) per row from what :meth:`rows` returned."""
-        if self.projection is not None:
-            return self.projection.target_logprobs(rows, targets)
-        return target_logprobs(self.head, rows, targets, vocab_size)
-
     def verify(self, input_ids: torch.Tensor) -> None:
         """Compare with the model's own forward pass on one input; step down a level if they differ."""
         if not self.split:

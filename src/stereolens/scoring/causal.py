@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import plan_batches
+from stereolens.scoring.batching import plan_batches, target_logprobs
 from stereolens.scoring.encoding import CausalEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -114,7 +114,7 @@ def run_causal(
             target_ids = torch.tensor(targets, device=device)
             tag = [(i, len(items[i].ids) - items[i].start) for i in members]
             if deferred is None:
-                ready(tag, bh.logprobs(rows, target_ids, vocab_size).tolist())
+                ready(tag, target_logprobs(bh.head, rows, target_ids, vocab_size).tolist())
             else:
                 deferred.add(tag, rows, target_ids, [node for i in members for node in nodes[i]])
         if deferred is not None:

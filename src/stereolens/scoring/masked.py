@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import plan_batches
+from stereolens.scoring.batching import plan_batches, target_logprobs
 from stereolens.scoring.encoding import MaskedEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -159,7 +159,7 @@ def run_masked(
             rows = bh.rows(inputs, attention, positions)
             tag = [(s.item, s.start, s.stop) for s in batch]
             if deferred is None:
-                ready(tag, bh.logprobs(rows, targets, vocab_size).tolist())
+                ready(tag, target_logprobs(bh.head, rows, targets, vocab_size).tolist())
             else:
                 deferred.add(tag, rows, targets)
         if deferred is not None:
