@@ -8,8 +8,11 @@ first N CrowS-Pairs pairs (both sentences) with PLL-word-l2r three ways:
 - ``engine``: :func:`stereolens.scoring.score_sentences`;
 - ``naive``: one masked copy per forward pass through the whole model, as the
   CrowS-Pairs reference script does;
-- ``minicons``: ``MaskedLMScorer.sequence_score(..., PLL_metric="within_word_l2r")``
-  a few sentences per call.
+- ``minicons``: ``MaskedLMScorer.sequence_score(..., PLL_metric="within_word_l2r")``,
+  at each of several sentences-per-call settings (default 1 and 4); the
+  ratio is taken against the fastest, since minicons pads the copies of the
+  sentences in one call to the longest of them (4 per call ran about 10%
+  slower than 1 per call here).
 
 Each runs in its own process (peak memory is its own), on the same
 sentences; the results must agree.  Prints and writes sentences per second,
@@ -17,6 +20,7 @@ peak memory above the loaded model and the ratios as JSON.
 
     .venv/bin/python benchmarks/pll.py --pairs 300
     .venv/bin/python benchmarks/pll.py --pairs 300 --naive-pairs 20 --minicons-pairs 60   # subsets for the slow ones
+    .venv/bin/python benchmarks/pll.py --minicons-batch 1 4 16   # more minicons settings
 """
 
 from __future__ import annotations
@@ -158,13 +162,16 @@ def worker_minicons(model, tok, sents, args):
     scorer = MaskedLMScorer(model, "cpu", tokenizer=tok)
     metric = "within_word_l2r" if args.metric == "pll_word_l2r" else "original"
     out = []
-    for i in range(0, len(sents), args.minicons_batch):
-        out += scorer.sequence_score(sents[i : i + args.minicons_batch], PLL_metric=metric, reduction=lambda x: x.sum(0).item())
+    per_call = args.minicons_batch[0]
+    for i in range(0, len(sents), per_call):
+        out += scorer.sequence_score(sents[i : i + per_call], PLL_metric=metric, reduction=lambda x: x.sum(0).item())
     return out
 
 
 def run_one(args) -> None:
     import torch
+
+    from stereolens.scoring.batching import cpu_workers
 
     sents = json.loads(Path(args.sentences).read_text(encoding="utf-8"))
     model, tok = _load(args.model_dir)
@@ -180,6 +187,7 @@ def run_one(args) -> None:
         "method": args.worker, "sentences": len(sents), "scored_tokens": n_tokens, "seconds": seconds,
         "sentences_per_s": len(sents) / seconds, "scored_tokens_per_s": n_tokens / seconds, "peak_rss_mb": mem.peak / 2**20, "peak_extra_mb": mem.extra / 2**20,
         "threads": torch.get_num_threads(), "scores": scores,
+        **({"workers": cpu_workers(torch.device("cpu"))} if args.worker == "engine" else {}),
     }))
 
 
@@ -193,7 +201,8 @@ def main() -> None:
     p.add_argument("--minicons-pairs", type=int, default=None, help="first pairs for minicons (default: --pairs)")
     p.add_argument("--metric", choices=["pll", "pll_word_l2r"], default="pll_word_l2r")
     p.add_argument("--batch-tokens", type=int, default=8192)
-    p.add_argument("--minicons-batch", type=int, default=4, help="sentences per minicons call")
+    p.add_argument("--minicons-batch", type=int, nargs="+", default=[1, 4],
+                   help="sentences per minicons call; each is measured and the fastest is the reference (default: 1 4)")
     p.add_argument("--tokenizer-vocab", type=int, default=3000)
     p.add_argument("--long", type=int, nargs="*", default=None, metavar="TOKENS",
                    help="also measure engine peak memory on one sentence of each of these lengths (e.g. --long 60 120 240)")
@@ -215,15 +224,22 @@ def main() -> None:
     sents = [s for pair in pairs for s in pair]
     counts = {"engine": len(pairs), "naive": args.naive_pairs or len(pairs), "minicons": args.minicons_pairs or len(pairs)}
     results = {}
-    common = ["--metric", args.metric, "--batch-tokens", str(args.batch_tokens), "--minicons-batch", str(args.minicons_batch),
-              "--model-dir", str(model_dir)]
+    common = ["--metric", args.metric, "--batch-tokens", str(args.batch_tokens), "--model-dir", str(model_dir)]
+    minicons_runs = {}
     for method, n in counts.items():
         f = args.workdir / f"sentences-{method}.json"
         f.write_text(json.dumps(sents[: 2 * n], ensure_ascii=False), encoding="utf-8")
-        print(f"{method}: {2 * n} sentences ...", flush=True)
-        results[method] = run_worker(Path(__file__), ["--worker", method, "--sentences", str(f), *common])
-        r = results[method]
-        print(f"  {r['sentences_per_s']:.2f} sentences/s, peak +{r['peak_extra_mb']:.0f} MiB ({r['seconds']:.1f} s)", flush=True)
+        for per_call in args.minicons_batch if method == "minicons" else [args.minicons_batch[0]]:
+            label = f"{method} ({per_call} sentences per call)" if method == "minicons" else method
+            print(f"{label}: {2 * n} sentences ...", flush=True)
+            r = run_worker(Path(__file__), ["--worker", method, "--sentences", str(f), "--minicons-batch", str(per_call), *common])
+            print(f"  {r['sentences_per_s']:.2f} sentences/s, peak +{r['peak_extra_mb']:.0f} MiB ({r['seconds']:.1f} s)", flush=True)
+            if method == "minicons":
+                minicons_runs[per_call] = r
+            else:
+                results[method] = r
+    fastest = max(minicons_runs, key=lambda k: minicons_runs[k]["scored_tokens_per_s"])
+    results["minicons"] = minicons_runs[fastest]
 
     def speedup(other: str) -> float:
         unit = "sentences_per_s" if len(set(counts.values())) == 1 else "scored_tokens_per_s"
@@ -255,16 +271,25 @@ def main() -> None:
             print(f"engine, {n_sent} sentences of ~{target} tokens: peak +{r['peak_extra_mb']:.0f} MiB", flush=True)
 
     sys.path.insert(0, str(REPO / "src"))
-    summary_flops = flop_model(model_dir, sents, args.batch_tokens, args.minicons_batch)
+    # the engine's passes side by side share its token budget
+    summary_flops = flop_model(model_dir, sents, args.batch_tokens // (results["engine"].get("workers") or 1), fastest)
     summary = {
         "benchmark": "masked-LM PLL scoring (benchmarks/pll.py)",
         "metric": args.metric,
         "model": "BertForMaskedLM, 12 layers, hidden 768, 12 heads, vocab 119,547, random weights (seed 0)",
         "tokenizer": f"WordPiece trained on CrowS-Pairs, {args.tokenizer_vocab} pieces",
         "data": "CrowS-Pairs (first pairs, both sentences)",
-        "conditions": {**machine(), "batch_tokens": args.batch_tokens, "minicons_sentences_per_call": args.minicons_batch,
+        "conditions": {**machine(), "batch_tokens": args.batch_tokens, "engine_workers": results["engine"].get("workers"),
+                       "minicons_sentences_per_call": fastest,
                        "note": "shared 2-core machine: other processes may have been running; compare ratios, not absolute speeds"},
         "methods": {k: {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in results.items()},
+        # every minicons setting measured; "minicons" above is the fastest of them
+        "minicons_by_sentences_per_call": {
+            str(k): {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in sorted(minicons_runs.items())
+        },
+        "speedup_vs_minicons_by_sentences_per_call": {
+            str(k): results["engine"]["scored_tokens_per_s"] / v["scored_tokens_per_s"] for k, v in sorted(minicons_runs.items())
+        },
         # sentences/s when every method scored the same sentences; scored tokens/s otherwise
         "speedup_vs_naive": speedup("naive"),
         "speedup_vs_minicons": speedup("minicons"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -124,24 +125,48 @@ def _vocab_projection(model: torch.nn.Module, kind: str, head: HeadFn | None) ->
 
 def _input_of(module: torch.nn.Module, fn: HeadFn) -> HeadFn:
     """``rows -> the input module receives when fn(rows) runs``, stopping fn there."""
-
-    def pre(rows: torch.Tensor) -> torch.Tensor:
-        handle = module.register_forward_pre_hook(_raise_hidden, with_kwargs=True)
-        try:
-            fn(rows)
-            raise RuntimeError("the vocabulary projection was never reached")
-        except _StopBeforeLastLayer as stop:
-            return stop.hidden
-        finally:
-            handle.remove()
-
-    return pre
+    return lambda rows: _input_to(module, lambda: fn(rows))
 
 
-class _StopBeforeLastLayer(Exception):
+class _Reached(Exception):
     def __init__(self, hidden: torch.Tensor) -> None:
         super().__init__()
         self.hidden = hidden
+
+
+def _raise_hidden(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    raise _Reached(args[0] if args else kwargs["hidden_states"])
+
+
+_hook_lock = threading.Lock()
+_stop_hooks: dict[int, list] = {}  # id(module) -> [hook handle, callers inside _input_to]
+
+
+def _input_to(module: torch.nn.Module, run: Callable[[], object]) -> torch.Tensor:
+    """The hidden states ``module`` receives when ``run()`` reaches it; ``run`` stops there.
+
+    Scoring threads that run side by side share one hook per module, added by
+    the first and removed by the last: a module's forward pass iterates over a
+    snapshot of its hooks, and a hook removed by another thread in between would
+    be called the wrong way.
+    """
+    key = id(module)
+    with _hook_lock:
+        entry = _stop_hooks.get(key)
+        if entry is None:
+            entry = _stop_hooks[key] = [module.register_forward_pre_hook(_raise_hidden, with_kwargs=True), 0]
+        entry[1] += 1
+    try:
+        run()
+        raise RuntimeError(f"{type(module).__name__} was never reached")  # pragma: no cover
+    except _Reached as reached:
+        return reached.hidden
+    finally:
+        with _hook_lock:
+            entry[1] -= 1
+            if entry[1] == 0:
+                entry[0].remove()
+                del _stop_hooks[key]
 
 
 # encoder layers with BERT's structure, where the last layer can run for the scored rows only
@@ -198,14 +223,7 @@ class BodyHead:
         index = torch.arange(input_ids.shape[0], device=input_ids.device)
         if self._last is None:
             return self.body(input_ids, attention_mask)[index, positions]
-        handle = self._last.register_forward_pre_hook(_raise_hidden, with_kwargs=True)
-        try:
-            self._base(input_ids=input_ids, attention_mask=attention_mask)
-            raise RuntimeError("the last encoder layer was never reached")  # pragma: no cover
-        except _StopBeforeLastLayer as stop:
-            hidden = stop.hidden
-        finally:
-            handle.remove()
+        hidden = _input_to(self._last, lambda: self._base(input_ids=input_ids, attention_mask=attention_mask))
         return _bert_layer_rows(self._last, hidden, attention_mask, positions)
 
     def head(self, rows: torch.Tensor) -> torch.Tensor:
@@ -245,10 +263,6 @@ class BodyHead:
             log.warning("vocabulary projection of %s differs from its head by %.3g; projecting whole rows",
                         type(self.model).__name__, err)
             self.projection = None
-
-
-def _raise_hidden(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-    raise _StopBeforeLastLayer(args[0] if args else kwargs["hidden_states"])
 
 
 def _bert_layer_rows(
@@ -309,14 +323,7 @@ class Seq2SeqBodyHead:
         if not self.split:
             return self.model(**kwargs).logits
         assert self._head is not None
-        handle = self._head.register_forward_pre_hook(_raise_hidden, with_kwargs=True)
-        try:
-            self.model(**kwargs)
-            raise RuntimeError("the output head was never reached")  # pragma: no cover
-        except _StopBeforeLastLayer as stop:
-            return stop.hidden
-        finally:
-            handle.remove()
+        return _input_to(self._head, lambda: self.model(**kwargs))
 
     def head(self, rows: torch.Tensor) -> torch.Tensor:
         if not self.split:

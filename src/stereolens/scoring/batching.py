@@ -10,14 +10,25 @@ forward pass costs only a few positions' worth of overhead, so there every
 pass holds one length (no padding and no attention mask; with 16 CrowS-Pairs
 sentences a shared pass wasted 15% of the work on padding).  On a GPU extra
 passes cost more than padding, so rows of nearby lengths share a pass.
+
+On a CPU with several threads, whole forward passes also run side by side,
+one single-threaded pass per thread (:func:`run_in_workers`): splitting each
+pass's operations across threads leaves cores waiting at every operation's
+end, and on the 2-core benchmark machine two passes side by side scored
+masked copies 10-18% faster than one pass at a time on two threads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 # Logit rows are projected through the output head this many vocabulary entries
 # at a time (32M floats = 128 MiB), so memory stays flat in batch size and vocabulary.
@@ -79,3 +90,54 @@ def target_logprobs(logits_fn, rows: torch.Tensor, targets: torch.Tensor, vocab_
     if not out:
         return rows.new_zeros(0, dtype=torch.float32)
     return torch.cat(out)
+
+
+def cpu_workers(device: torch.device) -> int:
+    """Forward passes to run side by side: one per intra-op thread on a CPU, one elsewhere."""
+    return max(1, torch.get_num_threads()) if device.type == "cpu" else 1
+
+
+def run_in_workers(batches: Sequence[T], work: Callable[[Iterator[T]], None], workers: int) -> None:
+    """Call ``work(batches)`` on ``workers`` threads that share one queue of batches.
+
+    Each thread runs torch operations single-threaded while they run (the
+    caller's thread count is restored afterwards) and pulls its next batch when
+    it finishes one, so the threads finish within one batch of each other.
+    ``work`` owns its thread's state; whatever it shares must be locked.  The
+    first error stops the other threads after their current batch and is raised.
+    """
+    if workers <= 1 or len(batches) <= 1:
+        work(iter(batches))
+        return
+    lock = threading.Lock()
+    queue = iter(batches)
+    stop = threading.Event()
+
+    def pull() -> Iterator[T]:
+        while not stop.is_set():
+            with lock:
+                batch = next(queue, None)
+            if batch is None:
+                return
+            yield batch
+
+    def guarded() -> None:
+        try:
+            work(pull())
+        except BaseException:
+            stop.set()
+            raise
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="stereolens-score") as pool:
+            futures = [pool.submit(guarded) for _ in range(min(workers, len(batches)))]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:
+                stop.set()
+                raise
+    finally:
+        torch.set_num_threads(threads)

@@ -16,13 +16,14 @@ MLM head.  Definitions follow METHODS.md:
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import plan_batches, target_logprobs
+from stereolens.scoring.batching import Segment, cpu_workers, plan_batches, run_in_workers, target_logprobs
 from stereolens.scoring.encoding import MaskedEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -95,12 +96,15 @@ def run_masked(
     on_item: Callable[[int, list[float]], None] | None = None,
     progress: bool = False,
     pad: bool | None = None,
+    workers: int | None = None,
 ) -> list[list[float]]:
     """Per-target log-probabilities for every item, in the order of ``item.targets``.
 
     ``pad``: whether sentences of different lengths may share a forward pass
     (default: not on a CPU, where padding costs more than an extra pass; see
-    :mod:`stereolens.scoring.batching`).
+    :mod:`stereolens.scoring.batching`).  ``workers``: forward passes run side
+    by side (default: one per CPU thread on a CPU, one on a GPU); they share
+    the ``batch_tokens`` budget, so memory does not grow with them.
     """
     device = device_of(bh.model)
     results: list[list[float]] = [[0.0] * len(it.targets) for it in items]
@@ -111,59 +115,81 @@ def run_masked(
     lengths = [len(it.enc.ids) for it in items]
     if pad is None:
         pad = device.type != "cpu"
-    batches = list(plan_batches(lengths, remaining, batch_tokens, pad=pad))
+    if workers is None:
+        workers = cpu_workers(device)
+    batches = list(plan_batches(lengths, remaining, max(1, batch_tokens // max(1, workers)), pad=pad))
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=sum(remaining), unit="tok", desc="masked copies")
     id_rows = [torch.tensor(it.enc.ids, dtype=torch.long) for it in items]
+    lock = threading.Lock()
 
     def ready(tag: object, lp: list[float]) -> None:
-        r = 0
-        for item, start, stop in tag:  # type: ignore[attr-defined]
-            results[item][start:stop] = lp[r : r + stop - start]
-            r += stop - start
-            remaining[item] -= stop - start
-            if remaining[item] == 0 and on_item is not None:
-                on_item(item, results[item])
-            if bar is not None:
-                bar.update(stop - start)
-
-    deferred = DeferredLogprobs(bh.projection, ready) if bh.projection is not None else None
-    with torch.inference_mode():
-        for batch in batches:
-            width = max(lengths[s.item] for s in batch)
-            n_rows = sum(s.stop - s.start for s in batch)
-            inputs = torch.full((n_rows, width), pad_token_id, dtype=torch.long)
-            ragged = any(lengths[s.item] != width for s in batch)
-            attention = torch.zeros((n_rows, width), dtype=torch.long) if ragged else None
-            positions = torch.empty(n_rows, dtype=torch.long)
-            targets = torch.empty(n_rows, dtype=torch.long)
+        with lock:
             r = 0
-            for s in batch:
-                it, length, k = items[s.item], lengths[s.item], s.stop - s.start
-                block = id_rows[s.item].expand(k, length).clone()
-                for j in range(k):
-                    block[j, list(it.mask_sets[s.start + j])] = mask_token_id
-                inputs[r : r + k, :length] = block
+            for item, start, stop in tag:  # type: ignore[attr-defined]
+                results[item][start:stop] = lp[r : r + stop - start]
+                r += stop - start
+                remaining[item] -= stop - start
+                if remaining[item] == 0 and on_item is not None:
+                    on_item(item, results[item])
+                if bar is not None:
+                    bar.update(stop - start)
+
+    def work(my_batches: Iterator[list[Segment]]) -> None:
+        deferred = DeferredLogprobs(bh.projection, ready) if bh.projection is not None else None
+        with torch.inference_mode():  # per thread: grad mode is thread-local
+            for batch in my_batches:
+                inputs, attention, positions, targets = _copies(items, batch, lengths, id_rows, mask_token_id, pad_token_id)
+                inputs, positions, targets = inputs.to(device), positions.to(device), targets.to(device)
                 if attention is not None:
-                    attention[r : r + k, :length] = 1
-                pos = torch.tensor(it.targets[s.start : s.stop], dtype=torch.long)
-                positions[r : r + k] = pos
-                targets[r : r + k] = id_rows[s.item][pos]
-                r += k
-            inputs, positions, targets = inputs.to(device), positions.to(device), targets.to(device)
-            if attention is not None:
-                attention = attention.to(device)
-            rows = bh.rows(inputs, attention, positions)
-            tag = [(s.item, s.start, s.stop) for s in batch]
-            if deferred is None:
-                ready(tag, target_logprobs(bh.head, rows, targets, vocab_size).tolist())
-            else:
-                deferred.add(tag, rows, targets)
-        if deferred is not None:
-            deferred.flush()
-    if bar is not None:
-        bar.close()
+                    attention = attention.to(device)
+                rows = bh.rows(inputs, attention, positions)
+                tag = [(s.item, s.start, s.stop) for s in batch]
+                if deferred is None:
+                    ready(tag, target_logprobs(bh.head, rows, targets, vocab_size).tolist())
+                else:
+                    deferred.add(tag, rows, targets)
+            if deferred is not None:
+                deferred.flush()
+
+    try:
+        run_in_workers(batches, work, workers)
+    finally:
+        if bar is not None:
+            bar.close()
     return results
+
+
+def _copies(
+    items: Sequence[MaskedItem],
+    batch: list[Segment],
+    lengths: list[int],
+    id_rows: list[torch.Tensor],
+    mask_token_id: int,
+    pad_token_id: int,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """A batch's masked copies: input ids, attention mask (None when unpadded), scored positions, targets."""
+    width = max(lengths[s.item] for s in batch)
+    n_rows = sum(s.stop - s.start for s in batch)
+    inputs = torch.full((n_rows, width), pad_token_id, dtype=torch.long)
+    ragged = any(lengths[s.item] != width for s in batch)
+    attention = torch.zeros((n_rows, width), dtype=torch.long) if ragged else None
+    positions = torch.empty(n_rows, dtype=torch.long)
+    targets = torch.empty(n_rows, dtype=torch.long)
+    r = 0
+    for s in batch:
+        it, length, k = items[s.item], lengths[s.item], s.stop - s.start
+        block = id_rows[s.item].expand(k, length).clone()
+        for j in range(k):
+            block[j, list(it.mask_sets[s.start + j])] = mask_token_id
+        inputs[r : r + k, :length] = block
+        if attention is not None:
+            attention[r : r + k, :length] = 1
+        pos = torch.tensor(it.targets[s.start : s.stop], dtype=torch.long)
+        positions[r : r + k] = pos
+        targets[r : r + k] = id_rows[s.item][pos]
+        r += k
+    return inputs, attention, positions, targets
