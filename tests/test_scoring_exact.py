@@ -401,15 +401,29 @@ def test_score_pairs_table_columns(mlm):
 # ---------------------------------------------------------------- other masked architectures
 
 
-@pytest.mark.parametrize("arch", ["roberta", "distilbert", "albert"])
-def test_pll_on_other_architectures_equals_direct(tiny_masked_lm_dir, arch):
+@pytest.mark.parametrize(("arch", "mode"), [
+    ("bert-peaked", "shared-first-layer"), ("roberta", "shared-first-layer"), ("electra", "shared-first-layer"), ("electra-projected", "last-layer-rows"),
+    ("distilbert", "head-rows"), ("albert", "head-rows"),
+])
+def test_pll_on_other_architectures_equals_direct(tiny_masked_lm_dir, arch, mode, caplog):
     import transformers
+
+    from stereolens.scoring.access import split_head
 
     tok = AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
     common = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id)
     config = {
-        "roberta": lambda: transformers.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        # weights large enough that attention is far from uniform, so a wrong score scale shows
+        "bert-peaked": lambda: transformers.BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
+                                                       max_position_embeddings=64, initializer_range=0.5, **common),
+        "roberta": lambda: transformers.RobertaConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
                                                       intermediate_size=64, max_position_embeddings=70, **common),
+        "electra": lambda: transformers.ElectraConfig(embedding_size=32, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                                                      intermediate_size=64, max_position_embeddings=64, **common),
+        # embeddings smaller than the hidden size go through a projection the shared first layer does not run
+        "electra-projected": lambda: transformers.ElectraConfig(embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                                                num_attention_heads=2, intermediate_size=64,
+                                                                max_position_embeddings=64, **common),
         "distilbert": lambda: transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64,
                                                             max_position_embeddings=64, **common),
         "albert": lambda: transformers.AlbertConfig(embedding_size=16, hidden_size=32, num_hidden_layers=2,
@@ -420,6 +434,26 @@ def test_pll_on_other_architectures_equals_direct(tiny_masked_lm_dir, arch):
     got = score_sentences(model, tok, SENTENCES[:4], "pll_word_l2r", batch_tokens=64)
     for sentence, score in zip(SENTENCES[:4], got):
         assert score.logprob == pytest.approx(direct_pll(model, tok, sentence, True), abs=TOL)
+    assert split_head(model, "masked", [1, 2, 3]).mode == mode
+    assert "differs from its forward pass" not in caplog.text  # no level was dropped on the way
+
+
+def test_bert_paths_padded_and_unpadded_agree(mlm):
+    from stereolens.scoring import masked
+    from stereolens.scoring.access import split_head
+    from stereolens.scoring.encoding import encode_masked
+
+    model, tok = mlm
+    items = [masked.pll_item(encode_masked(tok, s, i, limit=64, truncate=False, word_ids=False)) for i, s in enumerate(SENTENCES)]
+    bh = split_head(model, "masked", list(items[0].enc.ids))
+    assert bh.mode == "shared-first-layer"
+    opts = dict(mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, vocab_size=len(tok), batch_tokens=1 << 12)
+    # unpadded passes share the first layer's rows; padded ones (a GPU's) run the model's own layers
+    shared = masked.run_masked(bh, items, pad=False, **opts)
+    padded = masked.run_masked(bh, items, pad=True, **opts)
+    for sentence, a, b in zip(SENTENCES, shared, padded):
+        assert b == pytest.approx(a, abs=TOL)
+        assert sum(a) == pytest.approx(direct_pll(model, tok, sentence, False), abs=TOL)
 
 
 def test_option_probabilities_renormalise_continuation_scores(clm):

@@ -7,12 +7,12 @@ import time
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-from stereolens.scoring import masked
+from stereolens.scoring import causal, masked
 from stereolens.scoring.access import split_head
 from stereolens.scoring.batching import run_in_workers
-from stereolens.scoring.encoding import encode_masked
+from stereolens.scoring.encoding import encode_causal, encode_masked
 
 SENTENCES = [
     "Women are kind.",
@@ -28,6 +28,11 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def mlm(tiny_masked_lm_dir):
     return AutoModelForMaskedLM.from_pretrained(tiny_masked_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
+
+
+@pytest.fixture(scope="module")
+def clm(tiny_causal_lm_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_causal_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_causal_lm_dir)
 
 
 def test_every_batch_runs_once_on_single_threaded_workers():
@@ -96,4 +101,27 @@ def test_workers_give_the_sequential_numbers(mlm, metric, projection):
         assert b == pytest.approx(a, abs=1e-5)
         assert c == pytest.approx(a, abs=1e-5)
     # no stop hook is left behind on the model
+    assert not any(m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("projection", [True, False])
+def test_causal_workers_give_the_sequential_numbers(clm, projection):
+    model, tok = clm
+    # pairs share prefixes, so workers meet the same prefix normalisers
+    items = [encode_causal(tok, "", s, i, limit=64, truncate=False) for i, s in enumerate(SENTENCES)]
+    bh = split_head(model, "causal", list(items[0].ids))
+    saved = bh.projection
+    if not projection:
+        bh.projection = None
+    opts = dict(pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else 0, vocab_size=len(tok), pad=False)
+    try:
+        one = causal.run_causal(bh, items, batch_tokens=16, workers=1, **opts)
+        finished: list[int] = []
+        two = causal.run_causal(bh, items, batch_tokens=16, workers=2, on_item=lambda i, lps: finished.append(i), **opts)
+    finally:
+        bh.projection = saved
+    assert sorted(finished) == list(range(len(items)))
+    for a, b, it in zip(one, two, items):
+        assert len(a) == len(it.ids) - it.start
+        assert b == pytest.approx(a, abs=1e-5)
     assert not any(m._forward_pre_hooks for m in model.modules())

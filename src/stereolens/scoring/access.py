@@ -189,12 +189,16 @@ def _last_bert_layer(model: torch.nn.Module, base: torch.nn.Module | None) -> to
 class BodyHead:
     """The model as ``rows(input_ids, attention_mask, positions) -> hidden rows`` plus ``head(rows) -> logits``.
 
-    Three levels, fastest first, each verified against the model's own forward
-    pass before use: (1) for BERT-like encoders, the last layer runs only for
-    the scored position of each row (its output elsewhere is never used); (2)
-    the body runs whole and only the scored rows go through the head; (3) the
-    whole model runs and the scored rows of its logits are taken.  With (1) or
-    (2), ``projection`` describes the head as a vocabulary matrix (see
+    Four levels, fastest first, each verified against the model's own forward
+    pass before use: (0) for BERT-like encoders on unpadded passes, level (1)
+    with the first layer's queries, keys and values computed once per distinct
+    (position, token) of a pass (a sentence's masked copies differ from it at a
+    position or two, so most of their first-layer inputs are the same rows);
+    (1) for BERT-like encoders, the last layer runs only for the scored position
+    of each row (its output elsewhere is never used); (2) the body runs whole
+    and only the scored rows go through the head; (3) the whole model runs and
+    the scored rows of its logits are taken.  With (0) to (2), ``projection``
+    describes the head as a vocabulary matrix (see
     :mod:`stereolens.scoring.projection`) when it is one, also verified.
     """
 
@@ -207,11 +211,14 @@ class BodyHead:
         self._head = head
         self._base = base
         self._last = _last_bert_layer(model, base) if (kind == "masked" and self.split) else None
+        self._shared_first = self._last is not None and _has_bert_embeddings(base)
         self.projection = _vocab_projection(model, kind, head) if self.split else None
 
     @property
     def mode(self) -> str:
-        return "last-layer-rows" if self._last is not None else ("head-rows" if self.split else "full")
+        if self._last is not None:
+            return "shared-first-layer" if self._shared_first else "last-layer-rows"
+        return "head-rows" if self.split else "full"
 
     def body(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if self.split:
@@ -223,6 +230,13 @@ class BodyHead:
         index = torch.arange(input_ids.shape[0], device=input_ids.device)
         if self._last is None:
             return self.body(input_ids, attention_mask)[index, positions]
+        if self._shared_first and attention_mask is None:
+            layers = self._base.encoder.layer
+            hidden = _bert_first_layer_shared(self._base.embeddings, layers[0], input_ids)
+            for layer in layers[1:-1]:
+                out = layer(hidden, None)
+                hidden = out[0] if isinstance(out, tuple) else out
+            return _bert_layer_rows(self._last, hidden, None, positions)
         hidden = _input_to(self._last, lambda: self._base(input_ids=input_ids, attention_mask=attention_mask))
         return _bert_layer_rows(self._last, hidden, attention_mask, positions)
 
@@ -249,7 +263,9 @@ class BodyHead:
                     return
                 log.warning("scoring path %s of %s differs from its forward pass by %.3g; falling back",
                             self.mode, type(self.model).__name__, err)
-                if self._last is not None:
+                if self._shared_first:
+                    self._shared_first = False
+                elif self._last is not None:
                     self._last = None
                 else:
                     self.split = False
@@ -265,22 +281,69 @@ class BodyHead:
             self.projection = None
 
 
+def _has_bert_embeddings(base: torch.nn.Module | None) -> bool:
+    emb = getattr(base, "embeddings", None)
+    if getattr(base, "embeddings_project", None) is not None:  # ELECTRA with a smaller embedding size
+        return False
+    return all(hasattr(emb, name) for name in ("word_embeddings", "position_embeddings", "LayerNorm"))
+
+
+def _bert_first_layer_shared(embeddings: torch.nn.Module, layer: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """A BERT encoder's first layer on unpadded rows, with queries, keys and values
+    computed once per distinct (position, token) of the pass.
+
+    With absolute positions and one segment the first layer's input at a
+    position depends on that position and its token only, so the rows of a
+    pass's masked copies share all but a few; attention and everything after
+    it mix positions and run per row.
+    """
+    n_rows, width = input_ids.shape
+    # the model's own embeddings (RoBERTa-style models number positions their own way)
+    embedded = embeddings(input_ids=input_ids)
+    vocab = embeddings.word_embeddings.num_embeddings
+    position = torch.arange(width, device=input_ids.device).expand(n_rows, width)
+    distinct, inverse = torch.unique(position * vocab + input_ids, return_inverse=True)
+    first = torch.full((distinct.shape[0],), n_rows * width, device=input_ids.device)
+    first.scatter_reduce_(0, inverse.flatten(), torch.arange(n_rows * width, device=input_ids.device), "amin")
+    x = embedded.reshape(n_rows * width, -1)[first]
+    sa = layer.attention.self
+    heads, size = sa.num_attention_heads, sa.attention_head_size
+
+    def per_row(t: torch.Tensor) -> torch.Tensor:
+        return t[inverse].view(n_rows, width, heads, size).transpose(1, 2)
+
+    ctx = torch.nn.functional.scaled_dot_product_attention(per_row(sa.query(x)), per_row(sa.key(x)), per_row(sa.value(x)), scale=sa.scaling)
+    attended = layer.attention.output(ctx.transpose(1, 2).reshape(n_rows, width, heads * size), embedded)
+    return layer.output(layer.intermediate(attended), attended)
+
+
 def _bert_layer_rows(
     layer: torch.nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor | None, positions: torch.Tensor
 ) -> torch.Tensor:
-    """A BERT layer's output at one position per row: keys and values need every
-    position, the query, attention output and feed-forward only the scored one."""
+    """A BERT layer's output at one position per row.
+
+    Only the scored position's query is needed, so keys and values are never
+    formed: per head, q.(Wk x + bk) = (Wk^T q).x + q.bk, whose last term is the
+    same for every key and cancels in the softmax, and sum_j a_j (Wv x_j + bv)
+    = Wv (sum_j a_j x_j) + bv because the weights sum to one.  That costs two
+    vector-matrix products per row instead of two matrix products per position.
+    """
     sa = layer.attention.self
-    n_rows, width, _ = hidden.shape
+    n_rows, width, dim = hidden.shape
     heads, size = sa.num_attention_heads, sa.attention_head_size
     at = hidden[torch.arange(n_rows, device=hidden.device), positions]
-    q = sa.query(at).view(n_rows, 1, heads, size).transpose(1, 2)
-    k = sa.key(hidden).view(n_rows, width, heads, size).transpose(1, 2)
-    v = sa.value(hidden).view(n_rows, width, heads, size).transpose(1, 2)
-    mask = attention_mask[:, None, None, :].bool() if attention_mask is not None else None
-    ctx = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=sa.scaling)
-    ctx = ctx.transpose(1, 2).reshape(n_rows, heads * size)
-    attended = layer.attention.output(ctx, at)
+    q = sa.query(at).view(n_rows, heads, size).transpose(0, 1)  # (heads, rows, size)
+    w_key = sa.key.weight.view(heads, size, dim)
+    w_value = sa.value.weight.view(heads, size, dim)
+    probe = torch.bmm(q, w_key).transpose(0, 1) * sa.scaling  # (rows, heads, dim)
+    scores = torch.bmm(probe, hidden.transpose(1, 2))  # (rows, heads, width)
+    if attention_mask is not None:
+        scores = scores.masked_fill(~attention_mask[:, None, :].bool(), float("-inf"))
+    mixed = torch.bmm(scores.float().softmax(dim=-1).to(hidden.dtype), hidden)  # (rows, heads, dim)
+    ctx = torch.bmm(mixed.transpose(0, 1), w_value.transpose(1, 2)).transpose(0, 1)  # (rows, heads, size)
+    if sa.value.bias is not None:
+        ctx = ctx + sa.value.bias.view(heads, size)
+    attended = layer.attention.output(ctx.reshape(n_rows, heads * size), at)
     return layer.output(layer.intermediate(attended), attended)
 
 

@@ -19,12 +19,13 @@ an item is reported (and cached) once all its positions are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import plan_batches, target_logprobs
+from stereolens.scoring.batching import Segment, cpu_workers, plan_batches, run_in_workers, target_logprobs
 from stereolens.scoring.encoding import CausalEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -58,23 +59,29 @@ def run_causal(
     on_item: Callable[[int, list[float]], None] | None = None,
     progress: bool = False,
     pad: bool | None = None,
+    workers: int | None = None,
 ) -> list[list[float]]:
     """Per-token log P(ids[t] | ids[:t]) for t in [start, len(ids)) of every item.
 
     ``pad``: whether sequences of different lengths may share a forward pass
-    (default: not on a CPU).
+    (default: not on a CPU).  ``workers``: forward passes run side by side
+    (default: one per CPU thread on a CPU, one on a GPU), sharing the
+    ``batch_tokens`` budget and one set of per-prefix normalisers.
     """
     device = device_of(bh.model)
     lengths = [len(it.ids) - 1 for it in items]  # the last token is a target only
     if pad is None:
         pad = device.type != "cpu"
+    if workers is None:
+        workers = cpu_workers(device)
     results: list[list[float]] = [[] for _ in items]
-    batches = list(plan_batches(lengths, [1] * len(items), batch_tokens, pad=pad))
+    batches = list(plan_batches(lengths, [1] * len(items), max(1, batch_tokens // max(1, workers)), pad=pad))
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(items), unit="seq", desc="causal")
+    lock = threading.Lock()
 
     def done(i: int, lps: list[float]) -> None:
         results[i] = lps
@@ -84,6 +91,7 @@ def run_causal(
             bar.update(1)
 
     def ready(tag: object, lp: list[float]) -> None:
+        # called with the lock held
         r = 0
         for i, n in tag:  # type: ignore[attr-defined]
             done(i, lp[r : r + n])
@@ -93,32 +101,50 @@ def run_causal(
     if bh.projection is not None:
         nodes, n_prefixes = prefix_nodes(items)
         deferred = DeferredLogprobs(bh.projection, ready, n_keys=n_prefixes)
-    with torch.inference_mode():
-        for batch in batches:
-            members = [s.item for s in batch]
-            width = max(lengths[i] for i in members)
-            inputs = torch.full((len(members), width), pad_token_id, dtype=torch.long)
-            attention = torch.zeros((len(members), width), dtype=torch.long)
-            scored = torch.zeros((len(members), width), dtype=torch.bool)
-            targets: list[int] = []
-            for b, i in enumerate(members):
-                ids, start = items[i].ids, items[i].start
-                inputs[b, : lengths[i]] = torch.tensor(ids[:-1], dtype=torch.long)
-                attention[b, : lengths[i]] = 1
-                # input position t-1 predicts token t
-                scored[b, start - 1 : lengths[i]] = True
-                targets.extend(ids[start:])
-            ragged = any(lengths[i] != width for i in members)
-            hidden = bh.body(inputs.to(device), attention.to(device) if ragged else None)
-            rows = hidden[scored.to(device)]  # row-major: item by item, left to right
-            target_ids = torch.tensor(targets, device=device)
-            tag = [(i, len(items[i].ids) - items[i].start) for i in members]
-            if deferred is None:
-                ready(tag, target_logprobs(bh.head, rows, target_ids, vocab_size).tolist())
-            else:
-                deferred.add(tag, rows, target_ids, [node for i in members for node in nodes[i]])
+
+    def work(my_batches: Iterator[list[Segment]]) -> None:
+        with torch.inference_mode():  # per thread: grad mode is thread-local
+            for batch in my_batches:
+                members = [s.item for s in batch]
+                inputs, attention, scored, targets = _inputs(items, members, lengths, pad_token_id)
+                hidden = bh.body(inputs.to(device), attention.to(device) if attention is not None else None)
+                rows = hidden[scored.to(device)]  # row-major: item by item, left to right
+                target_ids = torch.tensor(targets, device=device)
+                tag = [(i, len(items[i].ids) - items[i].start) for i in members]
+                if deferred is None:
+                    lps = target_logprobs(bh.head, rows, target_ids, vocab_size).tolist()
+                    with lock:
+                        ready(tag, lps)
+                else:
+                    with lock:
+                        deferred.add(tag, rows, target_ids, [node for i in members for node in nodes[i]])
+
+    try:
+        run_in_workers(batches, work, workers)
         if deferred is not None:
-            deferred.flush()
-    if bar is not None:
-        bar.close()
+            with torch.inference_mode(), lock:
+                deferred.flush()
+    finally:
+        if bar is not None:
+            bar.close()
     return results
+
+
+def _inputs(
+    items: Sequence[CausalEncoding], members: list[int], lengths: list[int], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, list[int]]:
+    """A batch's input ids, attention mask (None when unpadded), scored-position mask and targets."""
+    width = max(lengths[i] for i in members)
+    inputs = torch.full((len(members), width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(members), width), dtype=torch.long)
+    scored = torch.zeros((len(members), width), dtype=torch.bool)
+    targets: list[int] = []
+    for b, i in enumerate(members):
+        ids, start = items[i].ids, items[i].start
+        inputs[b, : lengths[i]] = torch.tensor(ids[:-1], dtype=torch.long)
+        attention[b, : lengths[i]] = 1
+        # input position t-1 predicts token t
+        scored[b, start - 1 : lengths[i]] = True
+        targets.extend(ids[start:])
+    ragged = any(lengths[i] != width for i in members)
+    return inputs, attention if ragged else None, scored, targets
