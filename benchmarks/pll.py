@@ -68,38 +68,55 @@ def build_model(model_dir: Path, tokenizer_vocab: int) -> None:
     fast.save_pretrained(model_dir)
 
 
-def flop_model(model_dir: Path, sents: list[str], batch_tokens: int, minicons_batch: int) -> dict:
+def flop_model(model_dir: Path, sents: list[str], metric: str, batch_tokens: int, minicons_batch: int) -> dict:
     """Multiply-adds per scored token for each method, from the model's dimensions and the
     positions each method actually computes, padding included.
 
     Every scored token costs one encoder pass over its masked copy.  The engine
     runs its own batch plan (on a CPU one sentence length per pass, so no
-    padding), the last layer's query, output and feed-forward at the scored
-    position only, and the MLM head at that position only.  The naive loop runs
-    one unpadded copy per pass and projects every position; minicons pads the
+    padding; ``batch_tokens`` is one worker's share), the first layer's
+    queries, keys and values once per distinct (position, token) of a pass,
+    the last layer at the scored position only (no keys or values formed: two
+    vector-matrix products per row and two weighted sums over positions per
+    head), and the MLM head at that position only.  The naive loop runs one
+    unpadded copy per pass and projects every position; minicons pads the
     copies of ``minicons_batch`` sentences to the longest of them and projects
     every position.
     """
     from transformers import AutoConfig, AutoTokenizer
 
+    from stereolens.scoring import masked
     from stereolens.scoring.batching import plan_batches
+    from stereolens.scoring.encoding import encode_masked
 
     c = AutoConfig.from_pretrained(model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    h, f, n_layers, v = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size
+    h, f, n_layers, v, heads = c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.vocab_size, c.num_attention_heads
     head = h * h + h * v
     layer_tok = 4 * h * h + 2 * h * f
 
     def encoder(n_rows: int, width: int) -> int:
         return n_rows * n_layers * (width * layer_tok + 2 * width * width * h)
 
-    lengths = [len(tok(s)["input_ids"]) for s in sents]
-    rows = [n - 2 for n in lengths]
+    make = masked.pll_item if metric == "pll" else masked.pll_word_l2r_item
+    items = [make(encode_masked(tok, s, i, limit=None, truncate=False, word_ids=True)) for i, s in enumerate(sents)]
+    lengths = [len(it.enc.ids) for it in items]
+    rows = [len(it.targets) for it in items]
     copies = sum(rows)
     engine = 0
     for batch in plan_batches(lengths, rows, batch_tokens, pad=False):
         width, n = max(lengths[s.item] for s in batch), sum(s.stop - s.start for s in batch)
-        engine += encoder(n, width) - n * (width - 1) * (2 * h * h + 2 * h * f) + n * head
+        distinct: set[tuple[int, int]] = set()
+        for s in batch:
+            it = items[s.item]
+            for j in range(s.start, s.stop):
+                hidden = set(it.mask_sets[j])
+                distinct.update((p, tok.mask_token_id if p in hidden else t) for p, t in enumerate(it.enc.ids))
+        attention = 2 * width * width * h
+        first = 3 * h * h * len(distinct) + n * (width * (h * h + 2 * h * f) + attention)
+        middle = (n_layers - 2) * n * (width * layer_tok + attention)
+        last = n * (4 * h * h + 2 * h * f + 2 * heads * width * h)
+        engine += first + middle + last + n * head
     naive = sum(encoder(r, n) + r * n * head for r, n in zip(rows, lengths))
     minicons = 0
     for i in range(0, len(sents), minicons_batch):
@@ -109,7 +126,7 @@ def flop_model(model_dir: Path, sents: list[str], batch_tokens: int, minicons_ba
         "engine_per_token": engine / copies, "naive_per_token": naive / copies, "minicons_per_token": minicons / copies,
         "ratio_naive": naive / engine, "ratio_minicons": minicons / engine,
         "note": "work saved alone: the speedup an exact engine reaches at equal multiply-add throughput; "
-                "more comes only from running its multiply-adds faster (bigger, unpadded passes)",
+                "more comes only from running its multiply-adds faster (bigger, unpadded passes side by side)",
     }
 
 
@@ -272,7 +289,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO / "src"))
     # the engine's passes side by side share its token budget
-    summary_flops = flop_model(model_dir, sents, args.batch_tokens // (results["engine"].get("workers") or 1), fastest)
+    summary_flops = flop_model(model_dir, sents, args.metric, args.batch_tokens // (results["engine"].get("workers") or 1), fastest)
     summary = {
         "benchmark": "masked-LM PLL scoring (benchmarks/pll.py)",
         "metric": args.metric,

@@ -15,7 +15,9 @@ On a CPU with several threads, whole forward passes also run side by side,
 one single-threaded pass per thread (:func:`run_in_workers`): splitting each
 pass's operations across threads leaves cores waiting at every operation's
 end, and on the 2-core benchmark machine two passes side by side scored
-masked copies 10-18% faster than one pass at a time on two threads.
+masked copies 10-27% faster than one pass at a time on two threads
+(interleaved runs).  Masked scoring does so by default; causal scoring does
+not (see :func:`stereolens.scoring.causal.run_causal`).
 """
 
 from __future__ import annotations
