@@ -104,7 +104,7 @@ def run_masked(
     (default: not on a CPU, where padding costs more than an extra pass; see
     :mod:`stereolens.scoring.batching`).  ``workers``: forward passes run side
     by side (default: one per CPU thread on a CPU, one on a GPU); they share
-    the ``batch_tokens`` budget, so memory does not grow with them.
+    the ``batch_tokens`` budget, so their activations together stay within it.
     """
     device = device_of(bh.model)
     results: list[list[float]] = [[0.0] * len(it.targets) for it in items]
