@@ -11,7 +11,7 @@ first N CrowS-Pairs pairs (both sentences) with PLL-word-l2r three ways:
 - ``minicons``: ``MaskedLMScorer.sequence_score(..., PLL_metric="within_word_l2r")``,
   at each of several sentences-per-call settings (default 1 and 4); the
   ratio is taken against the fastest, since minicons pads the copies of the
-  sentences in one call to the longest of them (4 per call ran about 10%
+  sentences in one call to the longest of them (4 per call ran 5-11%
   slower than 1 per call here).
 
 Each runs in its own process (peak memory is its own), on the same
