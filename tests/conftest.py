@@ -52,3 +52,21 @@ def tiny_causal_lm_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_seq2seq_lm_dir(tmp_path_factory) -> Path:
     return tiny_models.build_seq2seq_lm(tmp_path_factory.mktemp("tiny-seq2seq-lm"))
+
+
+# Module scope: a test module gets its own loaded copies, since scoring memoises
+# its body/head split on the model and some tests change that split.
+@pytest.fixture(scope="module")
+def mlm(tiny_masked_lm_dir):
+    """(tiny masked LM, its tokenizer)."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    return AutoModelForMaskedLM.from_pretrained(tiny_masked_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
+
+
+@pytest.fixture(scope="module")
+def clm(tiny_causal_lm_dir):
+    """(tiny causal LM, its tokenizer)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_causal_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_causal_lm_dir)

@@ -50,18 +50,6 @@ TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def mlm(tiny_masked_lm_dir):
-    model = AutoModelForMaskedLM.from_pretrained(tiny_masked_lm_dir).eval()
-    return model, AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
-
-
-@pytest.fixture(scope="module")
-def clm(tiny_causal_lm_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_causal_lm_dir).eval()
-    return model, AutoTokenizer.from_pretrained(tiny_causal_lm_dir)
-
-
-@pytest.fixture(scope="module")
 def s2s(tiny_seq2seq_lm_dir):
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_seq2seq_lm_dir).eval()
     return model, AutoTokenizer.from_pretrained(tiny_seq2seq_lm_dir)

@@ -24,16 +24,6 @@ MULTI_SCRIPT = {
 }
 
 
-@pytest.fixture(scope="module")
-def mlm(tiny_masked_lm_dir):
-    return AutoModelForMaskedLM.from_pretrained(tiny_masked_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
-
-
-@pytest.fixture(scope="module")
-def clm(tiny_causal_lm_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_causal_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_causal_lm_dir)
-
-
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="stereolens")
     register(parser.add_subparsers(dest="command"))

@@ -111,11 +111,6 @@ def test_prefix_nodes_are_equal_exactly_for_equal_prefixes():
     assert nodes[3] == nodes[0][1:]
 
 
-@pytest.fixture(scope="module")
-def clm(tiny_causal_lm_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_causal_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_causal_lm_dir)
-
-
 SHARED_PREFIXES = [
     "Women are kind.", "Women are cruel.", "Women are kind to animals.", "Men are kind.",
     "The poor are really ignorant about how to handle money.", "The poor are really ignorant.",

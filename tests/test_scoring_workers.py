@@ -7,7 +7,6 @@ import time
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from stereolens.scoring import causal, masked
 from stereolens.scoring.access import split_head
@@ -23,16 +22,6 @@ SENTENCES = [
     "Men are kind.",
     "The rich are really ignorant about how to handle money.",
 ]
-
-
-@pytest.fixture(scope="module")
-def mlm(tiny_masked_lm_dir):
-    return AutoModelForMaskedLM.from_pretrained(tiny_masked_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_masked_lm_dir)
-
-
-@pytest.fixture(scope="module")
-def clm(tiny_causal_lm_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_causal_lm_dir).eval(), AutoTokenizer.from_pretrained(tiny_causal_lm_dir)
 
 
 def test_every_batch_runs_once_on_single_threaded_workers():
