@@ -227,8 +227,8 @@ class BodyHead:
 
     def rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, positions: torch.Tensor) -> torch.Tensor:
         """Final hidden states (or logits when not split) at one position per input row."""
-        index = torch.arange(input_ids.shape[0], device=input_ids.device)
         if self._last is None:
+            index = torch.arange(input_ids.shape[0], device=input_ids.device)
             return self.body(input_ids, attention_mask)[index, positions]
         if self._shared_first and attention_mask is None:
             layers = self._base.encoder.layer
