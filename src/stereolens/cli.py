@@ -12,16 +12,17 @@ import importlib
 import sys
 
 from stereolens.errors import StereolensError
+from stereolens.studies import study_modules
 
 # Each module exposes ``register(subparsers)``; a subcommand sets ``func`` via
 # ``parser.set_defaults(func=...)`` taking the parsed ``argparse.Namespace``.
+# The shared engines' commands first, then every study's ``cli.py`` (discovered).
 COMMAND_MODULES: list[str] = [
     "stereolens.config.cli",
     "stereolens.annotation.cli",
     "stereolens.scoring.cli",
     "stereolens.models.cli",
-    "stereolens.analysis.leakage_cli",
-    "stereolens.analysis.pcs_cli",
+    *study_modules("cli"),
     "stereolens.stages.cli",
 ]
 
@@ -31,9 +32,9 @@ def get_or_create_subparser(
 ) -> argparse._SubParsersAction:
     """The action-level subparsers of command ``name``, creating the command on first use.
 
-    Several packages attach actions to one command (``stereolens leakage human`` from
-    the annotation package, ``stereolens leakage fit`` from the leakage study), so
-    whichever module registers first creates ``name`` and the others reuse it.
+    Several modules may attach actions to one command (a study's own actions and,
+    say, an engine's), so whichever module registers first creates ``name`` and the
+    others reuse it.
     """
     parser = subparsers.choices.get(name)
     if parser is None:

@@ -138,8 +138,8 @@ def main() -> int:
     if len(rv) != len(expected) or got != expected:
         problem(f"translation_reviews.csv: {len(rv)} rows; missing {len(expected - got)}, extra {len(got - expected)}")
     # row completeness (criteria present, 1-5 scores, `authored` rows blank) is the library's check,
-    # the one pcs-collect runs: stereolens.construction.scenarios.load_reviews
-    from stereolens.construction.scenarios import load_reviews
+    # the one pcs-collect runs: stereolens.studies.pcs.scenarios.load_reviews
+    from stereolens.studies.pcs.scenarios import load_reviews
     from stereolens.errors import DataError
 
     try:

@@ -1,4 +1,4 @@
-"""``stereolens annotation ...`` and ``stereolens leakage human``."""
+"""``stereolens annotation ...``: tasks, judgements, agreement and review from the command line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-from stereolens.cli import get_or_create_subparser
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,16 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     review.add_argument("--report-dir", default="reports/quality")
     review.add_argument("--seed", type=int, default=0)
     review.set_defaults(func=_review)
-
-    leakage = get_or_create_subparser(subparsers, "leakage", help="stereotype leakage study (seed 001)")
-    human = leakage.add_parser("human", help="survey files (data_full_*.json) -> H_<LANG>.csv matrices")
-    human.add_argument("--survey", required=True, help="directory with data_full_<language>.json")
-    human.add_argument("--output", required=True, help="directory for H_<LANG>.csv")
-    human.add_argument("--languages", nargs="+", default=["EN", "RU", "ZH", "HI"])
-    human.add_argument("--name-map", default=None, help="survey group name map (default data/seed/leakage/survey_group_names.csv)")
-    human.add_argument("--min-foreign-nonshared", type=int, default=None,
-                       help="annotators needed to report a group unique to another country (default 5, the published rule)")
-    human.set_defaults(func=_leakage_human)
 
 
 def _agreement(args: argparse.Namespace) -> int:
@@ -171,18 +160,4 @@ def _simulate(args: argparse.Namespace) -> int:
                               args.bias, args.seed, per_item=args.per_item)
     write_csv(args.output, df)
     print(f"wrote {args.output}: {len(df)} simulated judgements (source=simulated)")
-    return 0
-
-
-def _leakage_human(args: argparse.Namespace) -> int:
-    from stereolens.annotation.aggregate import (
-        DEFAULT_MIN_FOREIGN_NONSHARED,
-        survey_to_matrices,
-        write_matrices,
-    )
-
-    minimum = DEFAULT_MIN_FOREIGN_NONSHARED if args.min_foreign_nonshared is None else args.min_foreign_nonshared
-    matrices = survey_to_matrices(Path(args.survey), args.languages, args.name_map, min_foreign_nonshared=minimum)
-    for path in write_matrices(matrices, args.output):
-        print(f"wrote {path}")
     return 0

@@ -6,13 +6,11 @@ import argparse
 import importlib
 
 from stereolens.stages.registry import STAGES
+from stereolens.studies import study_modules
 
-# Modules whose import registers stages (see stereolens.stages.registry).
-STAGE_MODULES: list[str] = [
-    "stereolens.stages.foundation",
-    "stereolens.stages.leakage",
-    "stereolens.stages.pcs",
-]
+# Modules whose import registers stages (see stereolens.stages.registry): the shared
+# foundation, then every study's ``stages.py``.
+STAGE_MODULES: list[str] = ["stereolens.stages.foundation", *study_modules("stages")]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

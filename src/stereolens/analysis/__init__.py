@@ -1,1 +1,0 @@
-"""Statistics over scores: bias scores, regressions, agreement-free analyses."""

@@ -1,0 +1,76 @@
+"""``stereolens leakage fit`` and ``stereolens leakage human``: the study on your own files, outside DVC.
+
+    stereolens leakage fit --human DIR --model-scores FILE --target LANG \\
+        [--baseline FILE] [--scale raw|standardised] [--missing drop|zero] --output DIR
+
+``DIR`` holds ``H_<LANG>.csv`` files; ``FILE`` and the baseline use the same layout
+(first column ``Traits``, one column per group, empty cells missing).  Writes
+``coefficients.csv`` (term, estimate, se, z, p, ci_low, ci_high), ``edges.json``
+and ``fit.json`` (what was fitted, which terms were available, notes).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from stereolens.studies.leakage.fit import fit_leakage, leakage_edges
+    from stereolens.io import write_csv, write_json
+
+    human = read_human_dir(args.human)
+    target = read_score_matrix(args.model_scores, "model score matrix")
+    baseline = read_score_matrix(args.baseline, "baseline matrix") if args.baseline else None
+    lang = args.target.upper()
+    if lang not in human:
+        print(f"stereolens: note: no H_{lang}.csv in {args.human}; the target language's own human term is absent")
+    fit = fit_leakage(target, human, lang, baseline=baseline, scale=args.scale, missing=args.missing, alpha=args.alpha)
+    out = Path(args.output)
+    write_csv(out / "coefficients.csv", fit.coefficients)
+    edges = leakage_edges(fit, alpha=args.alpha)
+    write_json(out / "edges.json", edges)
+    write_json(out / "fit.json", fit.summary())
+    print(fit.coefficients.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    for note in fit.notes:
+        print(f"note: {note}")
+    print(f"{len(edges)} leakage edge(s) into {lang}: " + (", ".join(f"{e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g})" for e in edges) or "none"))
+    print(f"wrote {out / 'coefficients.csv'}, {out / 'edges.json'}, {out / 'fit.json'}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from stereolens.cli import get_or_create_subparser
+
+    actions = get_or_create_subparser(subparsers, "leakage", help="stereotype leakage study (seed 001)")
+    p = actions.add_parser("fit", help="fit the leakage regression MLLM_tgt ~ sum_l H_l + LM_tgt (random intercept per trait)")
+    p.add_argument("--human", required=True, help="directory of H_<LANG>.csv human matrices")
+    p.add_argument("--model-scores", required=True, help="the model's traits x groups matrix for the target language")
+    p.add_argument("--target", required=True, help="target language code (e.g. HI)")
+    p.add_argument("--baseline", default=None, help="monolingual LM matrix for the target language (optional)")
+    p.add_argument("--scale", choices=("raw", "standardised"), default="raw")
+    p.add_argument("--missing", choices=("drop", "zero"), default="drop", help="missing human cells: drop (default) or 0")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level for edges and CIs")
+    p.add_argument("--output", required=True, help="output directory")
+    p.set_defaults(func=run_fit)
+
+    human = actions.add_parser("human", help="survey files (data_full_*.json) -> H_<LANG>.csv matrices")
+    human.add_argument("--survey", required=True, help="directory with data_full_<language>.json")
+    human.add_argument("--output", required=True, help="directory for H_<LANG>.csv")
+    human.add_argument("--languages", nargs="+", default=["EN", "RU", "ZH", "HI"])
+    human.add_argument("--name-map", default=None, help="survey group name map (default data/seed/leakage/survey_group_names.csv)")
+    human.add_argument("--min-foreign-nonshared", type=int, default=None,
+                       help="annotators needed to report a group unique to another country (default 5, the published rule)")
+    human.set_defaults(func=run_human)
+
+
+def run_human(args: argparse.Namespace) -> int:
+    from stereolens.studies.leakage.matrices import DEFAULT_MIN_FOREIGN_NONSHARED, survey_to_matrices, write_matrices
+
+    minimum = DEFAULT_MIN_FOREIGN_NONSHARED if args.min_foreign_nonshared is None else args.min_foreign_nonshared
+    matrices = survey_to_matrices(Path(args.survey), args.languages, args.name_map, min_foreign_nonshared=minimum)
+    for path in write_matrices(matrices, args.output):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,110 @@
+"""``stereolens pcs analyze``: the seed 004 analysis of any judged-score table, outside DVC.
+
+    stereolens pcs analyze --scores scores.csv --output DIR [--min-gap 0.5] [--human prefs.csv]
+
+Input columns: ``model,language,scenario_id,dimension,feature,condition,score``
+(condition A, B or C); ``judge`` and ``sample`` columns, when present, are
+averaged in that order.  Output: ``summary.json`` (pcs, cap_util, n_excluded,
+by_dimension, ldi, hud), ``statistics.json`` (tests and counts), ``tables/*.csv``
+(shaped like seed 004 Tables 1-2 and 8-17), ``figures/*.png|svg`` and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP, REQUIRED_COLUMNS, PCSAnalysis, analyze_scores
+from stereolens.io import read_csv_checked, write_csv, write_json, write_text
+
+
+def write_analysis(
+    scores: pd.DataFrame,
+    output: str | os.PathLike,
+    *,
+    min_gap: float = DEFAULT_MIN_GAP,
+    hindi: str = "hi",
+    urdu: str = "ur",
+    human: pd.DataFrame | None = None,
+    configuration: Mapping[str, Any] | None = None,
+    gates: Mapping[str, Any] | None = None,
+    validity: pd.DataFrame | None = None,
+    waterfall_cell: Mapping[str, Any] | None = None,
+) -> tuple[PCSAnalysis, list[Path]]:
+    """Analyse ``scores`` and write summary, statistics, tables, figures and report under ``output``.
+
+    ``human`` may carry a ``source`` column (human / simulated / llm_panel); the
+    report says so in a visible line when the preferences are not human.
+    """
+    from stereolens.studies.pcs.report import report_markdown, write_figures
+
+    out = Path(output)
+    human_source = human_sources(human)
+    analysis = analyze_scores(scores, min_gap=min_gap, hindi=hindi, urdu=urdu, human=human)
+    if human_source:
+        analysis.statistics["human_validation_source"] = human_source
+    files = [write_json(out / "summary.json", analysis.summary)]
+    statistics = dict(analysis.statistics)
+    if configuration:
+        statistics["configuration"] = dict(configuration)
+    if gates:
+        statistics["gates"] = gates
+    files.append(write_json(out / "statistics.json", statistics))
+    for name, table in analysis.tables.items():
+        files.append(write_csv(out / "tables" / f"{name}.csv", table))
+    config = dict(configuration or {"config": "ad hoc (stereolens pcs analyze)", "min_gap": min_gap})
+    note = "; ".join(f"{k}={v}" for k, v in config.items() if k in ("config", "responders", "judges"))
+    if gates and not gates.get("all_passed", True):
+        note += "; JUDGE GATES NOT PASSED"
+    if human_source and human_source != "human":
+        note += f"; human-validation preferences: {human_source}"
+    figures = write_figures(analysis.tables, analysis.cells, out / "figures", note=note or None,
+                            waterfall_cell=waterfall_cell)
+    files += figures
+    md = report_markdown(configuration=config, summary=analysis.summary, statistics=analysis.statistics, gates=gates,
+                         tables=analysis.tables, validity=validity, human_source=human_source,
+                         figures=[str(f.relative_to(out)) for f in figures if f.suffix == ".png"])
+    files.append(write_text(out / "report.md", md))
+    return analysis, files
+
+
+def human_sources(human: pd.DataFrame | None) -> str | None:
+    """The ``source`` of human-validation preferences ("human" when the table has no source column)."""
+    if human is None or not len(human):
+        return None
+    if "source" not in human.columns:
+        return "human"
+    return ", ".join(sorted(human["source"].dropna().astype(str).unique())) or "human"
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    scores = read_csv_checked(args.scores, REQUIRED_COLUMNS, what="judged scores")
+    human = None
+    if args.human:
+        human = read_csv_checked(args.human, ["language", "comparison", "preference"], what="human preferences")
+    analysis, _ = write_analysis(scores, args.output, min_gap=args.min_gap, hindi=args.hindi, urdu=args.urdu, human=human)
+    s = analysis.summary
+    pcs = "n/a" if s["pcs"] is None else f"{s['pcs']:.3f}"
+    cap = "n/a" if s["cap_util"] is None else f"{s['cap_util']:.3f}"
+    print(f"PCS {pcs}, capability utilisation {cap}, excluded {s['n_excluded']} -> {args.output}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("pcs", help="pragmatic context sensitivity (seed 004) tools")
+    sub = parser.add_subparsers(dest="pcs_command", metavar="COMMAND")
+    sub.required = True
+    analyze = sub.add_parser("analyze", help="LDI, PCS, capability utilisation, HUD and tests from judged scores")
+    analyze.add_argument("--scores", required=True, help="CSV: model,language,scenario_id,dimension,feature,condition,score[,judge,sample]")
+    analyze.add_argument("--output", required=True, help="output directory")
+    analyze.add_argument("--min-gap", type=float, default=DEFAULT_MIN_GAP,
+                         help="exclude scenario-features with |B - A| below this (default: only B == A)")
+    analyze.add_argument("--human", default=None, help="optional CSV of human preferences: language,comparison,preference")
+    analyze.add_argument("--hindi", default="hi", help="language code treated as Hindi for HUD (default hi)")
+    analyze.add_argument("--urdu", default="ur", help="language code treated as Urdu for HUD (default ur)")
+    analyze.set_defaults(func=_analyze)

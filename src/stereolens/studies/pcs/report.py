@@ -1,0 +1,217 @@
+"""Figures of the pcs study (seed 004 Figures 2-5) and its markdown report page."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stereolens.figures import save_figure
+
+DIMENSION_COLOURS = {"PDI": "#1f77b4", "IDV": "#2ca02c", "UAI": "#d62728"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _caption(fig, note: str | None) -> None:
+    if note:
+        fig.text(0.01, -0.02, note, fontsize=7, color="#555555", ha="left", va="top")
+
+
+def pick_waterfall_cell(cells: pd.DataFrame, *, scenario_id: str | None = None, feature: str | None = None,
+                        language: str | None = None) -> pd.Series | None:
+    """The configured cell, else the included cell with the widest positive B - A gap (the clearest picture)."""
+    pool = cells.loc[~cells["excluded"]] if "excluded" in cells.columns else cells
+    for col, value in (("scenario_id", scenario_id), ("feature", feature), ("language", language)):
+        if value is not None:
+            pool = pool.loc[pool[col] == value]
+    if pool.empty:
+        pool = cells
+    if pool.empty:
+        return None
+    if "gap" not in pool.columns:
+        return pool.iloc[0]
+    # a cell where explicit instruction moved the score upward reads as the paper's Figure 2
+    upward = pool.loc[pool["gap"] > 0]
+    pool = upward if len(upward) else pool
+    return pool.loc[pool["gap"].abs().idxmax()]
+
+
+def waterfall(cell: pd.Series, note: str | None = None):
+    """A, the A->C increment and the unused C->B gap for one scenario-feature (Figure 2)."""
+    plt = _plt()
+    a, b, c = float(cell["A"]), float(cell["B"]), float(cell["C"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(0, a, color="#999999", label="A (neutral)")
+    ax.bar(1, c - a, bottom=a, color="#1f77b4" if c >= a else "#a0522d", label="A→C (implicit)")
+    ax.bar(2, b - c, bottom=c, color="#dddddd", edgecolor="#555555", hatch="//", label="C→B (unused capability)")
+    ax.bar(3, b, color="#333333", label="B (explicit)")
+    ax.set_xticks(range(4), ["A", "A→C", "C→B", "B"])
+    lo = max(0.0, min(a, b, c) - 1.0)
+    ax.set_ylim(lo, max(a, b, c) + 0.8)
+    ax.set_ylabel("score (1-7)")
+    gap = b - a
+    pcs = (c - a) / gap if gap else math.nan
+    ax.set_title(
+        f"{cell['model']} · {cell['language']} · {cell['scenario_id']} · {cell['feature']}\n"
+        f"PCS = {pcs:.2f}" if not math.isnan(pcs) else f"{cell['scenario_id']} · {cell['feature']}",
+        fontsize=9,
+    )
+    for x, v in ((0, a), (3, b)):
+        ax.text(x, v + 0.05, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.text(1, max(a, c) + 0.05, f"{c - a:+.2f}", ha="center", va="bottom", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+    _caption(fig, note)
+    return fig
+
+
+def pcs_heatmap(table: pd.DataFrame, note: str | None = None):
+    """Mean PCS, language x dimension (Figure 3); diverging colours centred on 0."""
+    plt = _plt()
+    wide = table.pivot_table(index="language", columns="dimension", values="mean_pcs")
+    fig, ax = plt.subplots(figsize=(1.4 * max(len(wide.columns), 2) + 1.5, 0.55 * max(len(wide), 2) + 1.5))
+    values = wide.to_numpy(dtype=float)
+    finite = values[np.isfinite(values)]
+    lim = max(0.5, float(np.abs(finite).max())) if finite.size else 1.0
+    im = ax.imshow(values, cmap="BrBG", vmin=-lim, vmax=lim, aspect="auto")
+    ax.set_xticks(range(len(wide.columns)), list(wide.columns))
+    ax.set_yticks(range(len(wide.index)), list(wide.index))
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            v = values[i, j]
+            ax.text(j, i, "–" if not np.isfinite(v) else f"{v:.2f}", ha="center", va="center", fontsize=9)
+    fig.colorbar(im, ax=ax, label="mean PCS")
+    ax.set_title("Implicit adaptation (PCS) by language and dimension", fontsize=9)
+    _caption(fig, note)
+    return fig
+
+
+def feature_ranking_bars(ranking: pd.DataFrame, note: str | None = None):
+    """Features ranked by median PCS, coloured by dimension (Figure 4)."""
+    plt = _plt()
+    data = ranking.dropna(subset=["median_pcs"]).sort_values("median_pcs")
+    fig, ax = plt.subplots(figsize=(6, 0.35 * max(len(data), 3) + 1.2))
+    colours = [DIMENSION_COLOURS.get(d, "#7f7f7f") for d in data["dimension"]]
+    ax.barh(range(len(data)), data["median_pcs"], color=colours)
+    ax.set_yticks(range(len(data)), [f"{f} ({d})" for f, d in zip(data["feature"], data["dimension"])], fontsize=8)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_xlabel("median PCS")
+    ax.set_title("Feature-level implicit sensitivity", fontsize=9)
+    _caption(fig, note)
+    return fig
+
+
+def hindi_urdu_dumbbell(hud: pd.DataFrame, note: str | None = None):
+    """Hindi vs Urdu LDI per feature (Figure 5)."""
+    plt = _plt()
+    data = hud.loc[hud["feature"] != "overall"].reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(6, 0.35 * max(len(data), 3) + 1.2))
+    y = np.arange(len(data))
+    for i, row in data.iterrows():
+        ax.plot([row["hindi"], row["urdu"]], [i, i], color="#bbbbbb", lw=2, zorder=1)
+    ax.scatter(data["hindi"], y, color="#ff7f0e", marker="o", label="Hindi", zorder=2)
+    ax.scatter(data["urdu"], y, color="#9467bd", marker="s", label="Urdu", zorder=2)
+    ax.set_yticks(y, [f"{f} ({d})" for f, d in zip(data["feature"], data["dimension"])], fontsize=8)
+    ax.set_xlabel("LDI (mean Prompt A score)")
+    ax.legend(fontsize=8)
+    ax.set_title("Hindi-Urdu pragmatic defaults", fontsize=9)
+    _caption(fig, note)
+    return fig
+
+
+def write_figures(tables: Mapping[str, pd.DataFrame], cells: pd.DataFrame, out_dir: str | os.PathLike, *,
+                  note: str | None = None, waterfall_cell: Mapping[str, Any] | None = None) -> list[Path]:
+    """Every figure the data allow, as PNG + SVG under ``out_dir``."""
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    cell = pick_waterfall_cell(cells, **(waterfall_cell or {})) if cells is not None and len(cells) else None
+    if cell is not None:
+        written += save_figure(waterfall(cell, note), out_dir / "waterfall")
+    heat = tables.get("pcs_dimension_language")
+    if heat is not None and heat["mean_pcs"].notna().any():
+        written += save_figure(pcs_heatmap(heat, note), out_dir / "pcs_heatmap")
+    rank = tables.get("table14_feature_ranking")
+    if rank is not None and rank["median_pcs"].notna().any():
+        written += save_figure(feature_ranking_bars(rank, note), out_dir / "feature_ranking")
+    hud = tables.get("table13_hud_by_feature")
+    if hud is not None and (hud["feature"] != "overall").any():
+        written += save_figure(hindi_urdu_dumbbell(hud, note), out_dir / "hindi_urdu_dumbbell")
+    return written
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _md_table(df: pd.DataFrame, digits: int = 3) -> str:
+    if df is None or df.empty:
+        return "_(empty)_\n"
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_fmt(v, digits) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, Any], statistics: Mapping[str, Any],
+                    gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
+                    figures: list[str], human_source: str | None = None) -> str:
+    """The study's report page: configuration, gates, headline numbers, tables, figures."""
+    lines = ["# pcs: pragmatic context sensitivity (seed 004)", ""]
+    if human_source and "simulated" in human_source:
+        lines += ["**Human-validation preferences in this report are SIMULATED (annotation.source=simulated): "
+                  "seeded simulated annotators around the judges' own scores, not human judgements. "
+                  "Table 17 and its binomial tests show the pipeline works, not that humans agree with the judges.**", ""]
+    elif human_source and human_source != "human":
+        lines += [f"**Human-validation preferences come from `{human_source}`, not from human annotators.**", ""]
+    lines += ["## Configuration", ""]
+    for key, value in configuration.items():
+        lines.append(f"- **{key}**: {value}")
+    lines += ["", "## Judge validation gates", ""]
+    if gates:
+        enforce = gates.get("enforced")
+        lines.append(f"Gates {'are enforced (a failing gate stops the analysis)' if enforce else 'are reported, not enforced, in this configuration'}.")
+        lines.append("")
+        lines.append("| gate | observed | threshold | passed |")
+        lines.append("|---|---|---|---|")
+        for name, g in gates.get("gates", {}).items():
+            passed = g.get("passed")
+            lines.append(f"| {name} | {_fmt(g.get('observed'))} | {_fmt(g.get('threshold'))} | "
+                         f"{'yes' if passed else ('not applicable' if passed is None else '**NO**')} |")
+        if not gates.get("all_passed", False):
+            lines += ["", "**At least one gate did not pass: the numbers below are not validated measurements.**"]
+    lines += ["", "## Headline", ""]
+    lines.append(f"- PCS (mean over included scenario-features): {_fmt(summary.get('pcs'))}")
+    lines.append(f"- capability utilisation: {_fmt(summary.get('cap_util'))}")
+    lines.append(f"- scenario-features excluded (|B-A| < min_gap): {summary.get('n_excluded')} of {statistics.get('n_cells')}")
+    lines.append(f"- PCS by dimension: {', '.join(f'{k} {_fmt(v)}' for k, v in (summary.get('by_dimension') or {}).items())}")
+    hu = statistics.get("hindi_urdu") or {}
+    lines.append(f"- Hindi vs Urdu baseline: t = {_fmt(hu.get('t'))}, p = {_fmt(hu.get('p'))}, d = {_fmt(hu.get('d'))}")
+    if validity is not None and len(validity):
+        lines += ["", "## Response validity", "", _md_table(validity)]
+    if human_source:
+        lines.append(f"- human-validation preferences: {human_source}")
+    for name in ("table10_model_summary", "table01_model_dimension", "pcs_by_language", "pcs_dimension_language",
+                 "table02_ldi_by_language", "table15_anova_language",
+                 "table16_paired_a_vs_c", "table13_hud_by_feature", "table14_feature_ranking", "table17_human_validation"):
+        if name in tables:
+            lines += ["", f"## {name}", "", _md_table(tables[name])]
+    if figures:
+        lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,602 @@
+"""DVC stages of the pcs study (seed 004): collect -> calibration set -> judge -> validate -> analyze.
+
+Each stage reads ``study.pcs`` (plus ``model``, ``language``, ``tracking``,
+``seed``) from params.yaml, calls the library and writes its outputs:
+
+* ``pcs-collect``: responses per responder x language x scenario x condition x
+  sample, with validity checks -> data/interim/pcs/responses.csv.
+* ``pcs-calibration-set``: the synthetic contrastive calibration exemplars,
+  generated once and versioned as a DVC output -> data/interim/pcs/calibration_set.csv.
+* ``pcs-judge``: every judge of the panel scores every valid response and every
+  calibration exemplar -> data/interim/pcs/scores.csv, calibration_scores.csv.
+* ``pcs-validate``: construct validity, inter-judge alpha and calibration
+  accuracy as Great Expectations gates -> reports/pcs/gates.json.  With
+  ``gates.enforce`` a failing gate stops the pipeline (GateFailed names the
+  figure); without it the failure is recorded and reported.
+* ``pcs-analyze``: every metric, table and figure -> reports/pcs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from stereolens.errors import ConfigError, DataError, GateFailed
+from stereolens.io import read_csv_checked, write_csv, write_json, write_text
+from stereolens.stages.common import languages_to_run, load_params, model_cache_dir
+from stereolens.stages.registry import stage
+
+STUDY = "pcs"
+INTERIM = Path("data/interim/pcs")
+REPORTS = Path("reports/pcs")
+PARAM_KEYS = ("model", "language", "tracking", "seed", "study.pcs")
+# the judge scores are annotations by a panel of models, whichever models they are
+JUDGE_SOURCE = "llm_panel"
+
+log = logging.getLogger(__name__)
+
+
+def warn_sampling(collection: dict[str, Any]) -> str | None:
+    """Log (and return) a warning when several samples are drawn greedily: they are copies, not samples."""
+    samples = int(collection.get("samples", 4))
+    temperature = float(collection.get("temperature", 0.7))
+    if samples > 1 and temperature == 0:
+        msg = (f"study.pcs.collection: samples={samples} with temperature=0 decodes the same answer {samples} times; "
+               f"the mean over samples adds no information (raise the temperature or set samples: 1)")
+        log.warning(msg)
+        return msg
+    return None
+
+
+# ---------------------------------------------------------------- config helpers
+
+
+def _params(args: argparse.Namespace) -> dict[str, Any]:
+    p = load_params(*PARAM_KEYS, path=args.params)
+    return {"model": p["model"], "language": p["language"], "tracking": p["tracking"], "seed": p["seed"], "cfg": p["study.pcs"]}
+
+
+def _model_cfg(entry: dict[str, Any] | None, default_model: dict[str, Any]) -> dict[str, Any]:
+    """A responder/judge ``model`` entry: null means the top-level ``model`` config."""
+    if entry is None:
+        return dict(default_model)
+    if not isinstance(entry, dict):
+        raise ConfigError(f"study.pcs: model entry must be a mapping or null, got {entry!r}")
+    return dict(entry)
+
+
+def _load(model_cfg: dict[str, Any]):
+    from stereolens.models import ResponseCache, load_model, spec_from_config
+
+    return load_model(spec_from_config(model_cfg), cache=ResponseCache(model_cache_dir()))
+
+
+def _label(model_cfg: dict[str, Any]) -> str:
+    return str(model_cfg.get("id") or model_cfg["name"])
+
+
+def responders(p: dict[str, Any]) -> list[dict[str, Any]]:
+    entries = p["cfg"].get("responders") or [None]
+    return [_model_cfg(e, p["model"]) for e in entries]
+
+
+def judge_panel(p: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """(JudgeSpec, model config) per panel member of ``study.pcs.judges.panel``."""
+    from stereolens.studies.pcs.judging import JudgeSpec
+
+    panel = (p["cfg"].get("judges") or {}).get("panel") or []
+    if not panel:
+        raise ConfigError("study.pcs.judges.panel is empty: a judge panel needs at least one judge")
+    out = []
+    for member in panel:
+        member = dict(member)
+        model_cfg = _model_cfg(member.pop("model", None), p["model"])
+        if not member.get("id"):
+            member["id"] = _label(model_cfg)
+        try:
+            spec = JudgeSpec(**member)
+        except TypeError as exc:
+            raise ConfigError(f"study.pcs.judges.panel entry {member.get('id')!r}: {exc}") from None
+        out.append((spec, model_cfg))
+    ids = [s.id for s, _ in out]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"study.pcs.judges.panel has duplicate judge ids: {ids}")
+    return out
+
+
+def _bank(p: dict[str, Any]):
+    from stereolens.studies.pcs.scenarios import load_bank
+
+    cfg = p["cfg"]
+    langs = languages_to_run(list(cfg["languages"]), p["language"])
+    if not langs:
+        raise ConfigError(f"study.pcs.languages {cfg['languages']} and language.include leave no language to run")
+    return load_bank(
+        cfg.get("bank", "data/seed/pcs"),
+        languages=langs,
+        scenario_ids=cfg.get("scenario_ids"),
+        per_dimension_domain=cfg.get("per_dimension_domain"),
+        dimensions=cfg.get("dimensions"),
+        domains=cfg.get("domains"),
+    )
+
+
+def configuration_label(p: dict[str, Any], scores: pd.DataFrame | None = None) -> dict[str, Any]:
+    """What the report states about the run's configuration.
+
+    Dimensions, domains and the scenario count are read from the scored data
+    when given (what actually ran), else from the config.
+    """
+    cfg = p["cfg"]
+    coll = cfg.get("collection", {})
+    panel = (cfg.get("judges") or {}).get("panel") or []
+    gates_enforced = bool(cfg.get("gates", {}).get("enforce", True))
+
+    def listed(col: str, configured: Any) -> str:
+        if scores is not None and col in scores.columns:
+            return ", ".join(sorted(scores[col].dropna().astype(str).unique()))
+        return ", ".join(map(str, configured)) if configured else "all in the bank"
+
+    if scores is not None and "scenario_id" in scores.columns:
+        n_scen = int(scores["scenario_id"].nunique())
+        selection = cfg.get("scenario_ids") or f"first {cfg.get('per_dimension_domain') or 'all'} per dimension x domain"
+        scenarios = f"{n_scen} ({selection})"
+    else:
+        scenarios = cfg.get("scenario_ids") or f"{cfg.get('per_dimension_domain') or 'all'} per dimension x domain"
+    return {
+        "config": cfg.get("name", "?"),
+        "responders": ", ".join(_label(m) for m in responders(p)),
+        "judges": ", ".join(
+            f"{m.get('id') or _label(_model_cfg(m.get('model'), p['model']))} ({m.get('mode', 'logprob')})" for m in panel
+        ),
+        "languages": ", ".join(languages_to_run(list(cfg["languages"]), p["language"])),
+        "dimensions": listed("dimension", cfg.get("dimensions")),
+        "domains": listed("domain", cfg.get("domains")),
+        "scenarios": scenarios,
+        "samples": coll.get("samples"),
+        "temperature": coll.get("temperature"),
+        "max_tokens": coll.get("max_tokens"),
+        "min_gap": cfg.get("analysis", {}).get("min_gap"),
+        "excluded from judging": ", ".join(cfg.get("validity", {}).get("exclude", ["empty", "refusal", "wrong_language"])) or "nothing",
+        "gates_enforced": gates_enforced,
+        "gates": "enforced (a failing gate stops the analysis)" if gates_enforced
+        else "reported, not enforced (a failing gate does not stop the analysis)",
+    }
+
+
+def _tracking(p: dict[str, Any], stage_name: str, *, annotation_source: str | None, **kw: Any):
+    """An MLflow run tagged with the source of the annotations it rests on (None: the collect stage has none)."""
+    from stereolens.tracking import stage_run
+
+    return stage_run(p["tracking"], study=STUDY, stage=stage_name, params=p["cfg"],
+                     annotation_source=annotation_source, **kw)
+
+
+# ---------------------------------------------------------------- collect
+
+
+@stage("pcs-collect")
+def collect(args: argparse.Namespace) -> None:
+    """Collect triad responses through the model layer and check their validity."""
+    from stereolens.studies.pcs.scenarios import review_summary, triad_prompts
+    from stereolens.studies.pcs.responses import (
+        CollectionSettings,
+        check_validity,
+        collect_responses,
+        validity_settings_from_config,
+        validity_summary,
+    )
+
+    p = _params(args)
+    cfg = p["cfg"]
+    # refuse an uncheckable language before any model is loaded
+    vsettings = validity_settings_from_config(cfg.get("validity"), languages_to_run(list(cfg["languages"]), p["language"]))
+    warn_sampling(cfg.get("collection", {}))
+    bank = _bank(p)
+    prompts = triad_prompts(bank, tuple(cfg.get("conditions", ("A", "B", "C"))))
+    coll = cfg.get("collection", {})
+    settings = CollectionSettings(
+        temperature=float(coll.get("temperature", 0.7)),
+        max_tokens=int(coll.get("max_tokens", 2000)),
+        samples=int(coll.get("samples", 4)),
+        base_seed=int(p["seed"]),
+        stop=tuple(coll.get("stop") or ()),
+        **({"system_prompt": coll["system_prompt"]} if coll.get("system_prompt") else {}),
+        **({"language_names": {**CollectionSettings().language_names, **coll["language_names"]}} if coll.get("language_names") else {}),
+    )
+    frames = []
+    for model_cfg in responders(p):
+        label = _label(model_cfg)
+        started = time.time()
+        with _tracking(p, "collect", model=label, annotation_source=None) as run:
+            model = _load(model_cfg)
+            responses = check_validity(collect_responses(model, label, prompts, settings), vsettings)
+            frames.append(responses)
+            summary = validity_summary(responses)
+            run.log_metrics({
+                "n_responses": len(responses),
+                "validity_rate": float(responses["valid"].mean()),
+                "seconds": time.time() - started,
+                "cached_share": float(responses["cached"].mean()),
+            })
+        print(f"pcs-collect: {label}: {len(responses)} responses, validity {responses['valid'].mean():.3f}")
+    responses = pd.concat(frames, ignore_index=True)
+    write_csv(INTERIM / "responses.csv", responses)
+    write_csv(REPORTS / "validity.csv", validity_summary(responses))
+    write_csv(REPORTS / "translation_reviews.csv", review_summary(bank))
+
+
+# ---------------------------------------------------------------- calibration set
+
+
+@stage("pcs-calibration-set")
+def calibration_set(args: argparse.Namespace) -> None:
+    """Build the synthetic contrastive calibration set (once; a versioned DVC output).
+
+    Reads only scenarios.csv and rubrics.yaml (see stereolens.studies.pcs.calibration).
+    """
+    from stereolens.studies.pcs.calibration import build_calibration_set, file_sha256, load_calibration_inputs
+    from stereolens.studies.pcs.responses import LANGUAGE_NAMES
+
+    p = _params(args)
+    cfg = p["cfg"]
+    ccfg = cfg.get("calibration", {})
+    lang = ccfg.get("language", "en")
+    scenarios, rubrics = load_calibration_inputs(cfg.get("bank", "data/seed/pcs"), language=lang,
+                                                 dimensions=cfg.get("dimensions"))
+    source = ccfg.get("source", "template")
+    generator = _load(_model_cfg(ccfg.get("generator"), p["model"])) if source == "model" else None
+    calib = build_calibration_set(
+        scenarios, rubrics, pairs_per_feature=int(ccfg.get("pairs_per_feature", 1)), source=source,
+        generator=generator, language=lang, language_name=LANGUAGE_NAMES.get(lang, lang),
+        max_tokens=int(ccfg.get("max_tokens", 200)), seed=int(p["seed"]),
+    )
+    path = write_csv(INTERIM / "calibration_set.csv", calib)
+    print(f"pcs-calibration-set: {len(calib)} exemplars ({source}), sha256 {file_sha256(path)[:12]}")
+
+
+# ---------------------------------------------------------------- judge
+
+
+def judge_items_for(responses: pd.DataFrame, bank) -> list:
+    from stereolens.studies.pcs.judging import JudgeItem
+
+    neutral = {(r.scenario_id, r.language): r.prompt_a for r in bank.scenarios.itertuples()}
+    items = []
+    for r in responses.itertuples():
+        items.append(
+            JudgeItem(r.response_id, r.dimension, neutral[(r.scenario_id, r.language)], str(r.response), bank.features(r.dimension))
+        )
+    return items
+
+
+@stage("pcs-judge")
+def judge(args: argparse.Namespace) -> None:
+    """Score every valid response and every calibration exemplar with every judge of the panel."""
+    from stereolens.studies.pcs.judging import judge_calibration, judge_items
+
+    p = _params(args)
+    bank = _bank(p)
+    responses = read_csv_checked(INTERIM / "responses.csv", ["response_id", "judged", "response"], what="pcs responses",
+                                 keep_default_na=False)
+    responses = responses.loc[responses["judged"].astype(str).str.lower() == "true"]
+    calib = read_csv_checked(INTERIM / "calibration_set.csv", ["pair_id", "pole", "response"], what="calibration set",
+                             keep_default_na=False)
+    items = judge_items_for(responses, bank)
+    meta = responses.set_index("response_id")[["model", "language", "scenario_id", "dimension", "condition", "sample"]]
+    score_frames, calib_frames = [], []
+    for spec, model_cfg in judge_panel(p):
+        started = time.time()
+        with _tracking(p, "judge", model=spec.id, annotation_source=JUDGE_SOURCE) as run:
+            model = _load(model_cfg)
+            scored = judge_items(model, spec, items)
+            cal = judge_calibration(model, spec, calib, dict(bank.rubrics))
+            run.log_metrics({
+                "n_judgements": len(scored),
+                "failure_rate": float((scored["status"] == "failed").mean()) if len(scored) else math.nan,
+                "seconds": time.time() - started,
+            })
+        print(f"pcs-judge: {spec.id}: {len(scored)} feature scores, {int((scored['status'] == 'failed').sum())} failed")
+        score_frames.append(scored)
+        calib_frames.append(cal)
+    scores = pd.concat(score_frames, ignore_index=True)
+    scores = scores.join(meta, on="item_id").rename(columns={"item_id": "response_id"})
+    cols = ["model", "language", "scenario_id", "dimension", "feature", "condition", "sample", "judge", "score",
+            "digit_mass", "status", "rationale", "error", "response_id"]
+    write_csv(INTERIM / "scores.csv", scores[cols])
+    write_csv(INTERIM / "calibration_scores.csv", pd.concat(calib_frames, ignore_index=True))
+
+
+# ---------------------------------------------------------------- validate (gates)
+
+
+def evaluate_gates(scores: pd.DataFrame, calib_scores: pd.DataFrame, gates_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The three appendix B.1 figures and whether each passes its configured threshold."""
+    from stereolens.studies.pcs.analysis import cell_scores, check_scores
+    from stereolens.studies.pcs.judging import calibration_accuracy, construct_validity, inter_judge_alpha
+
+    checked = check_scores(scores)
+    cv = construct_validity(cell_scores(checked))
+    alpha = inter_judge_alpha(checked, n_boot=int(gates_cfg.get("alpha_bootstrap", 200)))
+    cal = calibration_accuracy(calib_scores.dropna(subset=["score"]))
+    cal_min = min(cal["by_dimension"].values()) if cal["by_dimension"] else math.nan
+
+    def gate(observed: float, threshold: float) -> dict[str, Any]:
+        passed = None if observed is None or (isinstance(observed, float) and math.isnan(observed)) else bool(observed >= threshold)
+        return {"observed": observed, "threshold": threshold, "passed": passed}
+
+    gates = {
+        "construct_validity": {**gate(cv["construct_validity"], float(gates_cfg.get("construct_validity_min", 0.8))), "n": cv["n"]},
+        "inter_judge_alpha": {**gate(alpha["alpha"], float(gates_cfg.get("alpha_min", 0.6))), **{k: v for k, v in alpha.items() if k != "alpha"}},
+        "calibration_accuracy": {**gate(cal_min, float(gates_cfg.get("calibration_min", 0.9))),
+                                 "overall": cal["accuracy"], "by_dimension": cal["by_dimension"],
+                                 "by_judge": cal.get("by_judge", {}), "n_pairs": cal["n_pairs"]},
+    }
+    # a gate that cannot be computed (one judge: no alpha) passes only if the config allows it
+    allow_na = bool(gates_cfg.get("allow_not_applicable", True))
+    all_passed = all(g["passed"] is True or (g["passed"] is None and allow_na) for g in gates.values())
+    return {"enforced": bool(gates_cfg.get("enforce", True)), "all_passed": all_passed,
+            "allow_not_applicable": allow_na, "gates": gates}
+
+
+def failing_gates(result: dict[str, Any]) -> str:
+    """Every gate that did not pass, with its observed value and threshold ('n/a' when not computable)."""
+    parts = []
+    for name, g in result.get("gates", {}).items():
+        if g.get("passed") is True:
+            continue
+        observed = g.get("observed")
+        why = "below" if g.get("passed") is False else "not computable"
+        parts.append(f"{name} observed {_short(observed)} vs threshold {g.get('threshold')} ({why})")
+    return "; ".join(parts) or "none"
+
+
+@stage("pcs-validate")
+def validate(args: argparse.Namespace) -> None:
+    """Judge-panel gates: construct validity, inter-judge alpha, calibration accuracy."""
+    from stereolens.quality.gates import Expectation, run_gate
+
+    p = _params(args)
+    gates_cfg = p["cfg"].get("gates", {})
+    scores = read_csv_checked(INTERIM / "scores.csv", ["judge", "score"], what="pcs scores")
+    calib = read_csv_checked(INTERIM / "calibration_scores.csv", ["pair_id", "pole", "score"], what="calibration scores")
+    result = evaluate_gates(scores, calib, gates_cfg)
+    result["calibration_set"] = calibration_set_version(calib)
+    write_json(REPORTS / "gates.json", _json_safe(result))
+    row, expectations = {}, []
+    for name, g in result["gates"].items():
+        if g["passed"] is None:
+            continue  # not computable here (e.g. alpha with one judge): recorded as not applicable
+        row[name] = g["observed"]
+        expectations.append(Expectation("expect_column_min_to_be_between", column=name, min_value=g["threshold"]))
+    with _tracking(p, "validate", annotation_source=JUDGE_SOURCE) as run:
+        run.log_metrics({f"gate_{k}": g["observed"] for k, g in result["gates"].items() if g["observed"] is not None
+                         and not (isinstance(g["observed"], float) and math.isnan(g["observed"]))})
+        run.log_metrics({"gates_passed": float(result["all_passed"])})
+        run.set_tags({"gates_enforced": result["enforced"], "gates_passed": result["all_passed"]})
+        if expectations:
+            # the GX report is written either way; the error below names every failing gate, the
+            # not-computable ones included, which a GX failure message cannot
+            run_gate(pd.DataFrame([row]), expectations, study=STUDY, artefact=str(INTERIM / "scores.csv"),
+                     suite="pcs_judge_panel", report_dir="reports/quality", raise_on_failure=False)
+        else:
+            write_json(Path("reports/quality") / "pcs__pcs_judge_panel.json",
+                       {"study": STUDY, "suite": "pcs_judge_panel", "success": None, "results": [],
+                        "note": "no gate figure could be computed"})
+        if result["enforced"] and not result["all_passed"]:
+            raise GateFailed(f"[{STUDY}] judge panel gate(s) not passed: {failing_gates(result)}; "
+                             f"see {REPORTS / 'gates.json'} and reports/quality/pcs__pcs_judge_panel.json")
+    status = "passed" if result["all_passed"] else ("FAILED (enforced)" if result["enforced"] else "FAILED (reported, not enforced)")
+    print(f"pcs-validate: gates {status}: " + ", ".join(f"{k}={_short(g['observed'])}/{g['threshold']}" for k, g in result["gates"].items()))
+
+
+def calibration_set_version(calib_scores: pd.DataFrame) -> dict[str, Any]:
+    """Path, sha256 and size of the calibration set the panel was scored on (a stale score table is refused)."""
+    from stereolens.studies.pcs.calibration import file_sha256
+
+    path = INTERIM / "calibration_set.csv"
+    if not path.exists():
+        raise DataError(f"{path} not found: run the pcs-calibration-set stage first")
+    calib = read_csv_checked(path, ["pair_id", "pole"], what="calibration set", keep_default_na=False)
+    stale = sorted(set(calib_scores["pair_id"].astype(str)) - set(calib["pair_id"].astype(str)))
+    if stale:
+        raise DataError(f"{INTERIM / 'calibration_scores.csv'} scores pair(s) {stale[:3]} that {path} does not hold: "
+                        f"rerun pcs-judge on the current calibration set")
+    return {"path": str(path), "sha256": file_sha256(path), "n_exemplars": int(len(calib)),
+            "n_pairs": int(calib["pair_id"].nunique())}
+
+
+def _short(v: Any) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def _json_safe(obj: Any) -> Any:
+    from stereolens.studies.pcs.analysis import _clean
+
+    return _clean(obj)
+
+
+# ---------------------------------------------------------------- human validation
+
+HUMAN_INTERIM = INTERIM / "human_validation"
+HUMAN_REPORTS = REPORTS / "human_validation"
+HV_KEYS = ("annotation", "seed", "tracking", "study.pcs.human_validation")
+
+
+def human_validation_round(
+    responses: pd.DataFrame,
+    scores: pd.DataFrame,
+    annotation: dict[str, Any],
+    hv: dict[str, Any],
+    *,
+    seed: int,
+    interim: Path = HUMAN_INTERIM,
+    reports: Path = HUMAN_REPORTS,
+    report_dir: str | Path = "reports/quality",
+):
+    """Pairwise A-vs-C / B-vs-C preferences from ``annotation.source``, reviewed and aggregated.
+
+    Returns (items, judgements, review, preferences).  Task files for annotators
+    (CSV, Label Studio JSON and labelling config) are written for every source,
+    so a real team can take over from a simulated round.
+    """
+    from dataclasses import replace
+
+    from stereolens.studies.pcs.human_validation import INSTRUCTIONS, PAIRWISE_SCALE, TASK_COLUMNS, preference_items, to_preferences
+    from stereolens.annotation.config import AnnotationConfig
+    from stereolens.annotation.round import collect_judgements, review_round
+    from stereolens.annotation.tasks import export_tasks
+
+    hv = dict(hv or {})
+    known = {"items_per_comparison", "tie_margin", "judgements", "comparisons"}
+    unknown = sorted(set(hv) - known)
+    if unknown:
+        raise ConfigError(f"study.pcs.human_validation: unknown key(s) {unknown} (known: {sorted(known)})")
+    # annotation.scale belongs to the Likert studies; a pairwise preference has its own answer scale
+    acfg = replace(AnnotationConfig.from_config(annotation), scale=PAIRWISE_SCALE)
+    if acfg.source == "llm_panel":
+        raise ConfigError("annotation.source=llm_panel is not supported for pcs pairwise preferences yet "
+                          "(the judges already are an LLM panel); use annotation=simulated or annotation=human")
+    items = preference_items(
+        responses, scores, items_per_comparison=hv.get("items_per_comparison"),
+        tie_margin=float(hv.get("tie_margin", 0.0)), seed=seed,
+        comparisons=tuple(hv.get("comparisons") or ("A-C", "B-C")),
+    )
+    # the key (which condition is shown where) stays out of the annotators' files
+    write_csv(interim / "items.csv", items.drop(columns=["text"]))
+    export_tasks(items[list(TASK_COLUMNS)], PAIRWISE_SCALE, INSTRUCTIONS, reports / "tasks", name="pairwise_tasks")
+    if acfg.source == "human":
+        path = hv.get("judgements")
+        if not path or not Path(path).exists():
+            raise ConfigError(
+                f"annotation.source=human: study.pcs.human_validation.judgements ({path!r}) is not a completed "
+                f"judgements CSV (item_id, annotator_id, label); the tasks to annotate are in {reports / 'tasks'}"
+            )
+        judgements = collect_judgements(acfg, items, judgements_path=path)
+        judgements["language"] = judgements["item_id"].map(items.set_index("item_id")["language"])
+    else:
+        # one pool of simulated native speakers per language, as in appendix J
+        frames = []
+        for i, (lang, group) in enumerate(items.groupby("language", sort=True)):
+            sim = replace(acfg, simulator={**acfg.simulator, "seed": int(acfg.simulator.get("seed", 0)) + i})
+            judged = collect_judgements(sim, group[["item_id", "truth"]])
+            judged["annotator_id"] = lang + "-" + judged["annotator_id"].astype(str)
+            frames.append(judged.assign(language=lang))
+        judgements = pd.concat(frames, ignore_index=True)
+        judgements["source"] = "simulated"
+    write_csv(interim / "judgements.csv", judgements)
+    review = review_round(judgements, acfg, study=STUDY, artefact=str(interim / "judgements.csv"),
+                          items=items[["item_id"]], report_dir=report_dir, seed=seed)
+    review.write(reports)
+    prefs = to_preferences(review.aggregated, items, source=acfg.source)
+    write_csv(interim / "preferences.csv", prefs)
+    return items, judgements, review, prefs
+
+
+@stage("pcs-human-validation")
+def human_validation(args: argparse.Namespace) -> None:
+    """Pairwise human-validation preferences (seed 004 appendix J) from the annotation layer."""
+    from stereolens.studies.pcs.analysis import human_validation as binomial_tests
+
+    p = load_params(*HV_KEYS, path=args.params)
+    hv = p["study.pcs.human_validation"] or {}
+    source = (p["annotation"] or {}).get("source")
+    responses = read_csv_checked(INTERIM / "responses.csv", ["response_id", "response", "prompt"],
+                                 what="pcs responses", keep_default_na=False)
+    scores = read_csv_checked(INTERIM / "scores.csv", ["response_id", "feature", "score"], what="pcs scores")
+    from stereolens.tracking import stage_run
+
+    with stage_run(p["tracking"], study=STUDY, stage="human_validation", annotation_source=source,
+                   params={"annotation": p["annotation"], "human_validation": hv},
+                   tags={"preferences_simulated": source == "simulated"}) as run:
+        items, judgements, review, prefs = human_validation_round(responses, scores, p["annotation"], hv,
+                                                                  seed=int(p["seed"]))
+        decided = prefs.loc[prefs["decided"]]
+        _, tests = binomial_tests(decided) if len(decided) else (None, {})
+        summary = {"source": source, "n_items": int(len(items)), "n_judgements": int(len(judgements)),
+                   "n_decided": int(len(decided)), "n_undecided": int((~prefs["decided"]).sum()),
+                   "metrics": review.metrics(), "binomial_tests": tests}
+        write_json(HUMAN_REPORTS / "summary.json", _json_safe(summary))
+        run.log_metrics({k: v for k, v in review.metrics().items() if v is not None and not (isinstance(v, float) and math.isnan(v))})
+        run.log_metrics({"n_decided": summary["n_decided"], "n_undecided": summary["n_undecided"]})
+    alpha = review.agreement.get("krippendorff_alpha")
+    print(f"pcs-human-validation: {source}: {len(items)} pairs, {len(judgements)} judgements, "
+          f"alpha {_short(alpha.value if alpha else None)}, {summary['n_decided']} decided -> {HUMAN_INTERIM / 'preferences.csv'}")
+
+
+# ---------------------------------------------------------------- analyze
+
+
+@stage("pcs-analyze")
+def analyze(args: argparse.Namespace) -> None:
+    """Every metric, table and figure of seed 004 from the judged scores."""
+    from stereolens.studies.pcs.cli import write_analysis
+
+    p = _params(args)
+    cfg = p["cfg"]
+    acfg = cfg.get("analysis", {})
+    gates = json.loads((REPORTS / "gates.json").read_text(encoding="utf-8"))
+    if gates["enforced"] and not gates["all_passed"]:
+        raise GateFailed(f"pcs-analyze: judge panel gate(s) not passed: {failing_gates(gates)} "
+                         f"(see {REPORTS / 'gates.json'})")
+    scores = read_csv_checked(INTERIM / "scores.csv", ["score"], what="pcs scores")
+    if acfg.get("human_preferences"):
+        raise ConfigError("study.pcs.analysis.human_preferences is replaced by the pcs_human_validation stage: "
+                          "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
+    human, human_source = None, None
+    prefs_path = HUMAN_INTERIM / "preferences.csv"
+    if prefs_path.exists():
+        prefs = read_csv_checked(prefs_path, ["language", "comparison", "preference", "decided", "source"],
+                                 what="human-validation preferences", keep_default_na=False)
+        human = prefs.loc[prefs["decided"].astype(str).str.lower() == "true"]
+        human_source = ", ".join(sorted(prefs["source"].astype(str).unique())) or None
+    validity = pd.read_csv(REPORTS / "validity.csv") if (REPORTS / "validity.csv").exists() else None
+    responses_path = INTERIM / "responses.csv"
+    label_frame = scores
+    if responses_path.exists():
+        responses = pd.read_csv(responses_path, usecols=["scenario_id", "domain", "translation_status"],
+                                keep_default_na=False)
+        domains = responses.drop_duplicates("scenario_id").set_index("scenario_id")["domain"]
+        label_frame = scores.assign(domain=scores["scenario_id"].map(domains))
+    configuration = configuration_label(p, label_frame)
+    if responses_path.exists():
+        # provenance: machine-translated prompts that no reviewer has seen are labelled as such
+        status = responses["translation_status"]
+        labels = {"authored": "authored (machine-written translation, unreviewed)", "source": "source (English original)"}
+        configuration["prompt translation status"] = ", ".join(
+            f"{labels.get(k, k)}: {v}" for k, v in status.value_counts().items()
+        )
+    if human_source:
+        configuration["human-validation preferences"] = (
+            f"{human_source}" + (" (NOT human judgements)" if human_source != "human" else "")
+        )
+    tags = {"gates_passed": gates["all_passed"], "config": configuration["config"],
+            "translation_status": configuration.get("prompt translation status", ""),
+            "judge_source": JUDGE_SOURCE, "human_validation_source": human_source or "none"}
+    # the analysis rests on the judges' scores and, where present, the human-validation preferences:
+    # the run is tagged with the latter's source, so a simulated round is never mistaken for a human one
+    source = human_source if human_source in ("human", "llm_panel", "simulated") else JUDGE_SOURCE
+    with _tracking(p, "analyze", annotation_source=source, tags=tags) as run:
+        analysis, files = write_analysis(
+            scores, REPORTS, min_gap=float(acfg.get("min_gap", 1e-9)), hindi=acfg.get("hindi", "hi"),
+            urdu=acfg.get("urdu", "ur"), human=human, configuration=configuration, gates=gates, validity=validity,
+            waterfall_cell=acfg.get("waterfall"),
+        )
+        metrics = {k: analysis.summary[k] for k in ("pcs", "cap_util", "n_excluded") if analysis.summary[k] is not None}
+        metrics.update({f"pcs_{k}": v for k, v in analysis.summary["by_dimension"].items() if v is not None})
+        if validity is not None:
+            metrics["validity_rate"] = float(validity.loc[validity["model"] == "all", "validity_rate"].iloc[0])
+        run.log_metrics(metrics)
+        run.log_dataset(INTERIM / "scores.csv", name="pcs_scores", context="evaluation")
+        for f in files:
+            run.log_artifact(f)
+    print(f"pcs-analyze: PCS {_short(analysis.summary['pcs'])}, cap util {_short(analysis.summary['cap_util'])}, "
+          f"gates {'passed' if gates['all_passed'] else 'FAILED'} -> {REPORTS}")

@@ -1,0 +1,78 @@
+"""Every option of every config group composes; bad overrides fail with one clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stereolens.cli import main
+from stereolens.config import compose_config
+from stereolens.errors import ConfigError
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+def _group_options() -> list[tuple[str, str]]:
+    """(group, option) for every YAML under conf/ except the root config; nested groups use '/'."""
+    pairs = []
+    for path in sorted(CONF.rglob("*.yaml")):
+        rel = path.relative_to(CONF)
+        if len(rel.parts) == 1:
+            continue
+        pairs.append(("/".join(rel.parts[:-1]), path.stem))
+    return pairs
+
+
+def test_every_group_has_options():
+    groups = {g for g, _ in _group_options()}
+    assert {"model", "language", "metric", "annotation", "tracking"} <= groups
+    assert any(g.startswith("study/") for g in groups)
+
+
+@pytest.mark.parametrize(("group", "option"), _group_options())
+def test_every_option_composes(group, option):
+    config = compose_config([f"{group}={option}"], config_dir=CONF)
+    node = config
+    for part in group.split("/"):
+        node = node[part]
+    assert isinstance(node, dict) and node, f"{group}={option} composed to an empty node"
+
+
+def test_committed_params_match_composed_defaults():
+    """params.yaml is what `dvc repro` reads: it must not drift from conf/."""
+    committed = yaml.safe_load((CONF.parent / "params.yaml").read_text(encoding="utf-8"))
+    assert committed == compose_config([], config_dir=CONF)
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("model=does_not_exist", "Could not find 'model/does_not_exist'"),
+        ("model==", "Error parsing override"),
+        ("no_such_key.leaf=1", "Could not override 'no_such_key.leaf'"),
+    ],
+)
+def test_bad_overrides_fail_with_one_line(override, fragment):
+    with pytest.raises(ConfigError) as err:
+        compose_config([override], config_dir=CONF)
+    message = str(err.value)
+    assert fragment in message and "\n" not in message
+
+
+def test_cli_compose_writes_params(tmp_path, capsys):
+    out = tmp_path / "params.yaml"
+    assert main(["config", "compose", "--config-dir", str(CONF), "--output", str(out), "model=mbert", "metric=pll_word_l2r"]) == 0
+    params = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert params["model"]["name"] == "bert-base-multilingual-cased"
+    assert params["metric"]["name"] == "pll_word_l2r"
+
+
+def test_cli_bad_override_exits_2_without_touching_params(tmp_path, capsys):
+    out = tmp_path / "params.yaml"
+    out.write_text("seed: 0\n", encoding="utf-8")
+    assert main(["config", "compose", "--config-dir", str(CONF), "--output", str(out), "model=nope"]) == 2
+    assert out.read_text(encoding="utf-8") == "seed: 0\n"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stereolens: error:")

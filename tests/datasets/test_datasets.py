@@ -1,0 +1,59 @@
+"""Ingest copies pinned public data byte-for-byte, or refuses it and keeps what was there."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stereolens.datasets import ingest_dataset, load_registry
+from stereolens.errors import DataError
+from stereolens.io import sha256_file
+
+REGISTRY = Path(__file__).resolve().parents[2] / "data" / "seed" / "datasets.yaml"
+
+
+def test_registry_lists_both_public_datasets():
+    registry = load_registry(REGISTRY)
+    assert {"crows_pairs", "stereotype_leakage"} <= set(registry)
+    for spec in registry.values():
+        assert spec.commit and len(spec.commit) == 40
+        assert all(len(f.sha256) == 64 for f in spec.files)
+
+
+def test_ingest_from_mirror_verifies_every_file(tmp_path, data_mirror):
+    spec = load_registry(REGISTRY)["stereotype_leakage"]
+    out = ingest_dataset(spec, tmp_path / "raw" / spec.name, mirror=data_mirror)
+    for fspec in spec.files:
+        assert sha256_file(out / fspec.name) == fspec.sha256
+    provenance = json.loads((out / "PROVENANCE.json").read_text())
+    assert provenance["license"] == "MIT" and provenance["source"] == "mirror"
+    assert all(entry["origin"].startswith("mirror:") for entry in provenance["files"])
+
+
+def test_checksum_mismatch_refuses_and_keeps_previous_output(tmp_path, data_mirror):
+    spec = load_registry(REGISTRY)["crows_pairs"]
+    out = tmp_path / "raw" / spec.name
+    ingest_dataset(spec, out, mirror=data_mirror)
+    before = sha256_file(out / "crows_pairs_anonymized.csv")
+
+    tampered = tmp_path / "mirror"
+    shutil.copytree(data_mirror / spec.name, tampered / spec.name)
+    target = tampered / spec.name / "crows_pairs_anonymized.csv"
+    target.chmod(0o644)
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write("tampered\n")
+    with pytest.raises(DataError, match="checksum mismatch for crows_pairs_anonymized.csv"):
+        ingest_dataset(spec, out, mirror=tampered)
+    assert sha256_file(out / "crows_pairs_anonymized.csv") == before
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "staging directory left behind"
+
+
+def test_missing_mirror_file_is_one_clear_line(tmp_path):
+    spec = load_registry(REGISTRY)["crows_pairs"]
+    (tmp_path / "mirror" / spec.name).mkdir(parents=True)
+    with pytest.raises(DataError) as err:
+        ingest_dataset(spec, tmp_path / "out", mirror=tmp_path / "mirror")
+    assert "not found in mirror" in str(err.value) and "\n" not in str(err.value)

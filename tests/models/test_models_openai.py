@@ -1,0 +1,406 @@
+"""The OpenAI-compatible backend against a real HTTP server on 127.0.0.1.
+
+The server below speaks the OpenAI wire format (POST /v1/chat/completions and
+/v1/completions, logprobs included) with a deterministic toy "model" whose answers
+the tests can compute, programmable failures and a request counter.  Nothing of
+ours is mocked: requests go through the real ``openai`` client over TCP.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from stereolens.errors import ModelLoadError, RemoteCallError
+from stereolens.models import (
+    ChatMessage,
+    GenerationRequest,
+    LoglikelihoodRequest,
+    ModelSpec,
+    ResponseCache,
+    UnsupportedRequest,
+    load_model,
+    spec_from_config,
+)
+
+API_KEY = "sk-test-key"
+
+
+# --- the toy model the server serves -------------------------------------------------
+
+
+def toy_tokens(text: str) -> list[str]:
+    """Words with their leading whitespace, like a BPE that merges ' word'."""
+    return re.findall(r"\s*\S+|\s+$", text)
+
+
+def toy_logprob(token: str) -> float:
+    return -0.25 - 0.1 * len(token.strip())
+
+
+def toy_answer(prompt: str, temperature: float, seed: int) -> str:
+    base = f"echo {prompt.split()[-1] if prompt.split() else ''} and more words here"
+    return base if temperature == 0 else f"{base} seed{seed}"
+
+
+def truncate(text: str, max_tokens: int, stop: list[str]) -> tuple[str, str]:
+    toks = toy_tokens(text)
+    finish = "stop"
+    if len(toks) > max_tokens:
+        toks, finish = toks[:max_tokens], "length"
+    text = "".join(toks)
+    for s in stop:
+        if s in text:
+            text, finish = text[: text.index(s)], "stop"
+    return text, finish
+
+
+class FakeOpenAI:
+    """State shared by the handler threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.plan: list[str] = []  # actions for the next calls: "429", "500", "timeout", "ok"
+        self.always_fail_on: str | None = None  # any request whose prompt contains this gets a 500
+        self.always_status: int | None = None
+        self.delay_s = 0.0
+        self.timeout_sleep_s = 1.5
+        self.headers: list[dict[str, str]] = []
+        self.bodies: list[dict] = []
+
+
+def make_handler(state: FakeOpenAI):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # keep pytest output clean
+            pass
+
+        def _send(self, status: int, obj: dict, extra_headers: dict | None = None) -> None:
+            data = json.dumps(obj).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (extra_headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (timeout test)
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+            with state.lock:
+                state.calls += 1
+                state.in_flight += 1
+                state.max_in_flight = max(state.max_in_flight, state.in_flight)
+                state.headers.append({k.lower(): v for k, v in self.headers.items()})
+                state.bodies.append(body)
+                action = state.plan.pop(0) if state.plan else "ok"
+            try:
+                if state.delay_s:
+                    time.sleep(state.delay_s)
+                text_in = json.dumps(body.get("messages") or body.get("prompt"))
+                if state.always_status is not None:
+                    action = str(state.always_status)
+                elif state.always_fail_on and state.always_fail_on in text_in:
+                    action = "500"
+                if action == "timeout":
+                    time.sleep(state.timeout_sleep_s)
+                    return self._send(200, {})
+                if action != "ok":
+                    status = int(action)
+                    return self._send(
+                        status,
+                        {"error": {"message": f"injected {status}", "type": "server_error", "code": None}},
+                        {"retry-after": "0"} if status == 429 else None,
+                    )
+                if self.path.endswith("/chat/completions"):
+                    return self._send(200, self._chat(body))
+                if self.path.endswith("/completions"):
+                    return self._send(200, self._completion(body))
+                return self._send(404, {"error": {"message": "no such route"}})
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+        def _chat(self, body: dict) -> dict:
+            last = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+            text, finish = truncate(
+                toy_answer(last, body.get("temperature", 1), body.get("seed", 0)),
+                body.get("max_tokens", 16), body.get("stop") or [],
+            )
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
+                      "logprobs": None}
+            if body.get("logprobs"):
+                k = body.get("top_logprobs", 0)
+                content = []
+                for tok in toy_tokens(text):
+                    alts = [{"token": tok, "logprob": toy_logprob(tok), "bytes": list(tok.encode())}]
+                    alts += [{"token": f"alt{j}", "logprob": toy_logprob(tok) - j, "bytes": None} for j in range(1, k)]
+                    content.append({"token": tok, "logprob": toy_logprob(tok), "bytes": list(tok.encode()),
+                                    "top_logprobs": alts[:k]})
+                choice["logprobs"] = {"content": content, "refusal": None}
+            return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                    "choices": [choice], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+        def _completion(self, body: dict) -> dict:
+            prompt = body["prompt"]
+            generated, finish = truncate(
+                toy_answer(prompt, body.get("temperature", 1), body.get("seed", 0)),
+                body.get("max_tokens", 16), body.get("stop") or [],
+            )
+            logprobs = None
+            if body.get("logprobs") is not None:
+                echoed = toy_tokens(prompt) if body.get("echo") else []
+                toks = echoed + toy_tokens(generated)
+                offsets, pos = [], 0
+                for t in toks:
+                    offsets.append(pos)
+                    pos += len(t)
+                lps = [toy_logprob(t) for t in toks]
+                if echoed:
+                    lps[0] = None  # the first prompt token has no context, as OpenAI reports it
+                k = max(1, body["logprobs"])
+                tops = [None if lp is None else {t: lp, **{f"alt{j}": lp - j for j in range(1, k)}}
+                        for t, lp in zip(toks, lps)]
+                logprobs = {"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+            text = (prompt if body.get("echo") else "") + generated
+            return {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
+                    "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+    return Handler
+
+
+@pytest.fixture
+def server():
+    state = FakeOpenAI()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+def remote(server, tmp_path, kind="chat", **kw):
+    kw.setdefault("retry_base_s", 0.01)
+    spec = ModelSpec(name="toy-model", kind=kind, backend="openai", base_url=server.base_url, **kw)
+    return load_model(spec, cache=ResponseCache(tmp_path / "cache"))
+
+
+# --- tests ---------------------------------------------------------------------------
+
+
+def test_chat_results_logprobs_and_real_client(server, tmp_path):
+    model = remote(server, tmp_path)
+    reqs = [
+        GenerationRequest(messages=(ChatMessage("system", "Be brief."), ChatMessage("user", "Say hello")), max_tokens=3),
+        GenerationRequest(prompt="Name a colour", max_tokens=8, top_logprobs=2),
+        GenerationRequest(prompt="Sample", temperature=0.7, seed=5, stop=(" here",)),
+    ]
+    out = model.generate(reqs)
+    assert out[0].text == "echo hello and" and out[0].finish_reason == "length"
+    assert out[1].text == "echo colour and more words here"
+    assert out[1].top_logprobs[0] == {"echo": toy_logprob("echo"), "alt1": toy_logprob("echo") - 1}
+    assert len(out[1].top_logprobs) == len(toy_tokens(out[1].text))
+    assert out[2].text == "echo Sample and more words" and out[2].finish_reason == "stop"
+    assert server.calls == 3
+    # what went over the wire: the real openai client, our key, our decoding parameters
+    assert all(h["user-agent"].startswith("OpenAI/Python") for h in server.headers)
+    assert all(h["authorization"] == f"Bearer {API_KEY}" for h in server.headers)
+    sampled = next(b for b in server.bodies if b.get("seed") == 5)
+    assert sampled["temperature"] == 0.7 and sampled["stop"] == [" here"]
+
+
+def test_completion_generate_and_loglikelihood_known_answer(server, tmp_path):
+    model = remote(server, tmp_path, kind="completion")
+    gen = model.generate([GenerationRequest(prompt="Tell me", max_tokens=2, top_logprobs=1)])[0]
+    assert gen.text == "echo me" and gen.top_logprobs == ({"echo": toy_logprob("echo")}, {" me": toy_logprob(" me")})
+    reqs = [
+        LoglikelihoodRequest(context="The doctor said", continuation=" hello to everyone"),
+        LoglikelihoodRequest(context="Alpha", continuation=" beta"),
+    ]
+    res = model.loglikelihood(reqs)
+    assert res[0].n_tokens == 3
+    assert res[0].logprob == pytest.approx(sum(toy_logprob(t) for t in [" hello", " to", " everyone"]))
+    assert res[1].logprob == pytest.approx(toy_logprob(" beta")) and res[1].is_greedy
+    body = server.bodies[-1]
+    assert body["echo"] is True and body["logprobs"] == 1
+
+
+def test_rerun_is_served_from_cache_with_zero_calls(server, tmp_path):
+    reqs = [GenerationRequest(prompt=f"Prompt number {i}", max_tokens=4) for i in range(5)]
+    first = remote(server, tmp_path).generate(reqs + reqs[:2])  # duplicates are sent once
+    assert server.calls == 5
+    second = remote(server, tmp_path).generate(reqs)
+    assert server.calls == 5
+    assert all(g.cached for g in second) and [g.text for g in second] == [g.text for g in first[:5]]
+    # a different seed is a different request
+    remote(server, tmp_path).generate([GenerationRequest(prompt="Prompt number 0", max_tokens=4, seed=1)])
+    assert server.calls == 6
+
+
+def test_killed_run_resumes_where_it_stopped(server, tmp_path):
+    reqs = [GenerationRequest(prompt=f"Item {i}") for i in range(5)] + [GenerationRequest(prompt="Item BOOM")]
+    server.always_fail_on = "BOOM"
+    with pytest.raises(RemoteCallError):
+        remote(server, tmp_path, max_concurrency=1, max_retries=1).generate(reqs)
+    assert server.calls == 5 + 2  # five answers, then the failing one tried twice
+    server.always_fail_on = None
+    out = remote(server, tmp_path, max_concurrency=1).generate(reqs)
+    assert server.calls == 7 + 1  # only the one that had failed
+    assert [g.cached for g in out] == [True] * 5 + [False]
+
+
+def test_retries_then_succeeds(server, tmp_path):
+    server.plan = ["429", "500", "timeout", "502"]
+    model = remote(server, tmp_path, max_retries=4, timeout_s=0.5)
+    out = model.generate([GenerationRequest(prompt="Persist")])
+    assert out[0].text.startswith("echo Persist")
+    assert server.calls == 5 and model.calls == 5
+    # the client's own retry loop is off: every attempt reaches the server as a first try
+    assert {h["x-stainless-retry-count"] for h in server.headers} == {"0"}
+
+
+def test_retry_exhaustion_names_model_and_request(server, tmp_path):
+    server.always_status = 503
+    model = remote(server, tmp_path, max_retries=2)
+    with pytest.raises(RemoteCallError) as info:
+        model.generate([GenerationRequest(prompt="Why is the sky blue?\nExplain.")])
+    message = str(info.value)
+    assert "\n" not in message
+    assert "'toy-model'" in message and "after 3 attempt(s)" in message and "HTTP 503" in message
+    assert "Why is the sky blue? Explain." in message
+    assert server.calls == 3
+
+
+def test_client_errors_are_not_retried(server, tmp_path):
+    server.always_status = 400
+    with pytest.raises(RemoteCallError, match="HTTP 400"):
+        remote(server, tmp_path, max_retries=5).generate([GenerationRequest(prompt="Bad")])
+    assert server.calls == 1
+
+
+def test_concurrency_bound_is_respected(server, tmp_path):
+    server.delay_s = 0.15
+    reqs = [GenerationRequest(prompt=f"Parallel {i}") for i in range(12)]
+    start = time.perf_counter()
+    remote(server, tmp_path, max_concurrency=3).generate(reqs)
+    elapsed = time.perf_counter() - start
+    assert server.max_in_flight == 3
+    assert elapsed < 12 * 0.15  # really concurrent, not one after another
+
+
+def test_loglikelihood_support_is_explicit(server, tmp_path):
+    with pytest.raises(UnsupportedRequest, match="cannot score"):
+        remote(server, tmp_path, kind="chat").loglikelihood([LoglikelihoodRequest("a", " b")])
+    off = remote(server, tmp_path, kind="completion", extra={"supports_loglikelihood": False})
+    assert not off.supports_loglikelihood
+    with pytest.raises(UnsupportedRequest):
+        off.loglikelihood([LoglikelihoodRequest("a", " b")])
+    assert server.calls == 0
+
+
+def test_key_comes_from_environment_only(server, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(ModelLoadError, match="OPENAI_API_KEY") as info:
+        load_model(ModelSpec(name="gpt-x", kind="chat", backend="openai", base_url="https://api.example.com/v1"),
+                   cache=ResponseCache(tmp_path))
+    assert "\n" not in str(info.value)
+    # a local server needs no key
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    spec = spec_from_config({"id": "toy", "name": "toy-model", "kind": "chat", "backend": "openai",
+                             "base_url": None, "max_concurrency": 2, "max_retries": 1, "timeout_s": 5, "source": None})
+    model = load_model(spec, cache=ResponseCache(tmp_path))
+    assert model.generate([GenerationRequest(prompt="hi")])[0].text.startswith("echo hi")
+    assert server.calls == 1
+
+
+def test_backoff_grows_jitters_and_honours_retry_after(server, tmp_path):
+    model = remote(server, tmp_path, retry_base_s=1.0)
+    for attempt in range(5):
+        step = min(60.0, 2.0**attempt)
+        delays = [model._backoff(attempt, None) for _ in range(200)]
+        # equal jitter: never under half the step, never over the step
+        assert all(step / 2 <= d <= step for d in delays)
+        assert len(set(delays)) > 100, "delays must vary between calls (jitter)"
+    assert model._backoff(20, None) <= 60.0  # capped
+    assert model._backoff(0, 7.0) >= 7.0  # a server's Retry-After wins over a shorter step
+    assert model._backoff(0, 3600.0) <= 60.0  # ... but never past the cap
+
+
+def test_crows_stage_scores_a_completion_endpoint(server, tmp_path, monkeypatch):
+    """The CrowS slice on an OpenAI-compatible completions endpoint: sentence log-likelihoods
+    through echo+logprobs, a known answer from the toy model; a chat endpoint is skipped, not failed."""
+    import argparse
+
+    import pandas as pd
+    import yaml
+
+    from stereolens.studies.crows.stages import crows_report, crows_score
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
+    raw = tmp_path / "data/raw/crows_pairs"
+    raw.mkdir(parents=True)
+    pd.DataFrame({"sent_more": ["Poor people steal things.", "Women cannot drive well."],
+                  "sent_less": ["Rich people steal things.", "Men cannot drive."],
+                  "stereo_antistereo": ["stereo", "stereo"], "bias_type": ["socioeconomic", "gender"]}
+                 ).to_csv(raw / "crows_pairs_anonymized.csv")
+
+    def params(kind):
+        p = {"model": {"id": "toy", "name": "toy-model", "kind": kind, "backend": "openai", "base_url": server.base_url,
+                       "retry_base_s": 0.01},
+             "metric": {"name": "causal", "batch_tokens": 512, "truncate": False}, "language": {"include": None},
+             "tracking": {"enabled": False}, "seed": 0,
+             "study": {"crows": {"dataset": "crows_pairs", "limit": None, "bootstrap_resamples": 100}}}
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(p), encoding="utf-8")
+        return argparse.Namespace(params="params.yaml")
+
+    crows_score(params("completion"))
+    scores = pd.read_csv("data/processed/crows/scores.csv")
+    # the first echoed token has no context (OpenAI reports null), the rest are toy log-probabilities
+    expected = sum(toy_logprob(t) for t in toy_tokens("Poor people steal things.")[1:])
+    assert scores.loc[0, "score_stereo"] == pytest.approx(expected)
+    crows_report(params("completion"))
+    summary = json.loads((tmp_path / "reports/crows/summary.json").read_text())
+    assert summary["n"] == 2 and summary["skipped"] is None
+
+    calls = server.calls
+    crows_score(params("chat"))
+    assert server.calls == calls
+    assert json.loads((tmp_path / "data/processed/crows/scoring.json").read_text())["skipped"]
+    crows_report(params("chat"))
+    summary = json.loads((tmp_path / "reports/crows/summary.json").read_text())
+    assert summary["n"] == 0 and "log-likelihood" in summary["skipped"]
+
+
+def test_crows_route_refuses_a_metric_that_contradicts_the_model():
+    from stereolens.errors import ConfigError
+    from stereolens.studies.crows.stages import crows_scoring_route
+
+    assert crows_scoring_route("causal", {"kind": "causal"}) == ("engine", None)
+    assert crows_scoring_route("pll_word_l2r", {"kind": "masked"}) == ("engine", None)
+    assert crows_scoring_route("causal", {"kind": "completion"}) == ("loglikelihood", None)
+    assert crows_scoring_route("causal", {"kind": "seq2seq"})[0] == "skip"
+    with pytest.raises(ConfigError, match="metric=causal"):
+        crows_scoring_route("pll", {"id": "g", "kind": "causal"})
+    with pytest.raises(ConfigError, match="pll_word_l2r"):
+        crows_scoring_route("causal", {"id": "m", "kind": "masked"})

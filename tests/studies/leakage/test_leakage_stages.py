@@ -1,0 +1,83 @@
+"""The leakage DVC stages end to end on the real survey and a tiny causal LM (outside DVC, in a temp dir)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+def test_leakage_stages_end_to_end(tmp_path, monkeypatch, data_mirror, tiny_causal_lm_dir, tiny_masked_lm_dir):
+    from stereolens.cli import main
+
+    survey = Path(data_mirror) / "stereotype_leakage"
+    if not survey.is_dir():
+        pytest.skip(f"leakage survey not in the data mirror ({survey})")
+    study = yaml.safe_load((REPO / "conf" / "study" / "leakage" / "default.yaml").read_text(encoding="utf-8"))
+    study.update({
+        "languages": ["en", "hi"],
+        "seed_dir": str(REPO / "data" / "seed" / "leakage"),
+        "survey": str(survey),
+        "templates": {"en": ["are"], "hi": ["hote"]},
+    })
+    study["choice"].update({"design": "matching", "groups": ["woman", "man", "Texan"]})
+    # a monolingual baseline for English only (scored with SeT); Hindi has none, so its fits omit LM_HI
+    study["baselines"] = {"en": str(tiny_masked_lm_dir), "hi": None}
+    params = {
+        "model": {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"},
+        "language": {"include": None},
+        "tracking": {"enabled": False},
+        "study": {"leakage": study},
+    }
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
+
+    assert main(["stage", "leakage-human"]) == 0
+    check = pd.read_csv("data/processed/leakage/human/published_check.csv")
+    assert (check["max_abs_diff"] < 1e-6).all() and (check["missing_mismatch"] == 0).all()
+    for lang in ("en", "hi"):
+        assert main(["stage", "leakage-scores", "--language", lang]) == 0
+        assert main(["stage", "leakage-fit", "--language", lang]) == 0
+    ilps = pd.read_csv("data/processed/leakage/scores/hi/tiny/ilps.csv")
+    assert ilps.shape == (32, 31) and ilps.columns[0] == "Traits"
+    choice = pd.read_csv("data/processed/leakage/scores/hi/tiny/choice.csv").set_index("Traits")
+    assert choice[["woman", "man", "Texan"]].notna().all().all() and choice["lesbian"].isna().all()
+    coef = pd.read_csv("data/processed/leakage/fit/hi/tiny/ilps/coefficients.csv")
+    assert list(coef["term"]) == ["H_EN", "H_HI", "Intercept"]  # the study's languages only
+    fit = json.loads(Path("data/processed/leakage/fit/hi/tiny/ilps/fit.json").read_text())
+    assert fit["baseline_available"] is False
+    en_coef = pd.read_csv("data/processed/leakage/fit/en/tiny/ilps/coefficients.csv")
+    assert list(en_coef["term"]) == ["H_EN", "H_HI", "LM_EN", "Intercept"]
+
+    assert main(["stage", "leakage-report"]) == 0
+    report = Path("reports/leakage")
+    for name in ("coefficients.csv", "edges.json", "beta_table.csv", "qualitative.csv", "flow.png", "flow.svg", "report.md",
+                 "choice_nonmatching.csv"):
+        assert (report / name).exists(), name
+    text = (report / "report.md").read_text(encoding="utf-8")
+    assert "Table 3 shape" in text and "authored" in text
+    beta = pd.read_csv(report / "beta_table.csv").set_index("model")
+    assert beta.loc["tiny/ilps", "EN"] == pytest.approx(en_coef.set_index("term").loc["LM_EN", "estimate"])
+    assert pd.isna(beta.loc["tiny/ilps", "HI"])
+    assert beta.loc["tiny/ilps", "p_EN"] == pytest.approx(en_coef.set_index("term").loc["LM_EN", "p"])
+    assert list(beta.columns) == ["EN", "HI", "p_EN", "p_HI"]
+    summary = json.loads((report / "summary.json").read_text())
+    assert set(summary["terms"]) == {"tiny/ilps->EN", "tiny/ilps->HI", "tiny/choice->EN", "tiny/choice->HI"}
+    # coverage: choice mode, design, groups and templates per language, as scored
+    choice_cov = summary["coverage"]["HI"]["tiny/choice"]
+    assert (choice_cov["mode_requested"], choice_cov["mode"], choice_cov["design"]) == ("auto", "logprob", "matching")
+    assert (choice_cov["n_groups"], choice_cov["groups"]) == (3, ["woman", "Texan", "man"])  # seed order
+    assert summary["coverage"]["HI"]["tiny/ilps"]["templates"] == ["hote"]
+    assert "3 of the groups (woman, Texan, man)" in text and "1 template(s) (hote)" in text
+    # rows dropped for missing human cells, per fit, in the summary and on the page
+    hi_fit = next(f for f in summary["fits"] if f["panel"] == "tiny/ilps" and f["target"] == "HI")
+    assert hi_fit["n_dropped_missing_human"] == fit["n_dropped_missing_human"] > 0
+    assert f"{fit['n_dropped_missing_human']} (group, trait) rows dropped for a missing human cell" in text
+    assert set(pd.read_csv(report / "coefficients.csv")["converged"]) <= {True, False}
