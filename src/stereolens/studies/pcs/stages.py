@@ -538,6 +538,7 @@ def human_validation(args: argparse.Namespace) -> None:
 @stage("pcs-analyze")
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of seed 004 from the judged scores."""
+    from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP, validate_scores
     from stereolens.studies.pcs.cli import write_analysis
 
     p = _params(args)
@@ -548,6 +549,7 @@ def analyze(args: argparse.Namespace) -> None:
         raise GateFailed(f"pcs-analyze: judge panel gate(s) not passed: {failing_gates(gates)} "
                          f"(see {REPORTS / 'gates.json'})")
     scores = read_csv_checked(INTERIM / "scores.csv", ["score"], what="pcs scores")
+    validate_scores(scores, what=f"pcs scores {INTERIM / 'scores.csv'}")
     if acfg.get("human_preferences"):
         raise ConfigError("study.pcs.analysis.human_preferences is replaced by the pcs_human_validation stage: "
                           "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
@@ -586,7 +588,7 @@ def analyze(args: argparse.Namespace) -> None:
     source = human_source if human_source in ("human", "llm_panel", "simulated") else JUDGE_SOURCE
     with _tracking(p, "analyze", annotation_source=source, tags=tags) as run:
         analysis, files = write_analysis(
-            scores, REPORTS, min_gap=float(acfg.get("min_gap", 1e-9)), hindi=acfg.get("hindi", "hi"),
+            scores, REPORTS, min_gap=float(acfg.get("min_gap", DEFAULT_MIN_GAP)), hindi=acfg.get("hindi", "hi"),
             urdu=acfg.get("urdu", "ur"), human=human, configuration=configuration, gates=gates, validity=validity,
             waterfall_cell=acfg.get("waterfall"),
         )
