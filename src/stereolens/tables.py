@@ -176,6 +176,8 @@ def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int
     case = cases.iloc[0]
     check = str(case["check"])
     column = None if pd.isna(case["column"]) or case["column"] is None else str(case["column"])
+    if str(case.get("schema_context")) == "DataFrameSchema":
+        column = None  # a check across columns: its message names the column it is about
     if pd.isna(case["row"]):
         return f"{where}: {check}"
     row = int(case["row"])
@@ -191,7 +193,8 @@ def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int
     else:
         text = _BUILTIN.get(check, check)
         if value is not None and not pd.isna(value) and str(value).strip():
-            text += f", got {value!r}"
+            shown = value.item() if hasattr(value, "item") else value
+            text += f", got {shown!r}"
     place = f"{where} line {line}" + (f", column {column}" if column else "")
     return f"{place}: {text}"
 

@@ -33,9 +33,9 @@ def _data(languages=("hi", "ur")):
                 responses.append({"response_id": rid, "model": "m", "language": lang, "scenario_id": sid,
                                   "dimension": DIMS[sid], "condition": cond, "sample": 0,
                                   "prompt": f"{sid} prompt {cond}", "response": f"{sid} reply {cond}"})
-                # two judges, two features: the means are the values above
-                for judge, off in (("j1", -0.5), ("j2", 0.5)):
-                    for feat, foff in (("f1", -1.0), ("f2", 1.0)):
+                # two judges, two features: the means are the values above (all on the 1-7 scale)
+                for judge, off in (("j1", -0.25), ("j2", 0.25)):
+                    for feat, foff in (("f1", -0.5), ("f2", 0.5)):
                         scores.append({"response_id": rid, "judge": judge, "feature": feat, "score": value + off + foff})
     return pd.DataFrame(responses), pd.DataFrame(scores)
 

@@ -164,7 +164,7 @@ def test_greedy_samples_warn(caplog):
 
 
 def test_pcs_analyze_cli_refuses_blank_sample(tmp_path, capsys):
-    rows = [dict(model="m", language="hi", scenario_id="s", dimension="PDI", feature="f", condition=c, judge="j",
+    rows = [dict(model="m", language="hi", scenario_id="s", dimension="PDI", feature="deference", condition=c, judge="j",
                  sample=s, score=4.0) for c in "ABC" for s in (0, 1)]
     df = pd.DataFrame(rows).astype({"sample": object})
     df.loc[3, "sample"] = None

@@ -9,6 +9,8 @@ column ``Traits``, one column per group, empty = missing).
 
 from __future__ import annotations
 
+import difflib
+
 import json
 import os
 import re
@@ -247,6 +249,27 @@ def read_score_matrix(path: str | Path, what: str) -> pd.DataFrame:
         return read_matrix(path)
     except ValueError as exc:
         raise DataError(f"{what} {path}: cells must be numbers or empty ({str(exc).splitlines()[0]})") from exc
+
+
+def check_matrix_labels(
+    matrix: pd.DataFrame, path: str | Path, what: str, traits: set[str], groups: set[str]
+) -> None:
+    """Every trait (row) and group (column) of ``matrix`` is one the study knows (seed traits.csv, groups.csv).
+
+    A misspelt trait or group would otherwise become a cell with no partner in the
+    other matrices and vanish from the fit as an anonymous "no score" count.
+    """
+    for pos, trait in enumerate(matrix.index):
+        if str(trait) not in traits:
+            close = difflib.get_close_matches(str(trait), sorted(traits), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise DataError(f"{what} {path} line {pos + 2}, column Traits: unknown trait {trait!r} "
+                            f"(not in traits.csv{hint})")
+    for group in matrix.columns:
+        if str(group) not in groups:
+            close = difflib.get_close_matches(str(group), sorted(groups), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise DataError(f"{what} {path} line 1, column {group}: unknown group {group!r} (not in groups.csv{hint})")
 
 
 def read_human_dir(directory: str | Path) -> dict[str, pd.DataFrame]:
