@@ -174,8 +174,11 @@ def read_csv_checked(
     header = raw.decode("utf-8").lstrip("\ufeff").splitlines()[0]
     required = list(required)
     missing = [c for c in required if c not in df.columns]
+    hint = _delimiter_hint(header)
+    if hint and len(df.columns) == 1 and (missing or len(required) > 1):
+        raise DataError(f"{what} {path} line 1: one column {header[:60]!r}{hint}")
     if missing:
-        raise DataError(f"{what} " + missing_columns_message(str(path), missing, df.columns) + _delimiter_hint(header))
+        raise DataError(f"{what} " + missing_columns_message(str(path), missing, df.columns) + hint)
     if not len(df) and not allow_empty:
         raise DataError(f"{what} {path} has a header but no rows")
     return df

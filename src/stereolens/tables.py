@@ -41,7 +41,7 @@ def text_column(*, unique: bool = False, required: bool = True, what: str = "tex
     """A column of non-empty strings (``NA`` or ``None`` stay text: read with ``dtype=str``)."""
     return pa.Column(
         None,  # any dtype: pandas 3 reads text as "str", older pandas as object
-        checks=pa.Check(_nonblank, error=f"empty {what}"),
+        checks=pa.Check(_nonblank, error=f"empty {what}", ignore_na=False),
         nullable=True,  # blank cells are reported by the check above, with a clearer message
         unique=unique,
         required=required,
@@ -67,7 +67,7 @@ def choice_column(allowed: Iterable[Any], *, what: str = "value", required: bool
     return pa.Column(
         None,  # any dtype: pandas 3 reads text as "str", older pandas as object
         checks=pa.Check(lambda s: s.astype(str).str.strip().isin([str(a) for a in allowed]),
-                        error=f"{what} is not one of {shown}"),
+                        error=f"{what} is not one of {shown}", ignore_na=False),
         nullable=True,
         required=required,
     )
@@ -130,7 +130,8 @@ def read_table(
     """Read a CSV (text stays text when ``text``: "NA" is a word) and validate it against ``schema``."""
     from stereolens.io import read_csv_checked
 
-    df = read_csv_checked(path, [], what=what, dtype=str if text else None, keep_default_na=not text,
+    required = [name for name, column in schema.columns.items() if column.required]
+    df = read_csv_checked(path, required, what=what, dtype=str if text else None, keep_default_na=not text,
                           allow_empty=allow_empty)
     return validate_table(df, schema, f"{what} {path}")
 
@@ -171,7 +172,8 @@ def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int
     # a wrong type reported twice (coercion and dtype) names the same cell: keep the clearer one
     cases = cases.loc[~cases["check"].astype(str).str.startswith("dtype(")]
     order = {str(c): i for i, c in enumerate(df.columns)}
-    cases["col_order"] = cases["column"].map(lambda c: order.get(str(c), len(order)))
+    cases["col_order"] = [len(order) if str(ctx) == "DataFrameSchema" else order.get(str(c), len(order))
+                          for c, ctx in zip(cases["column"], cases["schema_context"])]
     cases = cases.sort_values(["row", "col_order"], na_position="last", kind="stable")
     case = cases.iloc[0]
     check = str(case["check"])
@@ -188,7 +190,11 @@ def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int
     elif check == "multiple_fields_uniqueness":
         return _duplicate_message(df, where, row, first_line, case)
     elif check == "field_uniqueness":
-        first = int(df.index[df[column].astype(str) == str(value)][0]) + first_line
+        # name the repeat, not the first occurrence
+        repeats = df[column].astype(str).duplicated(keep="first")
+        row = int(repeats.to_numpy().nonzero()[0][0])
+        line, value = row + first_line, df.iloc[row][column]
+        first = int((df[column].astype(str) == str(value)).to_numpy().nonzero()[0][0]) + first_line
         text = f"duplicate value {value!r} (first at line {first}; each must be unique)"
     else:
         text = _BUILTIN.get(check, check)

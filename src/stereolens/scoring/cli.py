@@ -69,13 +69,17 @@ def _load(args: argparse.Namespace, kind: str) -> tuple[Any, Any]:
     return model, cache
 
 
-def _options(args: argparse.Namespace, cache: Any) -> dict[str, Any]:
-    from stereolens.scoring.engine import DEFAULT_BATCH_TOKENS
-
+def _check_options(args: argparse.Namespace) -> None:
     if args.batch_tokens is not None and args.batch_tokens < 1:
         from stereolens.errors import ConfigError
 
         raise ConfigError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+
+
+def _options(args: argparse.Namespace, cache: Any) -> dict[str, Any]:
+    from stereolens.scoring.engine import DEFAULT_BATCH_TOKENS
+
+    _check_options(args)
     return dict(
         batch_tokens=args.batch_tokens or DEFAULT_BATCH_TOKENS, truncate=args.truncate, per_token=args.per_token,
         progress=args.progress, cache=cache if not args.no_cache else None,
@@ -110,6 +114,7 @@ def _score_pairs(args: argparse.Namespace) -> int:
 
     dest = Path(args.summary) if args.summary else summary_path(args.output)
     # every check that can fail runs before the model loads and before anything is written
+    _check_options(args)
     check_writable(args.output, dest)
     df = _read(args.input, pairs_schema(args.id_column, args.stereo_column, args.anti_column), "pairs table")
     _check_rows(df, args.id_column, [args.stereo_column, args.anti_column])
@@ -137,6 +142,7 @@ def _score_sentences(args: argparse.Namespace) -> int:
     from stereolens.scoring.engine import score_sentences
     from stereolens.tables import sentences_schema
 
+    _check_options(args)
     check_writable(args.output)
     if args.input:
         df = _read(args.input, sentences_schema(args.column, args.id_column), "sentences table")
