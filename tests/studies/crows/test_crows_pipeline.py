@@ -82,6 +82,31 @@ def test_slice_runs_and_second_repro_is_a_no_op(scratch_pipeline):
     assert rerun["cache_misses"] == 0 and rerun["cache_hits"] > 0
 
 
+def test_failed_run_loses_nothing_dvc_checkout_cannot_restore(scratch_pipeline):
+    """With params.yaml gone, `dvc repro` fails in one line; DVC has removed the stage's outputs
+    by then, and `dvc checkout` (after params.yaml is back, as `git checkout params.yaml` does)
+    restores every one of them byte-identical: no output is `cache: false` and uncommitted."""
+    import hashlib
+
+    root, env = scratch_pipeline
+    _run([sys.executable, "-m", "dvc", "repro", "crows_report"], root, env)
+    outputs = [p for folder in ("reports/crows", "data/processed/crows") for p in sorted((root / folder).rglob("*"))
+               if p.is_file() and p.name != ".gitignore"]
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in outputs}
+    assert root / "reports/crows/summary.json" in before
+    params = (root / "params.yaml").read_bytes()
+    (root / "params.yaml").unlink()
+    failed = subprocess.run([sys.executable, "-m", "dvc", "repro", "-s", "crows_report"], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert failed.returncode != 0
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, failed.stderr
+    (root / "params.yaml").write_bytes(params)
+    _run([sys.executable, "-m", "dvc", "checkout", "--force"], root, env)
+    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None for p in outputs}
+    assert after == before
+
+
 def test_dvc_exp_run_composes_overrides_through_hydra(scratch_pipeline, tiny_causal_lm_dir):
     """`dvc exp run -S ...` rewrites params.yaml from conf/ with the overrides, then reruns what changed."""
     root, env = scratch_pipeline

@@ -102,9 +102,12 @@ def survey_file(survey_dir: Path, language: str) -> Path:
 
 def read_survey(path: str | os.PathLike, language: str | None = None) -> pd.DataFrame:
     """One survey file as long rows: annotator_id, group (survey spelling), trait_pair, rating."""
+    from stereolens.datasets.ingest import verify_ingested
+
     path = Path(path)
     if not path.exists():
-        raise DataError(f"survey file not found: {path}")
+        raise DataError(f"survey file not found: {path} (the survey folder lacks this language)")
+    verify_ingested(path)  # a file changed after ingest is refused
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
