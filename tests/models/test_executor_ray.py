@@ -53,48 +53,61 @@ def _ray_model(path: Path, kind: str, cache: ResponseCache, **executor) -> RayMo
     return model
 
 
+# One actor pool per model for the module: an actor's start (a worker importing torch and
+# loading the model) is most of these tests' time.  Tests read counter differences.
+@pytest.fixture(scope="module")
+def remote_causal(ray_session, tiny_causal_lm_dir, tmp_path_factory):
+    model = _ray_model(tiny_causal_lm_dir, "causal", ResponseCache(tmp_path_factory.mktemp("ray-cache")))
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def remote_masked(ray_session, tiny_masked_lm_dir, tmp_path_factory):
+    model = _ray_model(tiny_masked_lm_dir, "masked", ResponseCache(tmp_path_factory.mktemp("ray-cache")), shard_size=2)
+    yield model
+    model.close()
+
+
 def _close(a: float, b: float) -> bool:
     # batch composition changes float32 summation order only: well under 1e-4 nats
     return abs(a - b) <= 1e-4 * max(1.0, abs(b))
 
 
-def test_causal_scoring_and_loglikelihood_equal_local(ray_session, tiny_causal_lm_dir, tmp_path):
-    cache = ResponseCache(tmp_path / "ray-cache")
-    remote = _ray_model(tiny_causal_lm_dir, "causal", cache)
+def test_causal_scoring_and_loglikelihood_equal_local(remote_causal, tiny_causal_lm_dir):
+    remote, cache = remote_causal, remote_causal.cache
     local = load_model(ModelSpec(name=str(tiny_causal_lm_dir), kind="causal", batch_size=3),
                        cache=ResponseCache(enabled=False))
-    try:
-        got = score_sentences(remote, None, SENTENCES, "causal", cache=cache)
-        want = score_sentences(local, None, SENTENCES, "causal")
-        assert [s.n_tokens for s in got] == [s.n_tokens for s in want]
-        assert all(_close(g.logprob, w.logprob) for g, w in zip(got, want))
-        assert remote.shards_run == 3  # 12 sentences in shards of 4
-        assert cache.misses == len(SENTENCES) and cache.hits == 0
+    hits, misses, shards_run = cache.hits, cache.misses, remote.shards_run
+    got = score_sentences(remote, None, SENTENCES, "causal", cache=cache)
+    want = score_sentences(local, None, SENTENCES, "causal")
+    assert [s.n_tokens for s in got] == [s.n_tokens for s in want]
+    assert all(_close(g.logprob, w.logprob) for g, w in zip(got, want))
+    assert remote.shards_run - shards_run == 3  # 12 sentences in shards of 4
+    assert cache.misses - misses == len(SENTENCES) and cache.hits == hits
 
-        contexts, conts = ["The nurse said"] * 4 + [""] * 2, [" she", " he", " they", " it", "Hello.", "Bye."]
-        got_c = score_continuations(remote, None, contexts, conts, cache=cache)
-        want_c = score_continuations(local, None, contexts, conts)
-        assert all(_close(g.logprob, w.logprob) for g, w in zip(got_c, want_c))
+    contexts, conts = ["The nurse said"] * 4 + [""] * 2, [" she", " he", " they", " it", "Hello.", "Bye."]
+    got_c = score_continuations(remote, None, contexts, conts, cache=cache)
+    want_c = score_continuations(local, None, contexts, conts)
+    assert all(_close(g.logprob, w.logprob) for g, w in zip(got_c, want_c))
 
-        requests = [LoglikelihoodRequest(context=c, continuation=t) for c, t in zip(contexts, conts)]
-        got_ll = remote.loglikelihood(requests)
-        want_ll = local.loglikelihood(requests)
-        assert [g.n_tokens for g in got_ll] == [w.n_tokens for w in want_ll]
-        assert all(_close(g.logprob, w.logprob) for g, w in zip(got_ll, want_ll))
+    requests = [LoglikelihoodRequest(context=c, continuation=t) for c, t in zip(contexts, conts)]
+    got_ll = remote.loglikelihood(requests)
+    want_ll = local.loglikelihood(requests)
+    assert [g.n_tokens for g in got_ll] == [w.n_tokens for w in want_ll]
+    assert all(_close(g.logprob, w.logprob) for g, w in zip(got_ll, want_ll))
 
-        # a second pass is served from the cache the actors wrote: no new misses
-        misses = cache.misses
-        again = score_sentences(remote, None, SENTENCES, "causal", cache=cache)
-        assert [s.logprob for s in again] == [s.logprob for s in got]
-        assert cache.misses == misses and cache.hits >= len(SENTENCES)
-        # the identity comes from an actor and equals the local backend's content hash
-        assert remote.identity == local.identity
-    finally:
-        remote.close()
+    # a second pass is served from the cache the actors wrote: no new misses
+    misses = cache.misses
+    again = score_sentences(remote, None, SENTENCES, "causal", cache=cache)
+    assert [s.logprob for s in again] == [s.logprob for s in got]
+    assert cache.misses == misses and cache.hits - hits >= len(SENTENCES)
+    # the identity comes from an actor and equals the local backend's content hash
+    assert remote.identity == local.identity
 
 
 @pytest.mark.parametrize("metric", ["pll_word_l2r", "crows"])
-def test_masked_pair_scoring_equals_local(ray_session, tiny_masked_lm_dir, tmp_path, metric):
+def test_masked_pair_scoring_equals_local(remote_masked, tiny_masked_lm_dir, metric):
     pairs = pd.DataFrame({
         "id": range(6),
         "sent_stereo": ["Poor people are lazy.", "Women cook.", "Old men are slow.", "He is strong.",
@@ -102,38 +115,31 @@ def test_masked_pair_scoring_equals_local(ray_session, tiny_masked_lm_dir, tmp_p
         "sent_anti": ["Rich people are lazy.", "Men cook.", "Young men are slow.", "She is strong.",
                       "Boys like dolls.", "The poor are greedy."],
     })
-    cache = ResponseCache(tmp_path / "ray-cache")
-    remote = _ray_model(tiny_masked_lm_dir, "masked", cache, shard_size=2)
+    remote = remote_masked
     local = load_model(ModelSpec(name=str(tiny_masked_lm_dir), kind="masked"), cache=ResponseCache(enabled=False))
-    try:
-        got = score_pairs(remote, None, pairs, metric, cache=cache)
-        want = score_pairs(local, None, pairs, metric)
-        assert list(got["id"]) == list(want["id"])
-        for col in ("score_stereo", "score_anti"):
-            assert all(_close(g, w) for g, w in zip(got[col], want[col])), col
-        assert list(got["n_tokens_stereo"]) == list(want["n_tokens_stereo"])
-        assert remote.shards_run == 3
-    finally:
-        remote.close()
+    shards_run = remote.shards_run
+    got = score_pairs(remote, None, pairs, metric, cache=remote.cache)
+    want = score_pairs(local, None, pairs, metric)
+    assert list(got["id"]) == list(want["id"])
+    for col in ("score_stereo", "score_anti"):
+        assert all(_close(g, w) for g, w in zip(got[col], want[col])), col
+    assert list(got["n_tokens_stereo"]) == list(want["n_tokens_stereo"])
+    assert remote.shards_run - shards_run == 3  # 6 pairs in shards of 2
 
 
-def test_generation_equals_local_greedy_and_sampled(ray_session, tiny_causal_lm_dir, tmp_path):
+def test_generation_equals_local_greedy_and_sampled(remote_causal, tiny_causal_lm_dir):
     requests = [GenerationRequest(prompt=s, max_tokens=8) for s in SENTENCES[:6]]
     requests += [GenerationRequest(prompt=s, max_tokens=8, temperature=0.8, seed=i) for i, s in enumerate(SENTENCES[:4])]
-    cache = ResponseCache(tmp_path / "ray-cache")
-    remote = _ray_model(tiny_causal_lm_dir, "causal", cache, shard_size=3)
+    remote, misses = remote_causal, remote_causal.cache.misses
     local = load_model(ModelSpec(name=str(tiny_causal_lm_dir), kind="causal", batch_size=3),
                        cache=ResponseCache(enabled=False))
-    try:
-        got = remote.generate(requests)
-        want = local.generate(requests)
-        assert [g.text for g in got] == [w.text for w in want]
-        assert [g.finish_reason for g in got] == [w.finish_reason for w in want]
-        assert cache.misses == len(requests)
-        # attributes that are not batches of requests come from a local replica
-        assert remote.prefix_token_id == local.prefix_token_id
-    finally:
-        remote.close()
+    got = remote.generate(requests)
+    want = local.generate(requests)
+    assert [g.text for g in got] == [w.text for w in want]
+    assert [g.finish_reason for g in got] == [w.finish_reason for w in want]
+    assert remote.cache.misses - misses == len(requests)
+    # attributes that are not batches of requests come from a local replica
+    assert remote.prefix_token_id == local.prefix_token_id
 
 
 DRIVER = textwrap.dedent(

@@ -136,12 +136,11 @@ class ModelWorker:
     def generate(self, requests: list[GenerationRequest]):
         return self._counted(lambda: self.model.generate(requests))
 
-    def score(self, function: str, aligned: dict[str, list[Any] | None], fixed: dict[str, Any], use_cache: bool):
-        from stereolens.scoring import engine
-
+    def run(self, function: Callable[..., Any], aligned: dict[str, list[Any] | None], fixed: dict[str, Any],
+            use_cache: bool):
         kwargs = {**fixed, **{k: v for k, v in aligned.items() if v is not None}}
         kwargs["cache"] = self.cache if use_cache else None
-        return self._counted(lambda: getattr(engine, function)(self.model, None, **kwargs))
+        return self._counted(lambda: function(self.model, **kwargs))
 
 
 # --- the driver side ------------------------------------------------------------------
@@ -186,7 +185,8 @@ class RayModel(LanguageModel):
 
     ``generate`` and ``loglikelihood`` shard their requests over the pool; the
     scoring functions of :mod:`stereolens.scoring` recognise it and shard their
-    sentences the same way (:meth:`scatter_scoring`).  Any other attribute
+    sentences the same way (:meth:`map_shards`), and so can any function of a study
+    that takes the model and per-item lists.  Any other attribute
     (``tokenizer``, ``model``, ``encode_pair``...) comes from a local replica loaded
     on first use, for the work that is not a batch of requests.
     """
@@ -232,12 +232,16 @@ class RayModel(LanguageModel):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         return self._scatter_requests("generate", list(requests))
 
-    def scatter_scoring(self, function: str, aligned: dict[str, Sequence[Any] | None], fixed: dict[str, Any]) -> list[Any]:
-        """Run ``stereolens.scoring.engine.<function>`` on every shard of the ``aligned`` sequences.
+    def map_shards(
+        self, function: Callable[..., Any], aligned: dict[str, Sequence[Any] | None], fixed: dict[str, Any]
+    ) -> list[Any]:
+        """``function(model, **shard, **fixed)`` on each actor's model, for every shard of ``aligned``.
 
-        ``aligned`` holds the per-item arguments (sentences, ids...), all of one length
-        or None; ``fixed`` the rest.  A ``cache`` in ``fixed`` is replaced by each
-        actor's cache on the same root.  Returns the per-shard results in order.
+        ``function`` must be importable by name (a module-level function: Ray pickles it
+        by reference).  ``aligned`` holds the per-item arguments (sentences, ids...), all
+        of one length or None; ``fixed`` the rest.  A ``cache`` in ``fixed`` is replaced
+        by each actor's cache on the same root; ``progress`` is switched off (the driver
+        shows one bar).  Returns the per-shard results in order.
         """
         fixed = dict(fixed)
         cache = fixed.pop("cache", None)
@@ -252,7 +256,8 @@ class RayModel(LanguageModel):
                 "with executor=ray both must be the same directory"
             )
         jobs = [({k: (None if v is None else v[s]) for k, v in lists.items()}) for s in shards(n, self.executor.shard_size)]
-        return list(self._map(lambda actor, job: actor.score.remote(function, job, fixed, use_cache), jobs, n, function))
+        what = getattr(function, "__name__", "work")
+        return list(self._map(lambda actor, job: actor.run.remote(function, job, fixed, use_cache), jobs, n, what))
 
     # internals ------------------------------------------------------------------------
 
@@ -303,3 +308,22 @@ def _length(result: Any) -> int:
     if isinstance(result, tuple):  # (first scores, second scores) of score_pair_lists
         return len(result[0])
     return len(result)
+
+
+def is_sharded(model: Any) -> bool:
+    """True for a model whose request work runs on an executor's workers (a :class:`RayModel`)."""
+    return callable(getattr(type(model), "map_shards", None))
+
+
+def flat_map_shards(
+    model: Any, function: Callable[..., list[Any]], aligned: dict[str, Sequence[Any] | None], fixed: dict[str, Any]
+) -> list[Any] | None:
+    """The concatenated per-item results of ``function`` over ``model``'s shards, or None for a local model.
+
+    For a study's own request-level function (one that takes the model and per-item
+    lists and returns one result per item):
+    ``if (out := flat_map_shards(model, f, {...}, {...})) is not None: return out``.
+    """
+    if not is_sharded(model):
+        return None
+    return [item for part in model.map_shards(function, aligned, fixed) for item in part]

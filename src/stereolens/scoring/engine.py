@@ -51,7 +51,7 @@ def _scatter_of(model: Any) -> Callable[..., list[Any]] | None:
     Such a model runs each public function below on its workers, shard by shard,
     with the same arguments; looked up on the type so that a plain model is never asked.
     """
-    return model.scatter_scoring if callable(getattr(type(model), "scatter_scoring", None)) else None
+    return model.map_shards if callable(getattr(type(model), "map_shards", None)) else None
 
 
 def _vocab_size(model: Any) -> int:
@@ -269,8 +269,8 @@ def score_sentences(
         raise ConfigError("metric crows scores the shared tokens of a pair: use score_pairs")
     if (scatter := _scatter_of(model)) is not None:
         parts = scatter(
-            "score_sentences", {"sentences": sentences, "ids": _row_ids(len(sentences), ids), "what": what},
-            dict(metric=metric, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token,
+            score_sentences, {"sentences": sentences, "ids": _row_ids(len(sentences), ids), "what": what},
+            dict(tokenizer=None, metric=metric, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token,
                  progress=progress, cache=cache, identity=identity),
         )
         return [score for part in parts for score in part]
@@ -326,8 +326,8 @@ def score_pair_lists(
     what_a, what_b = (f"sentence in column {c}" for c in columns) if columns else ("first sentence", "second sentence")
     opts = dict(batch_tokens=batch_tokens, truncate=truncate, per_token=per_token, progress=progress, cache=cache, identity=identity)
     if (scatter := _scatter_of(model)) is not None:
-        parts = scatter("score_pair_lists", {"first": first, "second": second, "ids": row_ids},
-                        dict(metric=metric, columns=columns, **opts))
+        parts = scatter(score_pair_lists, {"first": first, "second": second, "ids": row_ids},
+                        dict(tokenizer=None, metric=metric, columns=columns, **opts))
         return [s for a, _ in parts for s in a], [s for _, b in parts for s in b]
     if metric != "crows":
         scores = score_sentences(
@@ -424,9 +424,9 @@ def score_continuations(
         raise ValueError(f"{len(contexts)} contexts but {len(continuations)} continuations")
     if (scatter := _scatter_of(model)) is not None:
         parts = scatter(
-            "score_continuations",
+            score_continuations,
             {"contexts": contexts, "continuations": continuations, "ids": _row_ids(len(contexts), ids)},
-            dict(prepend_bos=prepend_bos, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token,
+            dict(tokenizer=None, prepend_bos=prepend_bos, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token,
                  progress=progress, cache=cache, identity=identity),
         )
         return [score for part in parts for score in part]
@@ -474,8 +474,8 @@ def score_seq2seq(
         raise ValueError(f"{len(inputs)} inputs but {len(targets)} targets")
     if (scatter := _scatter_of(model)) is not None:
         parts = scatter(
-            "score_seq2seq", {"inputs": inputs, "targets": targets, "ids": _row_ids(len(inputs), ids)},
-            dict(batch_tokens=batch_tokens, truncate=truncate, per_token=per_token, cache=cache, identity=identity),
+            score_seq2seq, {"inputs": inputs, "targets": targets, "ids": _row_ids(len(inputs), ids)},
+            dict(tokenizer=None, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token, cache=cache, identity=identity),
         )
         return [score for part in parts for score in part]
     model, tokenizer, backend_identity = unwrap(model, tokenizer)
