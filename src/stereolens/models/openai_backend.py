@@ -330,6 +330,12 @@ class OpenAICompletionModel(OpenAIModel):
             for tok in lp.tokens:
                 offsets.append(pos)
                 pos += len(tok)
+        first = lp.tokens[0]
+        if (len(offsets) > 1 and lp.token_logprobs[0] is None and first and offsets[1] - offsets[0] == len(first)
+                and not prompt.startswith(first)):
+            # vLLM echoes the BOS it prepends as a token of its own ("<s>", "<bos>") whose text
+            # offsets count although the echoed text lacks it: shift the rest back onto the prompt
+            offsets = [offsets[0]] + [off - len(first) for off in offsets[1:]]
         total, n, greedy = 0.0, 0, True
         for k, (tok, off) in enumerate(zip(lp.tokens, offsets)):
             if off < len(context) or off >= len(prompt):

@@ -12,7 +12,7 @@ import pandas as pd
 from stereolens.datasets.crows_pairs import crows_pairs_table
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import languages_to_run, load_params, model_cache_dir
+from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
 
 MASKED_METRICS = ("pll", "pll_word_l2r", "crows")
@@ -68,7 +68,7 @@ def crows_score(args: argparse.Namespace) -> None:
         else:
             from stereolens.models import load_model, spec_from_config
 
-            lm = load_model(spec_from_config(model_cfg), cache=cache)
+            lm = load_model(spec_from_config(model_cfg), cache=cache, executor=executor_config(args.params))
             identity = lm.identity
             scored = _score_crows(lm, pairs, route, metric_cfg, cache)
         elapsed = time.perf_counter() - start
@@ -91,8 +91,9 @@ def _score_crows(lm, pairs: pd.DataFrame, route: str, metric_cfg: dict, cache) -
     if route == "engine":
         from stereolens.scoring import score_pairs
 
+        # the backend itself (not its network): an executor-backed model shards the pairs
         return score_pairs(
-            lm.model, lm.tokenizer, pairs, metric_cfg["name"], batch_tokens=metric_cfg.get("batch_tokens", 8192),
+            lm, None, pairs, metric_cfg["name"], batch_tokens=metric_cfg.get("batch_tokens", 8192),
             truncate=bool(metric_cfg.get("truncate", False)), cache=cache, identity=lm.identity, progress=True,
         )
     from stereolens.models.base import LoglikelihoodRequest

@@ -31,7 +31,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError, GateFailed
 from stereolens.io import read_csv_checked, write_csv, write_json, write_text
-from stereolens.stages.common import languages_to_run, load_params, model_cache_dir
+from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
 
 STUDY = "pcs"
@@ -73,10 +73,10 @@ def _model_cfg(entry: dict[str, Any] | None, default_model: dict[str, Any]) -> d
     return dict(entry)
 
 
-def _load(model_cfg: dict[str, Any]):
+def _load(model_cfg: dict[str, Any], executor: dict[str, Any] | None = None):
     from stereolens.models import ResponseCache, load_model, spec_from_config
 
-    return load_model(spec_from_config(model_cfg), cache=ResponseCache(model_cache_dir()))
+    return load_model(spec_from_config(model_cfg), cache=ResponseCache(model_cache_dir()), executor=executor)
 
 
 def _label(model_cfg: dict[str, Any]) -> str:
@@ -217,7 +217,7 @@ def collect(args: argparse.Namespace) -> None:
         label = _label(model_cfg)
         started = time.time()
         with _tracking(p, "collect", model=label, annotation_source=None) as run:
-            model = _load(model_cfg)
+            model = _load(model_cfg, executor_config(args.params))
             responses = check_validity(collect_responses(model, label, prompts, settings), vsettings)
             frames.append(responses)
             summary = validity_summary(responses)
@@ -296,7 +296,7 @@ def judge(args: argparse.Namespace) -> None:
     for spec, model_cfg in judge_panel(p):
         started = time.time()
         with _tracking(p, "judge", model=spec.id, annotation_source=JUDGE_SOURCE) as run:
-            model = _load(model_cfg)
+            model = _load(model_cfg, executor_config(args.params))
             scored = judge_items(model, spec, items)
             cal = judge_calibration(model, spec, calib, dict(bank.rubrics))
             run.log_metrics({
