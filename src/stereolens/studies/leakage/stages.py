@@ -319,7 +319,7 @@ def leakage_fit(args: argparse.Namespace) -> None:
                 continue
             target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
             with stage_run(tracking, study="leakage", stage="fit", model=model_id, language=language,
-                           params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
+                           variant=method, params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
                 fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
                                   missing=fit_cfg.get("missing", "drop"), alpha=float(fit_cfg.get("alpha", 0.05)))
                 edges = leakage_edges(fit, alpha=float(fit_cfg.get("alpha", 0.05)), model=f"{model_id}/{method}")
