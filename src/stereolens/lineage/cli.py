@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _lineage(args: argparse.Namespace) -> int:
     from stereolens.lineage.trace import format_lineage, trace
 
-    info = trace(args.path, tracking_uri=args.tracking_uri)
+    info = trace(Path(args.path).absolute(), tracking_uri=args.tracking_uri)
     print(json.dumps(info, indent=2, default=str, ensure_ascii=False) if args.json else format_lineage(info))
     return 0
 

@@ -63,7 +63,7 @@ def load_stages(root: str | os.PathLike = ".") -> list[StageRecord]:
         for dvc_stage in repo.index.stages:
             if not getattr(dvc_stage, "cmd", None):
                 continue  # a `.dvc` file tracking data, not a pipeline stage
-            record = StageRecord(name=dvc_stage.addressing, cmd=dvc_stage.cmd)
+            record = StageRecord(name=dvc_stage.name, cmd=dvc_stage.cmd)
             for dep in dvc_stage.deps:
                 if type(dep).__name__ == "ParamsDependency":
                     recorded = dep.hash_info.value if dep.hash_info else None

@@ -18,7 +18,7 @@ DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 
 def _relative(path: str | os.PathLike, root: Path) -> str:
     path = Path(path)
-    absolute = path if path.is_absolute() else (Path.cwd() / path)
+    absolute = path if path.is_absolute() else (root / path)  # relative paths are the repository's, as in dvc.yaml
     try:
         return os.path.relpath(absolute.resolve(), root).replace(os.sep, "/")
     except ValueError:
