@@ -79,6 +79,7 @@ def _banner(summary: dict[str, Any], tables: dict[str, dict[str, dict[str, int]]
         statuses.update({str(k): int(v) if isinstance(v, (int, float)) else 0 for k, v in status.items()})
     elif status:
         statuses[str(status)] = 0
+    declared = set(statuses)  # the summary's own counts win; tables only add statuses it did not declare
     generated = bool(prov.get("machine_generated"))
     for table, counts in tables.items():
         for column, values in counts.items():
@@ -91,7 +92,7 @@ def _banner(summary: dict[str, Any], tables: dict[str, dict[str, dict[str, int]]
                         sources.add("llm_panel")
                     else:
                         generated = True
-                if column == "translation_status" and v in UNREVIEWED["translation_status"]:
+                if column == "translation_status" and v in UNREVIEWED["translation_status"] and v not in declared:
                     statuses[v] = statuses.get(v, 0) + n
     if "simulated" in sources:
         reasons.append("rests on SIMULATED judgements (seeded simulated annotators, not people)")
