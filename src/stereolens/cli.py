@@ -22,6 +22,8 @@ COMMAND_MODULES: list[str] = [
     "stereolens.annotation.cli",
     "stereolens.scoring.cli",
     "stereolens.models.cli",
+    "stereolens.tracking.cli",
+    "stereolens.lineage.cli",
     *study_modules("cli"),
     "stereolens.stages.cli",
 ]

@@ -1,6 +1,8 @@
 """One MLflow run per execution of a measuring stage.
 
-Runs are named ``<study>/<stage>/<model>/<language>`` (the parts that apply),
+Runs are named ``<study>/<stage>/<model>/<language>/<variant>`` (the parts that
+apply; ``variant`` tells apart runs of one stage that share model and language,
+such as the two methods of a leakage fit), and carry the same name as tags,
 carry the flattened params, metrics, tables and figures as artifacts, and the
 datasets they read as inputs whose digest is the DVC md5 of the file, so a run
 in the UI points at the exact versioned artefact.  ``annotation_source`` is a
@@ -159,8 +161,10 @@ def _configure(mlflow, tracking_cfg: Mapping[str, Any]) -> str:
     return experiment_id
 
 
-def run_name(study: str, stage: str, model: str | None = None, language: str | None = None) -> str:
-    return "/".join(part for part in (study, stage, model, language) if part)
+def run_name(
+    study: str, stage: str, model: str | None = None, language: str | None = None, variant: str | None = None
+) -> str:
+    return "/".join(part for part in (study, stage, model, language, variant) if part)
 
 
 @contextlib.contextmanager
@@ -171,6 +175,7 @@ def stage_run(
     stage: str,
     model: str | None = None,
     language: str | None = None,
+    variant: str | None = None,
     params: Mapping[str, Any] | None = None,
     annotation_source: str | None = None,
     tags: Mapping[str, Any] | None = None,
@@ -190,11 +195,12 @@ def stage_run(
         "stage": stage,
         "model": model,
         "language": language,
+        "variant": variant,
         "annotation_source": annotation_source,
         "git_commit": _git_commit(),
         **(tags or {}),
     }
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language)):
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language, variant)):
         handle = StageRun(mlflow)
         handle.set_tags(all_tags)
         if params:

@@ -107,6 +107,36 @@ def test_failed_run_loses_nothing_dvc_checkout_cannot_restore(scratch_pipeline):
     assert after == before
 
 
+def test_lineage_and_report_of_the_slice(scratch_pipeline):
+    """`stereolens lineage` of a report table names the real chain with dvc.lock's md5s, the params, the model,
+    the ingested dataset's licence and commit, and the MLflow runs; the report stage builds the site from it."""
+    from stereolens.io import md5_file
+    from stereolens.lineage.trace import trace
+
+    root, env = scratch_pipeline
+    _run([sys.executable, "-m", "dvc", "repro", "crows_report"], root, env)
+    info = trace(root / "reports/crows/bias_by_type.csv", root=root)
+    assert info["produced_by"] == "crows_report" and info["up_to_date"] is True
+    assert info["md5_recorded"] == md5_file(root / "reports/crows/bias_by_type.csv")
+    names = [s["name"] for s in info["stages"]]
+    assert names[:2] == ["crows_report", "crows_score"] and "ingest@crows_pairs" in names
+    score = info["stages"][1]
+    assert score["params"]["study.crows.limit"] == 40
+    scores_out = next(o for o in score["outs"] if o["path"] == "data/processed/crows/scores.csv")
+    assert scores_out["md5"] == md5_file(root / "data/processed/crows/scores.csv")
+    (ingested,) = info["ingested"]
+    assert ingested["dataset"] == "crows_pairs" and ingested["license"] == "CC BY-SA 4.0" and ingested["upstream_commit"]
+    model = next(m for m in info["models"] if m["stage"] == "crows_score")
+    assert model["id"] == "tiny-causal" and model["identities"], model
+    runs = {r["run_name"] for r in info["mlflow_runs"]}
+    assert {"crows/score/tiny-causal/en", "crows/report/tiny-causal/en"} <= runs
+
+    _run([sys.executable, "-m", "stereolens", "stage", "report"], root, env)
+    page = (root / "reports/site/crows.html").read_text(encoding="utf-8")
+    assert "bias_by_type.png" in page and "tiny-causal" in page
+    assert "No report yet" in (root / "reports/site/pcs.html").read_text(encoding="utf-8")
+
+
 def test_dvc_exp_run_composes_overrides_through_hydra(scratch_pipeline, tiny_causal_lm_dir):
     """`dvc exp run -S ...` rewrites params.yaml from conf/ with the overrides, then reruns what changed."""
     root, env = scratch_pipeline

@@ -139,6 +139,12 @@ def crows_report(args: argparse.Namespace) -> None:
         "skipped": skipped,
         "definition": "share of pairs with score(sent_more) > score(sent_less); ties not stereotypical "
                       "(lm-evaluation-harness pct_stereotype); 95% BCa interval",
+        # the report site's contract (README, "The report"): headline figures and what they rest on
+        "headline": {"bias score": overall["bias_score"], "95% BCa low": overall["ci_low"],
+                     "95% BCa high": overall["ci_high"], "pairs": int(overall["n"]), "binomial p": overall["p_value"]},
+        "provenance": {"annotation_source": "human", "translation_status": "source",
+                       "machine_generated": False,
+                       "notes": ["CrowS-Pairs sentence pairs written and validated by crowd workers (Nangia et al. 2020)"]},
     }
     write_json(out / "summary.json", summary)
     title = f"CrowS-Pairs bias score, {model_cfg['id']} ({metric_cfg['name']})"

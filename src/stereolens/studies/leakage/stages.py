@@ -320,7 +320,7 @@ def leakage_fit(args: argparse.Namespace) -> None:
                 continue
             target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
             with stage_run(tracking, study="leakage", stage="fit", model=model_id, language=language,
-                           params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
+                           variant=method, params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
                 fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
                                   missing=fit_cfg.get("missing", "drop"), alpha=float(fit_cfg.get("alpha", 0.05)))
                 edges = leakage_edges(fit, alpha=float(fit_cfg.get("alpha", 0.05)), model=f"{model_id}/{method}")
@@ -449,7 +449,15 @@ def leakage_report(args: argparse.Namespace) -> None:
                             for s in fit_summaries],
                    "coverage": coverage,
                    "human": human_provenance,
-                   "translation_status": status}
+                   "translation_status": status,
+                   # the report site's contract (README, "The report")
+                   "headline": {"leakage edges": len(edges), "fits": len(fit_summaries),
+                                "converged fits": sum(bool(s.get("converged")) for s in fit_summaries)},
+                   "provenance": {"annotation_source": _human_source(human_provenance),
+                                  "translation_status": {k: sum(by.get(k, 0) for by in status.values())
+                                                         for k in sorted({k for by in status.values() for k in by})},
+                                  "machine_generated": False,
+                                  "notes": [note]}}
         write_json(REPORT_DIR / "summary.json", metrics)
         run.log_metrics({"n_edges": len(edges), "n_fits": len(fit_summaries)})
         run.set_tags({"translation_status": "authored (unreviewed) for ru/zh/hi"})

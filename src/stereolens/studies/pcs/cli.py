@@ -25,6 +25,25 @@ from stereolens.io import read_csv_checked, write_csv, write_json, write_text
 DEFAULT_RUBRICS = "data/seed/pcs/rubrics.yaml"
 
 
+def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any] | None, human_source: str | None,
+                    gates: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The report site's ``headline`` and ``provenance`` blocks (README, "The report")."""
+    status = str((configuration or {}).get("prompt translation status", ""))
+    counts = {}
+    for part in filter(None, (p.strip() for p in status.split(","))):
+        label, _, n = part.rpartition(":")
+        counts[label.split(" (")[0].strip()] = int(n) if n.strip().isdigit() else 0
+    return {
+        "headline": {"PCS": summary.get("pcs"), "capability utilisation": summary.get("cap_util"),
+                     "excluded cells": summary.get("n_excluded"),
+                     "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run"},
+        "provenance": {"annotation_source": ", ".join(filter(None, ["llm_panel", human_source])),
+                       "translation_status": counts, "machine_generated": False,
+                       "notes": ["scores come from the configured judge panel (language models)"]
+                       + ([f"human-validation preferences: {human_source}"] if human_source else [])},
+    }
+
+
 def write_analysis(
     scores: pd.DataFrame,
     output: str | os.PathLike,
@@ -50,7 +69,8 @@ def write_analysis(
     analysis = analyze_scores(scores, min_gap=min_gap, hindi=hindi, urdu=urdu, human=human)
     if human_source:
         analysis.statistics["human_validation_source"] = human_source
-    files = [write_json(out / "summary.json", analysis.summary)]
+    files = [write_json(out / "summary.json", {**analysis.summary, **report_contract(analysis.summary, configuration,
+                                                                                 human_source, gates)})]
     statistics = dict(analysis.statistics)
     if configuration:
         statistics["configuration"] = dict(configuration)
