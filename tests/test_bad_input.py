@@ -264,3 +264,22 @@ def test_outputs_are_valid_json_and_group_readable(tmp_path, tiny_masked_lm_dir)
         assert (tmp_path / name).stat().st_mode & 0o777 == FILE_MODE
     assert FILE_MODE & 0o044 == 0o044  # group and others can read under the usual umask
     json.loads((tmp_path / "o.summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+
+
+def test_nan_scores_are_refused_by_the_report_stage(tmp_path, monkeypatch, capsys):
+    """Scored pairs with a NaN score: crows-report stops at the line instead of averaging around it."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    scores = tmp_path / "data/processed/crows/scores.csv"
+    scores.parent.mkdir(parents=True)
+    scores.write_text("id,sent_stereo,sent_anti,bias_type,score_stereo,score_anti\n"
+                      "0,a b,c b,gender,-3.5,-4.0\n1,d e,f e,gender,,-2.0\n", encoding="utf-8")
+    (tmp_path / "data/processed/crows/scoring.json").write_text('{"skipped": null}', encoding="utf-8")
+    params = {"model": {"id": "m", "name": "m", "kind": "causal"}, "metric": {"name": "causal"},
+              "tracking": {"enabled": False}, "language": {"include": None}, "seed": 0,
+              "study": {"crows": {"dataset": "crows_pairs", "limit": None, "bootstrap_resamples": 10}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    assert main(["stage", "crows-report"]) == 2
+    assert "scores.csv line 3, column score_stereo: empty cell" in capsys.readouterr().err
+    assert not (tmp_path / "reports/crows/summary.json").exists()

@@ -158,12 +158,13 @@ def validate_table(df: pd.DataFrame, schema: pa.DataFrameSchema, where: str, *, 
     try:
         return schema.validate(df, lazy=True)
     except pa.errors.SchemaErrors as exc:
-        raise DataError(_describe(exc.failure_cases, df, where, first_line)) from None
+        keys = schema.unique if isinstance(schema.unique, list) else []
+        raise DataError(_describe(exc.failure_cases, df, where, first_line, keys)) from None
     except pa.errors.SchemaError as exc:  # pragma: no cover - lazy validation collects instead
         raise DataError(f"{where}: {str(exc).splitlines()[0]}") from None
 
 
-def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int) -> str:
+def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int, keys: list[str]) -> str:
     cases = cases.copy()
     if "column_in_dataframe" in set(cases["check"].astype(str)):
         missing = cases.loc[cases["check"].astype(str) == "column_in_dataframe", "failure_case"].astype(str).tolist()
@@ -188,7 +189,7 @@ def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int
     if check.startswith("coerce_dtype"):
         text = f"{value!r} is not a number"
     elif check == "multiple_fields_uniqueness":
-        return _duplicate_message(df, where, row, first_line, case)
+        return _duplicate_message(df, where, first_line, keys)
     elif check == "field_uniqueness":
         # name the repeat, not the first occurrence
         repeats = df[column].astype(str).duplicated(keep="first")
@@ -205,10 +206,10 @@ def _describe(cases: pd.DataFrame, df: pd.DataFrame, where: str, first_line: int
     return f"{place}: {text}"
 
 
-def _duplicate_message(df: pd.DataFrame, where: str, row: int, first_line: int, case: pd.Series) -> str:
-    keys = [k for k in ("item_id", "annotator_id", "repeat") if k in df.columns]
-    dup = df.duplicated(keys, keep="first")
-    row = int(dup.to_numpy().nonzero()[0][0]) if dup.any() else row
+def _duplicate_message(df: pd.DataFrame, where: str, first_line: int, keys: list[str]) -> str:
+    """The first repeated row for the schema's unique ``keys`` and the line it repeats."""
+    dup = df[keys].astype(str).duplicated(keep="first")
+    row = int(dup.to_numpy().nonzero()[0][0])
     same = (df[keys].astype(str) == df.loc[row, keys].astype(str)).all(axis=1)
     first = int(same.to_numpy().nonzero()[0][0]) + first_line
     shown = ", ".join(f"{k} {df.at[row, k]!r}" for k in keys)

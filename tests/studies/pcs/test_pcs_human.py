@@ -117,7 +117,7 @@ def test_human_source_imports_a_completed_csv(tmp_path):
     bad = pd.DataFrame(rows)
     bad.loc[7, "label"] = "C"  # annotators answer with positions, never conditions
     bad.to_csv(path, index=False)
-    with pytest.raises(DataError, match=r"row 9 .*label 'C' is not one of"):
+    with pytest.raises(DataError, match=r"line 9, column label .*label 'C' is not one of"):
         human_validation_round(responses, scores, cfg, {"judgements": str(path)}, seed=0,
                                interim=tmp_path / "i", reports=tmp_path / "r", report_dir=tmp_path / "q")
 

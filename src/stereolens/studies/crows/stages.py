@@ -13,6 +13,7 @@ from stereolens.datasets.crows_pairs import crows_pairs_table
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
+from stereolens.tables import scored_pairs_schema, validate_table
 from stereolens.stages.registry import stage
 
 MASKED_METRICS = ("pll", "pll_word_l2r", "crows")
@@ -119,6 +120,8 @@ def crows_report(args: argparse.Namespace) -> None:
     study, tracking = p["study.crows"], p["tracking"]
     scores_csv = Path("data/processed/crows/scores.csv")
     scores = read_csv_checked(scores_csv, ("id", "score_stereo", "score_anti", "bias_type"), what="CrowS scores")
+    # a NaN or positive log-probability would move the bias score silently: refuse it with its line
+    validate_table(scores, scored_pairs_schema(), f"CrowS scores {scores_csv}")
     table = bias_table(scores, by="bias_type", n_resamples=study["bootstrap_resamples"], seed=p["seed"])
     scoring_json = Path("data/processed/crows/scoring.json")
     skipped = json.loads(scoring_json.read_text(encoding="utf-8")).get("skipped") if scoring_json.exists() else None
