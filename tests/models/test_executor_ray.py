@@ -39,8 +39,18 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def ray_session():
-    context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-                       log_to_driver=False)
+    # Ray starts its workers at niceness 15; on a busy shared CI machine they then starve, so the
+    # test cluster runs them at the test's own priority (read by the raylet at start)
+    previous = os.environ.get("RAY_worker_niceness")
+    os.environ["RAY_worker_niceness"] = "0"
+    try:
+        context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+                           log_to_driver=False)
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_worker_niceness")
+        else:
+            os.environ["RAY_worker_niceness"] = previous
     yield context
     ray.shutdown()
 
