@@ -57,7 +57,9 @@ def ray_session():
 
 def _ray_model(path: Path, kind: str, cache: ResponseCache, **executor) -> RayModel:
     spec = ModelSpec(name=str(path), kind=kind, batch_size=3)
-    options = {"kind": "ray", "actors": 2, "shard_size": 4, **executor}
+    # a quarter CPU per actor: both pools (4 actors) hold one of the session's 2 CPUs, leaving one
+    # for the kill test's driver, whose actor could not be scheduled otherwise
+    options = {"kind": "ray", "actors": 2, "shard_size": 4, "num_cpus_per_actor": 0.25, **executor}
     model = load_model(spec, cache=cache, executor=options)
     assert isinstance(model, RayModel)
     return model
