@@ -39,15 +39,27 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def ray_session():
-    context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-                       log_to_driver=False)
+    # Ray starts its workers at niceness 15; on a busy shared CI machine they then starve, so the
+    # test cluster runs them at the test's own priority (read by the raylet at start)
+    previous = os.environ.get("RAY_worker_niceness")
+    os.environ["RAY_worker_niceness"] = "0"
+    try:
+        context = ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+                           log_to_driver=False)
+    finally:
+        if previous is None:
+            os.environ.pop("RAY_worker_niceness")
+        else:
+            os.environ["RAY_worker_niceness"] = previous
     yield context
     ray.shutdown()
 
 
 def _ray_model(path: Path, kind: str, cache: ResponseCache, **executor) -> RayModel:
     spec = ModelSpec(name=str(path), kind=kind, batch_size=3)
-    options = {"kind": "ray", "actors": 2, "shard_size": 4, **executor}
+    # a quarter CPU per actor: both pools (4 actors) hold one of the session's 2 CPUs, leaving one
+    # for the kill test's driver, whose actor could not be scheduled otherwise
+    options = {"kind": "ray", "actors": 2, "shard_size": 4, "num_cpus_per_actor": 0.25, **executor}
     model = load_model(spec, cache=cache, executor=options)
     assert isinstance(model, RayModel)
     return model

@@ -189,7 +189,13 @@ class RayModel(LanguageModel):
     that takes the model and per-item lists.  Any other attribute
     (``tokenizer``, ``model``, ``encode_pair``...) comes from a local replica loaded
     on first use, for the work that is not a batch of requests.
+
+    Its actors hold their CPUs/GPUs until :meth:`close` or until the model is dropped
+    (Ray ends an actor when its last handle goes), so a stage that loads models one
+    after another frees each pool before the next one needs the resources.
     """
+
+    backend = "hf"  # only HF models are sent to Ray; endpoints stay where they are
 
     def __init__(self, spec: ModelSpec, cache: ResponseCache | None, executor: ExecutorSpec) -> None:
         ray = _ray()
@@ -208,6 +214,7 @@ class RayModel(LanguageModel):
             num_cpus=executor.num_cpus_per_actor, num_gpus=executor.num_gpus_per_actor
         )
         threads = max(1, int(executor.num_cpus_per_actor))
+        _warn_if_pool_cannot_fit(ray, executor)
         self._actors = [remote.remote(worker_spec, root, threads) for _ in range(executor.actors)]
         self._pool = ActorPool(self._actors)
         self._identity: str | None = None
@@ -302,6 +309,23 @@ class RayModel(LanguageModel):
         for actor in self._actors:
             ray.kill(actor)
         self._actors = []
+
+
+def _warn_if_pool_cannot_fit(ray: Any, executor: ExecutorSpec) -> None:
+    """Say so when the cluster, as it is now, cannot hold every actor of the pool.
+
+    Ray then keeps the surplus actors pending and the shards queued on them wait;
+    an autoscaling cluster may still add nodes, so this warns instead of refusing.
+    """
+    import sys
+
+    total = ray.cluster_resources()
+    for resource, per_actor in (("CPU", executor.num_cpus_per_actor), ("GPU", executor.num_gpus_per_actor)):
+        need = per_actor * executor.actors
+        if need > total.get(resource, 0.0) + 1e-9:
+            print(f"executor=ray: {executor.actors} actors x {per_actor:g} {resource} need {need:g} {resource}, "
+                  f"the cluster has {total.get(resource, 0.0):g}; shards wait until it grows "
+                  f"(lower executor.actors or executor.num_{resource.lower()}s_per_actor)", file=sys.stderr)
 
 
 def _length(result: Any) -> int:

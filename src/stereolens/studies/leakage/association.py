@@ -485,7 +485,9 @@ def set_scores(
 
 
 def _is_hf(model: Any) -> bool:
-    return hasattr(model, "model") and hasattr(model, "tokenizer")
+    # the class attribute first: an executor-backed HF model (RayModel) would load a local
+    # replica to answer hasattr(model, "model")
+    return getattr(type(model), "backend", None) == "hf" or hasattr(model, "model") and hasattr(model, "tokenizer")
 
 
 def causal_continuation_logprobs(
