@@ -122,7 +122,9 @@ def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_ur
     made_by = {out.path: r.name for r in chain for out in r.outs}
 
     def made(path: str) -> str | None:
-        return next((name for out, name in made_by.items() if contains(out, path)), None)
+        """The stage that wrote ``path``, or for a folder gathering several stages' outputs, all of them."""
+        exact = next((name for out, name in made_by.items() if contains(out, path)), None)
+        return exact or ", ".join(sorted({name for out, name in made_by.items() if contains(path, out)})) or None
 
     data_sources = {p: m for p, m in sources.items() if not p.startswith("src/")}
     templates = []

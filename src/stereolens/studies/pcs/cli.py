@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,9 @@ DEFAULT_RUBRICS = "data/seed/pcs/rubrics.yaml"
 def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any] | None, human_source: str | None,
                     gates: Mapping[str, Any] | None) -> dict[str, Any]:
     """The report site's ``headline`` and ``provenance`` blocks (README, "The report")."""
+    # "authored (machine-written translation, unreviewed): 12, source (English original): 6" -> counts per status
     status = str((configuration or {}).get("prompt translation status", ""))
-    counts = {}
-    for part in filter(None, (p.strip() for p in status.split(","))):
-        label, _, n = part.rpartition(":")
-        counts[label.split(" (")[0].strip()] = int(n) if n.strip().isdigit() else 0
+    counts = {label: int(n) for label, n in re.findall(r"(\w+)(?: \([^)]*\))?: (\d+)", status)}
     return {
         "headline": {"PCS": summary.get("pcs"), "capability utilisation": summary.get("cap_util"),
                      "excluded cells": summary.get("n_excluded"),
