@@ -1,0 +1,1 @@
+"""DVC stages of the pairs study (seed 002, AmchiBias)."""
