@@ -14,7 +14,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-_WORD = re.compile(r"\w+(?:[-']\w+)*", re.U)
+# a word character is a letter or digit or a combining mark: Python's \w has no combining marks, which
+# would cut Devanagari words at every vowel sign and virama
+WORD_CHAR = r"(?:[^\W_]|[\u0300-\u036f\u0900-\u0903\u093a-\u094f\u0951-\u0957\u0962\u0963\u200c\u200d])"
+_WORD = re.compile(rf"{WORD_CHAR}+(?:[-'’]{WORD_CHAR}+)*", re.U)
 
 
 def words(text: str) -> list[str]:

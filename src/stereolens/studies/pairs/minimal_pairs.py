@@ -12,10 +12,13 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 
-_TOKEN = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]", re.U)
+from stereolens.studies.pairs.filters import WORD_CHAR
+
+_TOKEN = re.compile(rf"{WORD_CHAR}+(?:[-'’]{WORD_CHAR}+)*|[^\w\s]", re.U)
 
 
 def tokens(text: str) -> list[str]:
+    """Words (combining marks included, so Devanagari words stay whole) and punctuation marks."""
     return _TOKEN.findall(text or "")
 
 
