@@ -479,6 +479,12 @@ def report(args: argparse.Namespace) -> None:
                 if r["lms_n"]:
                     run.log_metrics({f"lms.{key}": r["lms"]})
             run.log_artifact(REPORTS / name)
+    for name in ("starter", "constructed", "crows"):
+        if name not in overall["sets"]:
+            # a set with nothing to evaluate (no pairs survived construction, or crows not scored) says so
+            empty = {"n": 0, "note": f"no {name} pairs were scored", "provenance": {"source": provenance_by_set[name]}}
+            write_json(REPORTS / name / "summary.json", empty)
+            overall["sets"][name] = empty
     write_json(REPORTS / "summary.json", overall)
     index = ["# pairs (seed 002, AmchiBias)", ""]
     for name, s in overall["sets"].items():
@@ -486,6 +492,9 @@ def report(args: argparse.Namespace) -> None:
     write_text(REPORTS / "README.md", "\n".join(index) + "\n")
     lines = []
     for name, s in overall["sets"].items():
+        if not s.get("n") and "runs" not in s:
+            lines.append(f"{name}: no pairs")
+            continue
         runs = s.get("runs") or [s]
         lines.append(f"{name}: " + ", ".join(f"{r['language']} {r['bias_score']:.3f} (n={r['n']})" for r in runs))
     print("pairs-report: " + "; ".join(lines))
