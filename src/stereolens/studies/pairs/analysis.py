@@ -27,7 +27,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from stereolens.errors import DataError
-from stereolens.stats.bias import bca_interval, bias_score, is_degenerate
+from stereolens.stats.bias import bca_interval, bias_score
 
 REQUIRED_COLUMNS = ("id", "dimension", "score_stereo", "score_anti")
 GROUP_CLASSES = ("hyperlocal", "pan_regional")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 
 # Appendix B, Table 8; {n} is a config value (the paper's prompt says 10, its text "up to four").
 ATTRIBUTE_PROMPT = (
@@ -102,7 +101,3 @@ def _dedupe(items) -> list[str]:
             out.append(clean)
     return out
 
-
-def attribute_prompts(groups: Sequence[dict], *, n: int, region: str, context: str) -> list[str]:
-    return [ATTRIBUTE_PROMPT.format(region=region, context=context, group=g["name"], dimension=g["dimension"], n=n)
-            for g in groups]
