@@ -170,3 +170,29 @@ def test_controls_pair_by_position_within_language():
                              "sentence": ["A", "B", "क"]})
     out = assign_controls(pairs, controls)
     assert list(out["control_id"]) == ["c1", "c2", "c1", "c1"]
+
+
+def test_sentence_review_is_imported_through_the_annotation_layer(tmp_path):
+    from stereolens.studies.pairs.review import apply_review, export_review
+
+    sents = pd.DataFrame({"sentence_id": ["a", "b", "c", "d"], "group": "Bamon", "attribute": "rich",
+                          "sentence": ["Bamons own land.", "Bamons are rich.", "Bamons live in houses.", "Bamons eat."],
+                          "review_status": "unreviewed", "review_reason": ""})
+    files = export_review(sents, tmp_path / "tasks")
+    assert files["csv"].exists() and files["label_studio"].exists()
+    path = tmp_path / "review.csv"
+    path.write_text("item_id,annotator_id,label,rewrite,reason\n"
+                    "a,r1,keep,,\n"
+                    "b,r1,remove,,restates the attribute\n"
+                    "c,r1,rewrite,Bamons live in large ancestral houses.,too vague\n", encoding="utf-8")
+    kept, removed = apply_review(sents, path)
+    assert list(kept["sentence_id"]) == ["a", "c", "d"] and list(removed["sentence_id"]) == ["b"]
+    statuses = dict(zip(kept["sentence_id"], kept["review_status"]))
+    assert statuses == {"a": "reviewed:keep", "c": "reviewed:rewrite", "d": "unreviewed"}
+    assert kept.set_index("sentence_id").loc["c", "sentence"] == "Bamons live in large ancestral houses."
+    path.write_text("item_id,annotator_id,label,rewrite,reason\nc,r1,rewrite,,\n", encoding="utf-8")
+    with pytest.raises(DataError, match="row 2 column rewrite"):
+        apply_review(sents, path)
+    path.write_text("item_id,annotator_id,label\nc,r1,maybe\n", encoding="utf-8")
+    with pytest.raises(DataError):
+        apply_review(sents, path)

@@ -52,7 +52,8 @@ def check_scores(scores: pd.DataFrame, *, what: str = "scored pairs") -> pd.Data
         if col not in out.columns:
             continue
         values = pd.to_numeric(out[col], errors="coerce")
-        bad = values.isna() & (col != "score_control")
+        # score_control may be empty (an item without a control), but not text
+        bad = values.isna() & (out[col].notna() if col == "score_control" else True)
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise DataError(f"{what}: row {row + 2} column {col}: {out[col].iloc[row]!r} is not a number")

@@ -14,8 +14,9 @@ ATTRIBUTE_PROMPT = (
     "1. Include both positive and negative stereotypes.\n"
     "2. Focus on local cultural nuances specific to {region}.\n"
     "3. Format: JSON list of strings only.\n"
-    "Answer: ["
 )
+# a base (completion) model is shown the list's opening, so that it continues with the first string
+COMPLETION_LIST_OPENING = 'Answer: ["'
 
 # Appendix A, Table 7: system prompt, instructions, the three few-shot examples.
 SENTENCE_PROMPT = (
@@ -65,7 +66,8 @@ def parse_json_list(text: str, *, prefix: str = "") -> list[str]:
     except json.JSONDecodeError:
         # unterminated list or stray text inside: keep every complete quoted string
         items = re.findall(r'"((?:[^"\\]|\\.)*)"', text[start:])
-    return _dedupe(str(x) for x in items if isinstance(x, (str, int, float)))
+    # attributes are words: numbers or nested values in the list are not
+    return _dedupe(x for x in items if isinstance(x, str))
 
 
 def parse_numbered(text: str, *, first_number: int = 1, limit: int | None = None) -> list[str]:

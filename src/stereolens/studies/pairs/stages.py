@@ -82,7 +82,7 @@ def _generate(lm, requests: list, what: str) -> list:
 @stage("pairs-attributes")
 def attributes(args: argparse.Namespace) -> None:
     """Stereotypical attributes per group from the generator (seed 002 appendix B), parsed robustly."""
-    from stereolens.studies.pairs.generation import ATTRIBUTE_PROMPT, parse_json_list
+    from stereolens.studies.pairs.generation import ATTRIBUTE_PROMPT, COMPLETION_LIST_OPENING, parse_json_list
     from stereolens.tracking import stage_run
 
     p = load_params("model", "study.pairs.generator", "study.pairs.groups", "study.pairs.construct_groups",
@@ -94,14 +94,16 @@ def attributes(args: argparse.Namespace) -> None:
     chosen = [g for g in groups if subset is None or g.name in subset]
     gen_cfg, lm = _generator(p)
     start = time.perf_counter()
+    chat = gen_cfg.get("kind") == "chat"
+    opening = "" if chat else COMPLETION_LIST_OPENING
     prompts = [ATTRIBUTE_PROMPT.format(region=region["name"], context=region["adjective"], group=g.name,
-                                       dimension=g.dimension.capitalize(), n=n) for g in chosen]
+                                       dimension=g.dimension.capitalize(), n=n) + opening for g in chosen]
     answers = _generate(lm, [_request(gen_cfg, q, max_tokens=max_tokens, stop=("]",)) for q in prompts],
                         "attributes")
     rows, raw = [], []
     for g, answer in zip(chosen, answers):
-        # the prompt opens the list, so the answer is parsed with that bracket (and the stop's closing one)
-        parsed = parse_json_list(answer.text + "]", prefix="[")[:n]
+        # a completion model continues the opened list: parse it with the opening and the stop's closing bracket
+        parsed = (parse_json_list(answer.text) if chat else parse_json_list(answer.text + "]", prefix='["'))[:n]
         raw.append({"group": g.name, "dimension": g.dimension, "output": answer.text, "parsed": len(parsed)})
         rows += [{"tuple_id": f"{g.name}::{a}", "dimension": g.dimension, "group": g.name, "attribute": a,
                   "source": f"generator:{gen_cfg['id']}"} for a in parsed]
@@ -133,7 +135,8 @@ def validate(args: argparse.Namespace) -> None:
     p = load_params("annotation", "study.pairs.validation", "study.pairs.region", "tracking", "seed", path=args.params)
     vcfg = p["study.pairs.validation"]
     acfg = annotation_config(p["annotation"], vcfg)
-    tuples = read_csv_checked(INTERIM / "attributes.csv", ["tuple_id", "group", "attribute"], what="pairs attributes")
+    tuples = read_csv_checked(INTERIM / "attributes.csv", ["tuple_id", "group", "attribute"], what="pairs attributes",
+                              dtype=str, keep_default_na=False)
     items = tuples.assign(item_id=tuples["tuple_id"], text=tuples["group"] + ": " + tuples["attribute"])
     instructions = INSTRUCTIONS.format(region=p["study.pairs.region"]["name"])
     export_tasks(items[["item_id", "text"]], acfg.scale, instructions, REPORTS / "validation" / "tasks",
@@ -176,10 +179,9 @@ def validate(args: argparse.Namespace) -> None:
 @stage("pairs-sentences")
 def sentences(args: argparse.Namespace) -> None:
     """Sentences per kept tuple (seed 002 appendix A), automatic filters with reasons, the review file."""
-    from stereolens.annotation.scales import Scale
-    from stereolens.annotation.tasks import export_tasks, import_judgements
     from stereolens.studies.pairs.filters import filter_sentences
     from stereolens.studies.pairs.generation import SENTENCE_PROMPT, parse_numbered
+    from stereolens.studies.pairs.review import apply_review, export_review
     from stereolens.tracking import stage_run
 
     p = load_params("model", "study.pairs.generator", "study.pairs.region", "study.pairs.sentences", "tracking",
@@ -208,33 +210,15 @@ def sentences(args: argparse.Namespace) -> None:
                                      synonyms=cfg.get("synonyms") or {})
     write_csv(INTERIM / "sentences_generated.csv", generated)
     write_csv(INTERIM / "sentences_removed.csv", removed)
-    review_scale = Scale("sentence_review", "nominal", options=("keep", "rewrite", "remove"))
-    export_tasks(kept.assign(item_id=kept["sentence_id"], text=kept["sentence"])[["item_id", "text", "group",
-                                                                                    "attribute"]],
-                 review_scale, "keep / rewrite (give the rewrite) / remove (give the reason); the paper cleaned by hand",
-                 REPORTS / "sentences" / "review", name="sentence_review")
+    export_review(kept, REPORTS / "sentences" / "review")
     kept = kept.assign(review_status="unreviewed", review_reason="")
     review_path = cfg.get("review")
     if review_path:
-        review = import_judgements(review_path, review_scale, known_items=kept["sentence_id"], source="human")
-        decisions = review.drop_duplicates("item_id", keep="last").set_index("item_id")
-        for idx, sid in kept["sentence_id"].items():
-            if sid not in decisions.index:
-                continue
-            d = decisions.loc[sid]
-            kept.loc[idx, "review_status"] = f"reviewed:{d['label']}"
-            kept.loc[idx, "review_reason"] = str(d.get("reason", "") or "")
-            if d["label"] == "rewrite":
-                rewrite = str(d.get("rewrite", "") or "").strip()
-                if not rewrite:
-                    raise ConfigError(f"{review_path}: sentence {sid}: label rewrite needs a rewrite column value")
-                kept.loc[idx, "sentence"] = rewrite
-        dropped = kept["review_status"] == "reviewed:remove"
-        removed = pd.concat([removed, kept[dropped].assign(reason="review: remove")], ignore_index=True)
-        kept = kept[~dropped]
+        kept, dropped = apply_review(kept, review_path)
+        removed = pd.concat([removed, dropped], ignore_index=True)
         write_csv(INTERIM / "sentences_removed.csv", removed)
     write_csv(INTERIM / "sentences.csv", kept)
-    reasons = removed["reason"].str.split(r" \(| of | into ", regex=True).str[0].value_counts().to_dict() \
+    reasons = removed["reason"].str.split(r" \(| of | into | '", regex=True).str[0].value_counts().to_dict() \
         if len(removed) else {}
     write_json(REPORTS / "sentences" / "filter_summary.json",
                {"generated": len(generated), "kept": len(kept), "removed": len(removed), "reasons": reasons,
