@@ -329,6 +329,11 @@ def evaluation_sets(p: dict[str, Any]) -> pd.DataFrame:
     frames = []
     starter = read_csv_checked(SEED / "starter_pairs.csv", ["pair_id", "language", "dimension", "group_stereo",
                                                             "sent_stereo", "sent_anti"], what="starter pairs")
+    per_dimension = p["study.pairs.evaluation"].get("starter_per_dimension")
+    if per_dimension:
+        # the first N pairs of every dimension, the same pair ids in every language
+        ids = starter.drop_duplicates("pair_id").groupby("dimension", sort=False).head(int(per_dimension))["pair_id"]
+        starter = starter[starter["pair_id"].isin(set(ids))]
     starter = starter.assign(set="starter", group_class=starter["group_stereo"].map(classes.set_index("group")["class"]))
     frames.append(assign_controls(starter, controls))
     constructed = PROCESSED / "constructed.csv"
@@ -398,7 +403,9 @@ def evaluate(args: argparse.Namespace) -> None:
     used = set(table["group_stereo"].dropna()) | set(table.get("group_anti", pd.Series(dtype=str)).dropna())
     frag_rows = []
     for language in sorted(set(table.loc[table["set"] != "crows", "language"])):
-        terms = sorted({form for g in groups if g.name in used for form in g.surface(language)[:1]})
+        # one term per group: its name in English, its first Devanagari form otherwise
+        terms = sorted({g.name if language == "en" else g.kok[0] for g in groups
+                        if g.name in used and (language == "en" or g.kok)})
         if terms:
             frag_rows.append({"model": model_cfg["id"], "language": language, **fragmentation(lm.tokenizer, terms)})
     frag = pd.DataFrame(frag_rows)
