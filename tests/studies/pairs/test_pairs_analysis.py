@@ -123,3 +123,26 @@ def test_fragmentation_gap_correlation_matches_pearson():
     assert res["by_language"]["en"]["r"] == pytest.approx(stats.pearsonr([1.5, 2, 3], [0.6, 0.55, 0.5]).statistic)
     gap = stats.pearsonr([0.5, 0.2, 1.0], [0.1, 0.03, 0.01]).statistic
     assert res["gap"]["r"] == pytest.approx(gap)
+
+
+def test_analyze_cli_with_models_languages_and_fragmentation(tmp_path):
+    frames = []
+    for k, model in enumerate(("m1", "m2", "m3")):
+        for language in ("en", "kok"):
+            frames.append(HAND.assign(model=model, language=language,
+                                      score_anti=HAND["score_anti"] + (k * 3 if language == "en" else 0)))
+    pd.concat(frames).to_csv(tmp_path / "scores.csv", index=False)
+    frag = pd.DataFrame({"model": ["m1", "m2", "m3"] * 2, "language": ["en"] * 3 + ["kok"] * 3,
+                         "mean_tokens_per_term": [1.5, 2.0, 3.0, 2.0, 2.2, 4.0]})
+    frag.to_csv(tmp_path / "frag.csv", index=False)
+    assert main(["pairs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(tmp_path / "out"),
+                 "--fragmentation", str(tmp_path / "frag.csv"), "--resamples", "200"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    runs = {(r["model"], r["language"]): r for r in summary["runs"]}
+    assert len(runs) == 6 and runs[("m1", "kok")]["bias_score"] == pytest.approx(10 / 12)
+    # m2 en: anti +3 -> only c4 (-3 vs -6) and no gender pair stays stereotypical: 1 of 12
+    assert runs[("m2", "en")]["bias_score"] == pytest.approx(1 / 12)
+    bias_en = [runs[(m, "en")]["bias_score"] for m in ("m1", "m2", "m3")]
+    r = summary["fragmentation_correlations"]["by_language"]["en"]["r"]
+    assert r == pytest.approx(stats.pearsonr([1.5, 2.0, 3.0], bias_en).statistic)
+    assert (tmp_path / "out" / "figures" / "fragmentation_vs_bias.png").exists()
