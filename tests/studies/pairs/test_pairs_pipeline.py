@@ -101,7 +101,7 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
                  "pairs-evaluate", "pairs-report"):
         assert main(["stage", name]) == 0, name
     attributes = pd.read_csv(tmp_path / "data/interim/pairs/attributes.csv")
-    assert len(attributes) == 2 * 6  # fenced list, duplicate dropped, for 6 groups
+    assert len(attributes) == 2 * 4  # fenced list, duplicate dropped, for the 4 default groups
     removed = pd.read_csv(tmp_path / "data/interim/pairs/sentences_removed.csv")
     assert removed["reason"].str.startswith("restates the attribute").any()
     assert removed["reason"].str.startswith("longer than 15 words").any()
