@@ -342,6 +342,10 @@ def evaluation_sets(p: dict[str, Any]) -> pd.DataFrame:
                                  what="constructed pairs")
         built = built[built["sent_stereo"].fillna("").str.strip().astype(bool)
                       & built["sent_anti"].fillna("").str.strip().astype(bool)]
+        if "minimal_ok" in built.columns:
+            # a translation that changes more than the identity term is no minimal pair: it is left out
+            # of the evaluation (it stays in constructed.csv with minimal_issue for the reviewer)
+            built = built[built["minimal_ok"].astype(str).str.lower() != "false"]
         frames.append(assign_controls(built.assign(set="constructed"), controls))
     crows_scores = Path("data/processed/crows/scores.csv")
     if p["study.pairs.evaluation"].get("crows", True) and crows_scores.exists():
