@@ -123,6 +123,8 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
     assert summary["sets"]["crows"]["n"] == 3
     validation = json.loads((tmp_path / "reports/pairs/validation/summary.json").read_text())
     assert validation["source"] == "simulated" and validation["landis_koch"]
+    assert validation["kappa_gate"] == 0.41 and validation["gate_enforced"] is False
+    assert validation["gate_passed"] == (validation["fleiss_kappa"] >= 0.41)
     for name in ("table3_bias_by_language", "table4_lms_by_language", "table5_6_dimensions_en",
                  "table5_6_dimensions_kok", "fragmentation"):
         assert (tmp_path / "reports/pairs/starter/tables" / f"{name}.csv").exists(), name

@@ -127,7 +127,7 @@ def attributes(args: argparse.Namespace) -> None:
 def validate(args: argparse.Namespace) -> None:
     """Three annotators judge each tuple yes/no; keep >= 2 yes; Fleiss' kappa, Landis-Koch label, kappa gate."""
     from stereolens.annotation.agreement import landis_koch
-    from stereolens.annotation.round import collect_judgements, review_round
+    from stereolens.annotation.round import collect_judgements, gate_round, review_round
     from stereolens.annotation.tasks import export_tasks
     from stereolens.studies.pairs.validation import INSTRUCTIONS, annotation_config, keep_tuples, simulated_truth
     from stereolens.tracking import stage_run
@@ -155,7 +155,10 @@ def validate(args: argparse.Namespace) -> None:
         judgements = collect_judgements(acfg, truth, instructions=instructions)
     write_csv(INTERIM / "tuple_judgements.csv", judgements)
     review = review_round(judgements, acfg, study=STUDY, artefact=str(INTERIM / "tuple_judgements.csv"),
-                          items=items[["item_id"]], report_dir=REPORTS / "validation" / "quality", seed=int(p["seed"]))
+                          items=items[["item_id"]], gate=False, seed=int(p["seed"]))
+    enforce = bool(vcfg.get("enforce_gate", True))
+    review.gate = gate_round(review, acfg, study=STUDY, artefact=str(INTERIM / "tuple_judgements.csv"),
+                             report_dir=REPORTS / "validation" / "quality", raise_on_failure=enforce)
     review.write(REPORTS / "validation")
     kept = keep_tuples(judgements, tuples.assign(item_id=tuples["tuple_id"]), min_yes=int(vcfg.get("min_yes", 2)))
     kept = kept.drop(columns=["item_id"]).assign(annotation_source=acfg.source)
@@ -164,13 +167,16 @@ def validate(args: argparse.Namespace) -> None:
     summary = {"source": acfg.source, "tuples": int(len(kept)), "kept": int(kept["keep"].sum()),
                "fleiss_kappa": kappa.value, "ci_low": kappa.ci_low, "ci_high": kappa.ci_high,
                "landis_koch": landis_koch(kappa.value), "kappa_gate": acfg.thresholds.min_fleiss_kappa,
+               "gate_passed": bool(review.gate.success), "gate_enforced": enforce,
                "paper": {"tuples": 370, "kept": 316, "agreement": "moderate"}}
     write_json(REPORTS / "validation" / "summary.json", summary)
     with stage_run(p["tracking"], study=STUDY, stage="validate", annotation_source=acfg.source,
-                   params={"validation": vcfg}, tags={"annotations_simulated": acfg.source == "simulated"}) as run:
+                   params={"validation": vcfg}, tags={"annotations_simulated": acfg.source == "simulated",
+                                                      "gate_passed": bool(review.gate.success)}) as run:
         run.log_metrics({"fleiss_kappa": kappa.value, "tuples": len(kept), "tuples_kept": int(kept["keep"].sum())})
     print(f"pairs-validate ({acfg.source}): kept {summary['kept']} of {summary['tuples']} tuples, Fleiss' kappa "
-          f"{kappa.value:.3f} ({summary['landis_koch']}), gate {summary['kappa_gate']}")
+          f"{kappa.value:.3f} ({summary['landis_koch']}), gate {summary['kappa_gate']} "
+          f"{'passed' if summary['gate_passed'] else 'FAILED (reported, not enforced)'}")
 
 
 # ---------------------------------------------------------------- 3. sentences
