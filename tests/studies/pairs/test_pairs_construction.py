@@ -12,7 +12,7 @@ from stereolens.annotation.agreement import fleiss_kappa as our_fleiss, landis_k
 from stereolens.errors import DataError
 from stereolens.studies.pairs.analysis import fragmentation
 from stereolens.studies.pairs.filters import filter_sentences
-from stereolens.studies.pairs.generation import parse_json_list, parse_numbered
+from stereolens.studies.pairs.generation import attribute_rejection, parse_json_list, parse_numbered
 from stereolens.studies.pairs.minimal_pairs import (Coupling, Group, assign_controls, build_pairs,
                                                     non_identity_changes)
 from stereolens.studies.pairs.translation import flag_translations, import_reviewed, merge_reviewed
@@ -28,6 +28,12 @@ from stereolens.studies.pairs.validation import keep_tuples
 ])
 def test_json_list_parser_on_fenced_trailing_and_duplicated_output(text, expected):
     assert parse_json_list(text) == expected
+
+
+def test_attributes_that_only_repeat_a_name_are_rejected():
+    names = ["Catholics", "Catholic", "Christians", "Goa", "Goan"]
+    assert attribute_rejection("Catholic", names) and attribute_rejection("goans", names)
+    assert attribute_rejection("festive", names) is None and attribute_rejection("Goan pride", names) is None
 
 
 def test_numbered_sentence_parser():

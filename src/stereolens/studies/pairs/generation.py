@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 # Appendix B, Table 8; {n} is a config value (the paper's prompt says 10, its text "up to four").
 ATTRIBUTE_PROMPT = (
@@ -103,3 +104,16 @@ def _dedupe(items) -> list[str]:
             out.append(clean)
     return out
 
+
+
+def attribute_rejection(attribute: str, names: Sequence[str]) -> str | None:
+    """Why a generated attribute is no attribute: it only repeats the group's or the region's name
+    (a weak generator echoes the prompt: 'Bamon', 'Goan', 'Catholic').  None when it is usable."""
+    def stem(text: str) -> str:
+        text = " ".join(text.casefold().split())
+        return text[:-1] if text.endswith("s") and len(text) > 3 else text
+
+    own = {stem(n) for n in names if n}
+    if stem(attribute) in own:
+        return f"repeats a name ({attribute!r})"
+    return None

@@ -82,7 +82,8 @@ def _generate(lm, requests: list, what: str) -> list:
 @stage("pairs-attributes")
 def attributes(args: argparse.Namespace) -> None:
     """Stereotypical attributes per group from the generator (seed 002 appendix B), parsed robustly."""
-    from stereolens.studies.pairs.generation import ATTRIBUTE_PROMPT, COMPLETION_LIST_OPENING, parse_json_list
+    from stereolens.studies.pairs.generation import (ATTRIBUTE_PROMPT, COMPLETION_LIST_OPENING,
+                                                     attribute_rejection, parse_json_list)
     from stereolens.tracking import stage_run
 
     p = load_params("model", "study.pairs.generator", "study.pairs.groups", "study.pairs.construct_groups",
@@ -103,8 +104,12 @@ def attributes(args: argparse.Namespace) -> None:
     rows, raw = [], []
     for g, answer in zip(chosen, answers):
         # a completion model continues the opened list: parse it with the opening and the stop's closing bracket
-        parsed = (parse_json_list(answer.text) if chat else parse_json_list(answer.text + "]", prefix='["'))[:n]
-        raw.append({"group": g.name, "dimension": g.dimension, "output": answer.text, "parsed": len(parsed)})
+        parsed = parse_json_list(answer.text) if chat else parse_json_list(answer.text + "]", prefix='["')
+        names = [*g.surface(), *g.surface("kok"), region["name"], region["adjective"]]
+        rejected = {a: attribute_rejection(a, names) for a in parsed}
+        parsed = [a for a in parsed if not rejected[a]][:n]
+        raw.append({"group": g.name, "dimension": g.dimension, "output": answer.text, "parsed": len(parsed),
+                    "rejected": {a: why for a, why in rejected.items() if why}})
         rows += [{"tuple_id": f"{g.name}::{a}", "dimension": g.dimension, "group": g.name, "attribute": a,
                   "source": f"generator:{gen_cfg['id']}"} for a in parsed]
     table = pd.DataFrame(rows, columns=["tuple_id", "dimension", "group", "attribute", "source"])
