@@ -53,6 +53,7 @@ def test_degenerate_dimension_reports_the_binomial_result_not_nan():
     assert bias_score([1, 1], [0, 0]).degenerate
 
 
+@pytest.mark.slow
 def test_analyze_cli_on_a_hand_computed_file(tmp_path):
     scores = tmp_path / "scores.csv"
     HAND.to_csv(scores, index=False)
@@ -125,6 +126,7 @@ def test_fragmentation_gap_correlation_matches_pearson():
     assert res["gap"]["r"] == pytest.approx(gap)
 
 
+@pytest.mark.slow
 def test_analyze_cli_with_models_languages_and_fragmentation(tmp_path):
     frames = []
     for k, model in enumerate(("m1", "m2", "m3")):
