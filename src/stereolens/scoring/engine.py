@@ -597,7 +597,8 @@ def score_masked_continuations(
     limit = max_length(model, tokenizer)
     items = []
     for ctx, cont, rid in zip(contexts, continuations, row_ids):
-        ctx = check_text(ctx, rid, "context")
+        if not isinstance(ctx, str):  # an empty context is allowed: the continuation is then scored alone
+            raise DataError(f"row {rid}: context is not text ({type(ctx).__name__})")
         cont = check_text(cont, rid, "continuation")
         text = f"{ctx}{separator}{cont}" if ctx else cont
         start = len(text) - len(cont)

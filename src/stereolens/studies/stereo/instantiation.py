@@ -63,6 +63,7 @@ class InstantiationSettings:
     intro_max_tokens: int = 48
     temperature: float = 0.0
     seed: int = 0
+    stop: tuple[str, ...] = ()
 
 
 def generate_triples(model: Any, prompts: PromptSet, stereotypes: pd.DataFrame, s: InstantiationSettings,
@@ -73,14 +74,14 @@ def generate_triples(model: Any, prompts: PromptSet, stereotypes: pd.DataFrame, 
     intro: list[Any] = []
     for turn in prompts.instantiation[:-1]:
         intro.append(ChatMessage("user", turn.format(n_examples=s.per_stereotype)))
-        req = GenerationRequest(messages=tuple(intro), max_tokens=s.intro_max_tokens, temperature=0.0, seed=s.seed)
+        req = GenerationRequest(messages=tuple(intro), max_tokens=s.intro_max_tokens, temperature=0.0, seed=s.seed, stop=s.stop)
         intro.append(ChatMessage("assistant", model.generate([req])[0].text.strip()))
     reqs = []
     for r in stereotypes.itertuples(index=False):
         examples = "\n".join(f"- {e}" for e in json.loads(r.examples)[:3])
         last = prompts.instantiation[-1].format(stereotype=r.stereotype, examples=examples, n_examples=s.per_stereotype)
         reqs.append(GenerationRequest(messages=(*intro, ChatMessage("user", last)), max_tokens=s.max_tokens,
-                                      temperature=s.temperature, seed=s.seed))
+                                      temperature=s.temperature, seed=s.seed, stop=s.stop))
     gens = model.generate(reqs) if reqs else []
     triples, raw = [], []
     for r, gen in zip(stereotypes.itertuples(index=False), gens):

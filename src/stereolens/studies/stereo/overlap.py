@@ -113,8 +113,9 @@ def country_overlap(validated: pd.DataFrame, countries: Sequence[str], categorie
                 s = sum(shared[(a, b, kk)] for kk in ks)
                 rows.append({"country": a, "other": b, "category": k, "shared": s, "n_country": n,
                              "share": s / n if n else float("nan")})
-    matched = pd.concat(pairs, ignore_index=True) if pairs else pd.DataFrame()
-    return pd.DataFrame(rows), matched
+    pair_cols = ["left_id", "right_id", "similarity", "decided_by", "country", "other", "category"]
+    matched = pd.concat(pairs, ignore_index=True)[pair_cols] if pairs else pd.DataFrame(columns=pair_cols)
+    return pd.DataFrame(rows, columns=["country", "other", "category", "shared", "n_country", "share"]), matched
 
 
 def external_overlap(validated: pd.DataFrame, external: pd.DataFrame, countries: Sequence[str], categories: Sequence[str],

@@ -8,8 +8,9 @@ near-duplicate of one already collected for the same country and category.
 
 Extraction of (target group, stereotype statement) from a post is ours (the
 paper does not describe it): the target is the first plural noun phrase
-introduced by "los/las" (else the first such phrase after a function word,
-else empty), the statement is the post's first sentence naming it.
+introduced by "los/las", with a following "de ..." complement ("las mujeres
+de Monterrey"), else empty; the statement is the post's first sentence naming
+it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from stereolens.studies.stereo.text import fold, is_near_duplicate, normalise
 _BULLET = re.compile(r"^\s*(?:\(?\d{1,2}[.)\]:-]|[-*•·]|#\d+)\s*")
 _HASHTAG = re.compile(r"#\w+")
 _SENTENCE = re.compile(r"(?<=[.!?¡¿])\s+")
-_TARGET = re.compile(r"\b(?:los|las)\s+([a-záéíóúüñ]+(?:\s+(?:de\s+(?:la\s+)?)?[a-záéíóúüñ]+)?)", re.IGNORECASE)
+_TARGET = re.compile(r"\b(?:los|las)\s+([a-záéíóúüñ]+(?:\s+de\s+(?:la\s+|los\s+|las\s+)?[a-záéíóúüñ]+)?)", re.IGNORECASE)
 # words after los/las that are not a group
 _NOT_GROUPS = {"que", "cuales", "demas", "otros", "otras", "mismos", "mismas", "dos", "tres", "mas", "menos", "cosas",
                "calles", "dias", "anos", "veces", "ejemplos", "sesgos", "estereotipos", "redes", "publicaciones"}
@@ -67,9 +68,9 @@ class SaturationRule:
 
 
 def is_refusal(text: str, phrases: Sequence[str]) -> bool:
-    """Empty output or one of the refusal phrases (accent-folded, case-insensitive)."""
+    """One of the refusal phrases (accent-folded, case-insensitive); an empty output is counted apart."""
     folded = fold(text).strip()
-    return not folded or any(fold(p) in folded for p in phrases)
+    return bool(folded) and any(fold(p) in folded for p in phrases)
 
 
 def parse_posts(text: str, *, min_words: int = 4) -> list[str]:
@@ -91,7 +92,7 @@ def extract(post: str) -> tuple[str, str]:
         words = match.group(1).split()
         if fold(words[0]) in _NOT_GROUPS:
             continue
-        target = words[0] if len(words) == 1 or fold(words[-1]) in _NOT_GROUPS else match.group(1)
+        target = match.group(1)
         break
     sentences = [s.strip() for s in _SENTENCE.split(clean) if s.strip()]
     statement = next((s for s in sentences if target and fold(target) in fold(s)), sentences[0] if sentences else clean)
@@ -167,6 +168,8 @@ class RetrievalSettings:
     rule: SaturationRule = SaturationRule()
     near_duplicate_threshold: float = 0.8
     min_words: int = 4
+    # a base model continues a plain chat transcript with the next "User:" turn: cut it there
+    stop: tuple[str, ...] = ()
 
 
 @dataclass
@@ -184,7 +187,8 @@ def _preamble(model: Any, prompts: PromptSet, s: RetrievalSettings) -> list[Any]
     messages: list[Any] = []
     for turn in prompts.preamble:
         messages.append(ChatMessage("user", turn))
-        req = GenerationRequest(messages=tuple(messages), max_tokens=s.preamble_max_tokens, temperature=0.0, seed=s.seed)
+        req = GenerationRequest(messages=tuple(messages), max_tokens=s.preamble_max_tokens, temperature=0.0, seed=s.seed,
+                                stop=s.stop)
         messages.append(ChatMessage("assistant", model.generate([req])[0].text.strip()))
     return messages
 
@@ -213,7 +217,7 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
             for cell in active:
                 convo[cell].append(ChatMessage("user", turns[cell][step]))
                 reqs.append(GenerationRequest(messages=tuple(convo[cell]), max_tokens=s.max_tokens,
-                                              temperature=s.temperature, seed=s.seed + round_no))
+                                              temperature=s.temperature, seed=s.seed + round_no, stop=s.stop))
             gens = model.generate(reqs)
             for cell, gen in zip(active, gens):
                 convo[cell].append(ChatMessage("assistant", gen.text))
@@ -229,7 +233,7 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
                 responses.append({
                     "model": model_label, "country": country, "category": category, "pov": pov, "round": round_no,
                     "step": step, "prompt": turns[cell][step], "response": gen.text, "finish_reason": gen.finish_reason,
-                    "refusal": is_refusal(gen.text, prompts.refusals), "n_posts": len(posts) if step == len(replies[cell]) - 1 else 0,
+                    "refusal": is_refusal(gen.text, prompts.refusals), "empty": not gen.text.strip(), "n_posts": len(posts) if step == len(replies[cell]) - 1 else 0,
                     "cached": gen.cached,
                 })
             new_counts[cell].append(n_new)
@@ -246,9 +250,9 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
     resp = pd.DataFrame(responses)
     refusals = (
         resp.groupby(["model", "country", "category"], sort=True)
-        .agg(n_requests=("refusal", "size"), n_refusals=("refusal", "sum"))
+        .agg(n_requests=("refusal", "size"), n_refusals=("refusal", "sum"), n_empty=("empty", "sum"))
         .reset_index()
     )
-    refusals["n_refusals"] = refusals["n_refusals"].astype(int)
+    refusals[["n_refusals", "n_empty"]] = refusals[["n_refusals", "n_empty"]].astype(int)
     refusals["refusal_rate"] = refusals["n_refusals"] / refusals["n_requests"]
     return RetrievalResult(resp, pool.table(), pd.DataFrame(curve), refusals)

@@ -100,6 +100,7 @@ def retrieve(args: argparse.Namespace) -> None:
         preamble_max_tokens=int(r.get("preamble_max_tokens", 64)), temperature=float(r.get("temperature", 0.8)),
         seed=int(p["seed"]), rule=SaturationRule(int(sat.get("k", 1)), int(sat.get("m", 1)), int(sat.get("max_rounds", 10))),
         near_duplicate_threshold=float(r.get("near_duplicate_threshold", 0.8)), min_words=int(r.get("min_words", 4)),
+        stop=tuple(r.get("stop") or ()),
     )
     prompts = _prompts(cfg)
     for c in settings.countries:  # refuse unknown names before loading a model
@@ -121,7 +122,8 @@ def retrieve(args: argparse.Namespace) -> None:
     saturation_figure(result.curve, REPORTS / "retrieval" / "saturation_curve")
     rounds = result.curve.groupby(["country", "category", "pov"])["round"].max()
     summary = {"generator": _label(gen_cfg), "generator_source": "machine", "n_requests": len(result.responses),
-               "n_refusals": int(result.responses["refusal"].sum()), "n_stereotypes": len(result.stereotypes),
+               "n_refusals": int(result.responses["refusal"].sum()), "n_empty": int(result.responses["empty"].sum()),
+               "n_stereotypes": len(result.stereotypes),
                "mean_rounds_per_pov": float(rounds.mean()), "saturated_cells": int((result.curve["stop"] == "saturated").sum()),
                "round_cap_cells": int((result.curve["stop"] == "round_cap").sum()), "mode": settings.mode,
                "rule": {"k": settings.rule.k, "m": settings.rule.m, "max_rounds": settings.rule.max_rounds},
@@ -227,7 +229,8 @@ def instantiate(args: argparse.Namespace) -> None:
         settings = ins.InstantiationSettings(per_stereotype=int(icfg.get("per_stereotype", 5)),
                                              max_tokens=int(icfg.get("max_tokens", 256)),
                                              intro_max_tokens=int(icfg.get("intro_max_tokens", 48)),
-                                             temperature=float(icfg.get("temperature", 0.0)), seed=int(p["seed"]))
+                                             temperature=float(icfg.get("temperature", 0.0)), seed=int(p["seed"]),
+                                             stop=tuple(icfg.get("stop") or ()))
         machine, raw = ins.generate_triples(_load(gen_cfg), _prompts(cfg), validated, settings, progress=_progress())
         parts.append(machine)
     if icfg.get("human"):
