@@ -118,5 +118,5 @@ def test_stereo_evaluate_console_command(tmp_path):
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     s = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert s["by_country"] == {"X": pytest.approx(s["by_country"]["X"]), "Y": pytest.approx(s["by_country"]["Y"])}
+    assert set(s["by_country"]) == {"X", "Y"}
     assert (s["by_country"]["X"]["ss"], s["by_country"]["Y"]["ss"], s["ss"]) == (100.0, 0.0, 50.0)
