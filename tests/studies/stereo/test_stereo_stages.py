@@ -24,8 +24,7 @@ def script(message: str, seed: int) -> str:
     return "Claro."
 
 
-@pytest.mark.slow
-def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
+def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
@@ -48,6 +47,11 @@ def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_l
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
         for name in ("retrieve", "validate", "instantiate", "overlap", "evaluate", "report"):
             assert main(["stage", f"stereo-{name}"]) == 0, name
+
+
+@pytest.mark.slow
+def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
+    run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script)
     curve = pd.read_csv("reports/stereo/retrieval/saturation_curve.csv")
     assert curve["n_new"].tolist() == [3, 0] and curve["stop"].tolist()[-1] == "saturated"
     raw = pd.read_csv("data/interim/stereo/retrieval/responses.csv")
@@ -67,3 +71,15 @@ def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_l
     assert "simulated" in report.splitlines()[0] and "machine" in report.splitlines()[0]
     assert "stereoset: not available" in report
     assert Path("reports/stereo/evaluation/tiny/ss_lms_icat_by_country.svg").exists()
+
+
+@pytest.mark.slow
+def test_a_generator_that_returns_nothing_still_flows_to_the_report(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
+    run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, lambda message, seed: "")
+    refusals = pd.read_csv("reports/stereo/retrieval/refusals.csv")
+    assert refusals[["n_requests", "n_refusals", "n_empty"]].values.tolist() == [[1, 0, 1]]
+    assert pd.read_csv("reports/stereo/retrieval/saturation_curve.csv")["stop"].tolist() == ["saturated"]
+    inst = pd.read_csv("data/processed/stereo/instances.csv")
+    assert list(inst.columns) == CONTRACT and set(inst["source"]) == {"authored"}
+    report = Path("reports/stereo/report.md").read_text()
+    assert "0 distinct stereotypes" in report

@@ -125,7 +125,9 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
         lines.append(f"- {name}: {info.get('status')}{extra}" + (" (CrowS-Pairs is English: a lexical similarity finds "
                                                                    "cross-language matches only through the adjudication file)" if name == "crows_pairs" else ""))
     lines += ["", "## Evaluation (StereoSet ss / lms / icat)", ""]
-    if ev:
+    if ev.get("status"):
+        lines.append(f"Not evaluated: {ev['status']}.")
+    elif ev:
         lines.append(f"Scoring: {ev.get('method')}. ss = 50 means no preference; intervals resample items.")
         lines.append("")
         for label, s in (ev.get("models") or {}).items():

@@ -318,6 +318,14 @@ def evaluate(args: argparse.Namespace) -> None:
         instances = instances[instances["source"] != "authored"]
     models = ecfg.get("models") or [p["model"]]
     per_token = bool(ecfg.get("per_token", False))
+    if instances.empty:
+        # nothing validated was instantiated and the starter set is off: say so instead of stopping the report
+        write_csv(PROCESSED / "scores.csv", pd.DataFrame(columns=["model", *instances.columns]))
+        (REPORTS / "evaluation").mkdir(parents=True, exist_ok=True)
+        write_json(REPORTS / "summary.json", {"status": "no instances to evaluate", "n": 0, "models": {},
+                                              "by_country": {}, "ss": None, "lms": None, "icat": None})
+        print("stereo-evaluate: no instances to evaluate")
+        return
     all_scores, summaries = [], {}
     for mcfg in models:
         label = _label(mcfg)
