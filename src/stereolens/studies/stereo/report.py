@@ -89,7 +89,8 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
         "## Retrieval",
         "",
         f"{ret.get('n_requests')} generator responses ({ret.get('cached_responses')} from the cache), {ret.get('n_refusals')} refusals, "
-        f"{ret.get('n_stereotypes')} distinct stereotypes after normalisation and near-duplicate merging; saturation rule "
+        f"{ret.get('n_stereotypes')} distinct stereotypes after normalisation and near-duplicate merging "
+        f"({ret.get('n_without_target')} without an identifiable target group: kept, as the generator wrote them); saturation rule "
         f"k={ret.get('rule', {}).get('k')}, m={ret.get('rule', {}).get('m')}, cap {ret.get('rule', {}).get('max_rounds')} rounds: "
         f"{ret.get('saturated_cells')} point-of-view runs saturated, {ret.get('round_cap_cells')} hit the cap, "
         f"{ret.get('mean_rounds_per_pov', float('nan')):.1f} rounds on average (paper: about 3). Extraction of (target group, "

@@ -124,6 +124,7 @@ def retrieve(args: argparse.Namespace) -> None:
     summary = {"generator": _label(gen_cfg), "generator_source": "machine", "n_requests": len(result.responses),
                "n_refusals": int(result.responses["refusal"].sum()), "n_empty": int(result.responses["empty"].sum()),
                "n_stereotypes": len(result.stereotypes),
+               "n_without_target": int((result.stereotypes["target"].fillna("") == "").sum()),
                "mean_rounds_per_pov": float(rounds.mean()), "saturated_cells": int((result.curve["stop"] == "saturated").sum()),
                "round_cap_cells": int((result.curve["stop"] == "round_cap").sum()), "mode": settings.mode,
                "rule": {"k": settings.rule.k, "m": settings.rule.m, "max_rounds": settings.rule.max_rounds},
