@@ -135,7 +135,8 @@ class StereotypePool:
                 if post not in item.examples:
                     item.examples.append(post)
                 return False
-        sid = f"{country[:2].upper()}-{category}-{sum(1 for i in self.items if i.country == country and i.category == category) + 1:03d}"
+        n = sum(1 for i in self.items if i.country == country and i.category == category)
+        sid = f"{country}-{category}-{n + 1:03d}"  # the full name: two countries may share a prefix
         self.items.append(Stereotype(sid, country, category, target, statement, pov, round_no, [post]))
         return True
 
