@@ -48,6 +48,7 @@ def direct_causal(model, tok, context: str, candidate: str) -> float:
     return float(sum(logp[i - 1, seq[i]] for i in range(first, first + len(cont))))
 
 
+@pytest.mark.slow
 def test_masked_candidate_given_context_equals_direct_computation(mlm):
     model, tok = mlm
     got = score_masked_continuations(model, tok, [CONTEXT], [CANDIDATE], "pll_word_l2r")[0]
@@ -64,6 +65,7 @@ class Bundle:
         self.model, self.tokenizer = model, tokenizer
 
 
+@pytest.mark.slow
 def test_causal_candidate_given_context_equals_direct_computation(clm):
     model, tok = clm
     instances = pd.DataFrame([{"id": "x", "context": CONTEXT, "sent_stereo": CANDIDATE, "sent_anti": "Juan juega al ajedrez.",

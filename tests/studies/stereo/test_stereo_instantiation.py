@@ -84,6 +84,7 @@ def test_human_import_keeps_rows_accepted_by_distributor_and_authors(tmp_path):
         ins.import_human_triples(tmp_path / "h.csv", validated)
 
 
+@pytest.mark.slow
 def test_generated_triples_through_the_model_layer(tmp_path, scripted_server):
     prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
     validated = pd.DataFrame([{"stereotype_id": "MX-age-001", "country": "Mexico", "category": "age", "target": "viejos",
