@@ -132,12 +132,14 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
         lines.append(f"Scoring: {ev.get('method')}. ss = 50 means no preference; intervals resample items.")
         lines.append("")
         for label, s in (ev.get("models") or {}).items():
-            lines.append(f"**{label}**: ss {s['ss']:.1f} [{s['ss_ci'][0]:.1f}, {s['ss_ci'][1]:.1f}], lms {s['lms']:.1f}, "
+            low, high = s.get("ss_ci", [float("nan"), float("nan")])
+            lines.append(f"**{label}**: ss {s['ss']:.1f} [{low:.1f}, {high:.1f}], lms {s['lms']:.1f}, "
                          f"icat {s['icat']:.1f} on {s['n']} instances ({s.get('sources')}).")
             lines.append("")
             bcn = reports / "evaluation" / label / "by_country.csv"
             if bcn.exists():
-                lines.append(_md(pd.read_csv(bcn)[["country", "ss", "ss_ci_low", "ss_ci_high", "lms", "icat", "n"]], ".1f"))
+                t = pd.read_csv(bcn)
+                lines.append(_md(t[[c for c in ("country", "ss", "ss_ci_low", "ss_ci_high", "lms", "icat", "n") if c in t]], ".1f"))
             bs = reports / "evaluation" / label / "by_source.csv"
             if bs.exists():
                 lines.append("By instance source:\n")

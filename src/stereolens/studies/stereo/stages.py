@@ -199,7 +199,9 @@ def validate(args: argparse.Namespace) -> None:
         if len(annotators):
             write_csv(rep / f"tableD_demographics_{c}_validation.csv", v.demographics_table(annotators, c, cfg["categories"]).assign(annotation_source=source))
     summary = {"annotation_source": source, "n_items": len(items), "n_judgements": len(judgements),
-               "n_validated": len(validated), "validation_rate": len(validated) / len(items) if len(items) else None}
+               "n_validated": len(validated), "validation_rate": len(validated) / len(items) if len(items) else None,
+               # the paper has five validators per panel; an import with another count is reported, not refused
+               "annotators_per_panel": {str(k): int(n) for k, n in annotators.groupby("panel").size().items()} if len(annotators) else {}}
     write_json(rep / "summary.json", summary)
     with _run(p, "validate", annotation_source=source) as run:
         run.log_metrics({k: float(v_) for k, v_ in summary.items() if isinstance(v_, (int, float))})
