@@ -31,7 +31,9 @@ def test_parse_triples_from_labelled_lines():
     prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
     text = ("Claro, aquí tienes:\n1. **Contexto:** Juan tiene 66 años.\n**Estereotipo:** Juan olvida todo.\n"
             "Antiestereotipo: Juan juega al ajedrez muy bien.\n\nContexto: Ana es joven.\nEstereotipo: Ana es vaga.\n"
-            "Contexto: Pilar tiene 80 años.\nOración estereotipada: Pilar no usa el móvil.\nContraestereotipo: Pilar usa el móvil.")
+            "Contexto: Pilar tiene 80 años.\nOración estereotipada: Pilar no usa el móvil.\nContraestereotipo: Pilar usa el móvil.\n"
+            "Contexto: ...\nEstereotipo: ...\nAntiestereotipo: ...\n"
+            "Contexto: Eva es joven.\nEstereotipo: Eva es vaga.\nAntiestereotipo: Eva es vaga.")
     assert ins.parse_triples(text, prompts.instance_labels) == [
         ("Juan tiene 66 años.", "Juan olvida todo.", "Juan juega al ajedrez muy bien."),
         ("Pilar tiene 80 años.", "Pilar no usa el móvil.", "Pilar usa el móvil."),

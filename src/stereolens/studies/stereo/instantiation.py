@@ -30,6 +30,7 @@ INSTANCE_COLUMNS = ("id", "country", "category", "target", "stereotype_id", "con
                     "sent_unrelated", "source")
 SOURCES = ("machine", "human", "authored")
 REVIEW_VALUES = ("accepted", "rejected")
+_LETTER = re.compile(r"[^\W\d_]")
 _LABELLED = re.compile(r"^\s*(?:\d+[.)]\s*)?[-*•]?\s*\**\s*([^:*]{3,40}?)\s*\**\s*:\s*\**\s*(.+?)\s*$")
 
 
@@ -37,7 +38,11 @@ _LABELLED = re.compile(r"^\s*(?:\d+[.)]\s*)?[-*•]?\s*\**\s*([^:*]{3,40}?)\s*\*
 
 
 def parse_triples(text: str, labels: dict[str, Sequence[str]]) -> list[tuple[str, str, str]]:
-    """Complete (context, stereo, anti) triples from labelled lines, in order; incomplete ones are dropped."""
+    """Complete (context, stereo, anti) triples from labelled lines, in order.
+
+    Incomplete triples, triples with a sentence without a letter (an echoed "...") and triples whose
+    stereotypical and anti-stereotypical sentences are equal are dropped.
+    """
     which = {fold(lab): part for part, labs in labels.items() for lab in labs}
     triples, current = [], {}
     for line in str(text).splitlines():
@@ -51,7 +56,10 @@ def parse_triples(text: str, labels: dict[str, Sequence[str]]) -> list[tuple[str
             current = {}
         current[part] = m.group(2).strip().strip('"“”')
         if all(k in current for k in ("context", "stereo", "anti")):
-            triples.append((current["context"], current["stereo"], current["anti"]))
+            triple = (current["context"], current["stereo"], current["anti"])
+            # a base model often echoes the format ("Contexto: ...") or repeats one sentence: not a triple
+            if all(_LETTER.search(t) for t in triple) and triple[1] != triple[2]:
+                triples.append(triple)
             current = {}
     return triples
 
