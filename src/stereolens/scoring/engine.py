@@ -594,3 +594,67 @@ def option_probabilities(
         z = math.fsum(math.exp(v - top) for v in vals)
         out.append([math.exp(v - top) / z for v in vals])
     return out
+
+
+def score_masked_continuations(
+    model: Any,
+    tokenizer: Any | None,
+    contexts: Sequence[str],
+    continuations: Sequence[str],
+    metric: str = "pll_word_l2r",
+    *,
+    separator: str = " ",
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    truncate: bool = False,
+    ids: Sequence[Any] | None = None,
+    per_token: bool = False,
+    progress: bool = False,
+    cache: Any | None = None,
+    identity: str | None = None,
+) -> list[SentenceScore]:
+    """Pseudo-log-likelihood of a continuation with its context present, under a masked LM.
+
+    The text ``context + separator + continuation`` is encoded once; only the
+    tokens whose characters lie in the continuation are scored, each masked
+    (``pll``) or masked with the later pieces of its word (``pll_word_l2r``),
+    while every context token stays visible.  StereoSet's inter-sentence
+    candidates are scored this way when a model has no next-sentence head.
+    """
+    if metric not in ("pll", "pll_word_l2r"):
+        raise ConfigError(f"masked continuation scoring supports pll and pll_word_l2r, not {metric!r}")
+    if len(contexts) != len(continuations):
+        raise ValueError(f"{len(contexts)} contexts but {len(continuations)} continuations")
+    model, tokenizer, backend_identity = unwrap(model, tokenizer)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError("masked continuation scoring needs character offsets from a fast (Rust) tokenizer")
+    row_ids = _row_ids(len(contexts), ids)
+    limit = max_length(model, tokenizer)
+    items = []
+    for ctx, cont, rid in zip(contexts, continuations, row_ids):
+        if not isinstance(ctx, str):  # an empty context is allowed: the continuation is then scored alone
+            raise DataError(f"row {rid}: context is not text ({type(ctx).__name__})")
+        cont = check_text(cont, rid, "continuation")
+        text = f"{ctx}{separator}{cont}" if ctx else cont
+        start = len(text) - len(cont)
+        enc = encode_masked(tokenizer, text, rid, limit=limit, truncate=truncate, word_ids=True, what="context + continuation")
+        offsets = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)["offset_mapping"]
+        offsets = offsets[: len(enc.ids)]
+        scored = tuple(
+            i for i, (s, (a, b)) in enumerate(zip(enc.special, offsets)) if not s and b > a and b > start
+        )
+        if not scored:
+            raise DataError(f"row {rid}: continuation has no tokens to score after tokenisation")
+        wids = enc.word_ids
+        assert wids is not None
+        last = scored[-1]
+        mask_sets = []
+        for p in scored:
+            later = () if wids[p] is None else tuple(j for j in range(p + 1, last + 1) if wids[j] == wids[p])
+            mask_sets.append((p, *later) if metric == "pll_word_l2r" else (p,))
+        items.append(_masked.MaskedItem(enc, scored, tuple(mask_sets)))
+    params = {"truncate": bool(truncate), "max_length": limit, "continuation": True, "separator": separator}
+    return _masked_scores(
+        model, tokenizer, items, metric, params, lambda i: {"context": contexts[i], "text": continuations[i]},
+        batch_tokens=batch_tokens, cache=cache, identity=identity or backend_identity, per_token=per_token,
+        progress=progress,
+    )
