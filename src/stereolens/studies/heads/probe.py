@@ -162,7 +162,7 @@ def train_probe(encoder: GatedEncoder, train_rows: Sequence[int], labels: torch.
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
-            total += float(loss) * len(batch)
+            total += float(loss.detach()) * len(batch)
         losses.append(total / len(order))
     encoder.model.eval()
     probe.eval()
