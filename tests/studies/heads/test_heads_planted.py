@@ -13,6 +13,8 @@ from stereolens.studies.heads.probe import GatedEncoder, ProbeSettings
 
 from conftest import PLANTED
 
+pytestmark = pytest.mark.slow  # trains a probe and runs Shapley sampling and sweeps on a tiny BERT
+
 
 @pytest.fixture(scope="module")
 def planted_result(planted_model, instances):

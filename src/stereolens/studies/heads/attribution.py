@@ -107,3 +107,68 @@ def sweeps(value_fn: ProbeValue, result: CountryResult, *, step: int, lm=None, t
     out = pd.concat(frames, ignore_index=True)
     out.insert(0, "country", result.country)
     return out
+
+
+@dataclass
+class StudySettings:
+    layers: list[int] | None            # layers whose heads are players (negative counts from the top); None: all
+    pooling: str = "auto"
+    reuse_prefix: bool = True
+    max_length: int = 128
+    test_fraction: float = 0.3
+    split_seed: int = 0
+    prune_step: int = 1
+    stereoset_items: int | None = None  # StereoSet items per country scored after each top-down step; None: all
+    batch_size: int = 16
+
+
+def resolve_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
+    from stereolens.errors import ConfigError
+
+    if layers is None:
+        return list(range(n_layers))
+    out = sorted({layer % n_layers if -n_layers <= layer < n_layers else -999 for layer in layers})
+    if -999 in out:
+        raise ConfigError(f"study.heads.shapley.layers {list(layers)} out of range for a model with {n_layers} layers")
+    return out
+
+
+def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, study: StudySettings,
+                      probe_settings: ProbeSettings, shapley: ShapleySettings, *, progress: bool = True
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
+    """(Shapley table, sweeps table, probe summaries) for every country of ``instances``."""
+    from tqdm import tqdm
+
+    pooling = study.pooling if study.pooling != "auto" else ("last" if kind == "causal" else "first")
+    base = model.base_model
+    probe_encoder = GatedEncoder(base, tokenizer, pooling=pooling, gated_layers=[0], reuse_prefix=False,
+                                 max_length=study.max_length)
+    layers = resolve_layers(study.layers, probe_encoder.gate.n_layers)
+    probe_encoder.gate.remove()
+    players = heads_of_layers(layers, probe_encoder.gate.n_heads)
+    reuse = study.reuse_prefix and not probe_settings.finetune
+    tables, sweep_tables, summaries = [], [], []
+    countries = sorted(instances["country"].astype(str).unique())
+    bar = tqdm(countries, desc="heads", unit="country", disable=not progress)
+    for country in bar:
+        part = instances[instances["country"].astype(str) == country]
+        encoder = GatedEncoder(base, tokenizer, pooling=pooling, gated_layers=layers, reuse_prefix=reuse,
+                               max_length=study.max_length)
+        try:
+            result, value_fn = probe_and_attribute(encoder, part, players, country=country,
+                                                   test_fraction=study.test_fraction, split_seed=study.split_seed,
+                                                   probe_settings=probe_settings, shapley=shapley)
+            items = part if study.stereoset_items is None else part.head(study.stereoset_items)
+            t0 = time.perf_counter()
+            sweep = sweeps(value_fn, result, step=study.prune_step, lm=model, tokenizer=tokenizer, kind=kind,
+                           stereoset_items=items, batch_size=study.batch_size)
+            result.probe_summary.update({"pooling": pooling, "shapley_seconds": result.seconds,
+                                         "sweep_seconds": time.perf_counter() - t0,
+                                         "n_stereoset_items": int(len(items))})
+        finally:
+            encoder.gate.remove()
+        tables.append(shapley_table(result))
+        sweep_tables.append(sweep)
+        summaries.append(result.probe_summary)
+        bar.set_postfix(country=country, acc=f"{result.probe_summary['test_value_all_heads']:.2f}")
+    return pd.concat(tables, ignore_index=True), pd.concat(sweep_tables, ignore_index=True), summaries
