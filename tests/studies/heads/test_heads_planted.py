@@ -69,3 +69,30 @@ def test_batched_coalitions_equal_one_coalition_at_a_time(planted_result):
     finally:
         value_fn.max_rows = saved
     np.testing.assert_array_equal(together, alone)
+
+
+def captum_permutations(n_players: int, n_permutations: int, seed: int) -> np.ndarray:
+    """The permutations Captum's ShapleyValueSampling draws after ``torch.manual_seed(seed)``."""
+    import torch
+
+    torch.manual_seed(seed)
+    return np.array([torch.randperm(n_players).tolist() for _ in range(n_permutations)])
+
+
+def test_agrees_with_captum_shapley_value_sampling_on_the_same_permutations(planted_result):
+    import torch
+    from captum.attr import ShapleyValueSampling
+
+    from stereolens.studies.heads.shapley import permutation_shapley
+
+    result, value_fn, *_ = planted_result
+    n = len(result.players)
+
+    def forward(mask: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(value_fn(mask.detach().numpy() > 0.5))
+
+    torch.manual_seed(11)
+    theirs = ShapleyValueSampling(forward).attribute(
+        torch.ones(1, n), baselines=torch.zeros(1, n), n_samples=6, perturbations_per_eval=1)[0].double().numpy()
+    ours = permutation_shapley(value_fn, captum_permutations(n, 6, 11), step=None)
+    np.testing.assert_allclose(ours.values, theirs, atol=1e-9)
