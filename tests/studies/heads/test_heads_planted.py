@@ -11,7 +11,7 @@ from stereolens.studies.heads.attribution import (
 )
 from stereolens.studies.heads.probe import GatedEncoder, ProbeSettings
 
-from conftest import PLANTED
+from heads_data import PLANTED
 
 pytestmark = pytest.mark.slow  # trains a probe and runs Shapley sampling and sweeps on a tiny BERT
 

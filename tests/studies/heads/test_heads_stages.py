@@ -13,7 +13,7 @@ import pytest
 from stereolens.errors import DataError
 from stereolens.studies.heads.stages import read_instances
 
-from conftest import make_instances
+from heads_data import make_instances
 
 
 def test_an_empty_sentence_is_refused_with_file_row_and_column(tmp_path):
