@@ -149,8 +149,12 @@ def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, stud
     reuse = study.reuse_prefix and not probe_settings.finetune
     tables, sweep_tables, summaries = [], [], []
     countries = sorted(instances["country"].astype(str).unique())
-    bar = tqdm(countries, desc="heads", unit="country", disable=not progress)
+    bar = tqdm(countries, desc="heads", unit="country", disable=None if progress else True)  # None: quiet off a TTY
+    # fine-tuning changes the weights: every country starts from the same pretrained model
+    pretrained = {k: v.detach().clone() for k, v in model.state_dict().items()} if probe_settings.finetune else None
     for country in bar:
+        if pretrained is not None:
+            model.load_state_dict(pretrained)
         part = instances[instances["country"].astype(str) == country]
         encoder = GatedEncoder(base, tokenizer, pooling=pooling, gated_layers=layers, reuse_prefix=reuse,
                                max_length=study.max_length)
