@@ -22,6 +22,8 @@ COMMAND_MODULES: list[str] = [
     "stereolens.annotation.cli",
     "stereolens.scoring.cli",
     "stereolens.models.cli",
+    "stereolens.tracking.cli",
+    "stereolens.lineage.cli",
     *study_modules("cli"),
     "stereolens.stages.cli",
 ]
@@ -53,7 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    declare_study_param_types()
     return parser
+
+
+def declare_study_param_types() -> None:
+    """Each study's ``config.PARAM_TYPES`` (types of keys whose default is null) for `config compose`."""
+    from stereolens.config.compose import declare_param_types
+
+    for module in study_modules("config"):
+        study = module.split(".")[-2]
+        declare_param_types(f"study.{study}", getattr(importlib.import_module(module), "PARAM_TYPES", {}))
 
 
 def main(argv: list[str] | None = None) -> int:

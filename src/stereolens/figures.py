@@ -9,6 +9,8 @@ import matplotlib
 import pandas as pd
 
 matplotlib.use("Agg")  # no display on CI or servers
+# fixed SVG element ids: without a salt matplotlib draws random ones, and every rerun changes the file
+matplotlib.rcParams["svg.hashsalt"] = "stereolens"
 
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -2,7 +2,9 @@
 
 Every output is written to a temporary name beside its destination and renamed
 into place, so an interrupted stage never leaves a half-written artefact behind
-an old, valid one.
+an old, valid one.  The file then gets the permissions an ordinary ``open`` would
+give it (``0666`` less the umask), not the ``0600`` of a temporary file: a lab's
+shared group must be able to read results.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -21,20 +24,54 @@ import pandas as pd
 from stereolens.errors import DataError
 
 
+def _current_umask() -> int:
+    # os.umask can only be read by setting it; done once, at import, before any thread runs
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+FILE_MODE = 0o666 & ~_UMASK
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``dest``; rename it onto ``dest`` on success."""
+    """Yield a temporary path beside ``dest``; rename it onto ``dest`` on success.
+
+    A destination that cannot be written (a missing or read-only folder, a path
+    through a file) is a one-line :class:`DataError` naming it.
+    """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    except OSError as exc:
+        raise DataError(f"cannot write {dest}: {exc.strerror or exc} (choose a folder you can write to)") from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, FILE_MODE)
         os.replace(tmp_path, dest)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def check_writable(*dests: str | os.PathLike | None) -> None:
+    """Refuse, before any work, output paths that cannot be written (nothing is left behind)."""
+    for dest in dests:
+        if dest is None:
+            continue
+        dest = Path(dest)
+        if dest.is_dir():
+            raise DataError(f"cannot write {dest}: it is a folder (give a file name)")
+        parent = dest.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise DataError(f"cannot write {dest}: {parent} is not a writable folder (choose a folder you can write to)")
 
 
 def write_text(dest: str | os.PathLike, text: str) -> Path:
@@ -43,16 +80,34 @@ def write_text(dest: str | os.PathLike, text: str) -> Path:
     return Path(dest)
 
 
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every NaN or infinity replaced by ``null`` (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if hasattr(obj, "item") and getattr(obj, "ndim", 1) == 0:
+        return finite_json(obj.item())
+    if hasattr(obj, "tolist"):
+        return finite_json(obj.tolist())
+    return obj
+
+
 def write_json(dest: str | os.PathLike, obj: Any) -> Path:
-    return write_text(dest, json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False, default=_json_default) + "\n")
+    """Valid JSON: NaN and infinities become ``null`` (the producer says why in a note field)."""
+    text = json.dumps(finite_json(obj), indent=2, ensure_ascii=False, sort_keys=False, default=_json_default,
+                      allow_nan=False)
+    return write_text(dest, text + "\n")
 
 
 def _json_default(obj: Any) -> Any:
     # numpy scalars and arrays appear in almost every metrics dict
     if hasattr(obj, "item") and getattr(obj, "ndim", 1) == 0:
-        return obj.item()
+        return finite_json(obj.item())
     if hasattr(obj, "tolist"):
-        return obj.tolist()
+        return finite_json(obj.tolist())
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
@@ -64,6 +119,26 @@ def write_csv(dest: str | os.PathLike, df: pd.DataFrame, index: bool = False) ->
     return Path(dest)
 
 
+def _encoding_problem(raw: bytes, path: Path) -> str | None:
+    """``FILE line N: not UTF-8 ...`` for the first undecodable byte, else None."""
+    try:
+        raw.decode("utf-8")
+        return None
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return (
+            f"{path} line {line}: not UTF-8 (byte 0x{raw[exc.start]:02x}); save the file as UTF-8 "
+            "(spreadsheets: 'CSV UTF-8')"
+        )
+
+
+def _delimiter_hint(header: str) -> str:
+    for sep, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe")):
+        if sep in header and "," not in header:
+            return f"; the header looks {name}-separated: save the file comma-separated"
+    return ""
+
+
 def read_csv_checked(
     path: str | os.PathLike,
     required: Iterable[str],
@@ -71,20 +146,41 @@ def read_csv_checked(
     what: str = "table",
     dtype: Any = None,
     keep_default_na: bool = True,
+    allow_empty: bool = True,
 ) -> pd.DataFrame:
-    """Read a CSV and stop with one clear line if it is missing or lacks columns."""
+    """Read a CSV and stop with one clear line if it is missing, unreadable, empty or lacks columns.
+
+    A UTF-8 byte-order mark (spreadsheets write one) is accepted; other encodings,
+    a file with no header, a header with no rows (when not ``allow_empty``) and a
+    wrong delimiter are refused with the line and a hint.
+    """
+    from stereolens.tables import missing_columns_message
+
     path = Path(path)
     if not path.exists():
         raise DataError(f"{what} not found: {path}")
+    if path.is_dir():
+        raise DataError(f"{what} {path} is a folder, not a CSV file")
+    raw = path.read_bytes()
+    problem = _encoding_problem(raw, path)
+    if problem:
+        raise DataError(f"{what} {problem}")
+    if not raw.strip():
+        raise DataError(f"{what} {path} is empty (expected a header line, then one row per record)")
     try:
-        df = pd.read_csv(path, dtype=dtype, keep_default_na=keep_default_na, encoding="utf-8")
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise DataError(f"{what} {path} cannot be parsed as CSV: {str(exc).splitlines()[0]}") from exc
+        df = pd.read_csv(path, dtype=dtype, keep_default_na=keep_default_na, encoding="utf-8-sig")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise DataError(f"{what} {path} cannot be parsed as CSV: {str(exc).splitlines()[0].strip()}") from exc
+    header = raw.decode("utf-8").lstrip("\ufeff").splitlines()[0]
+    required = list(required)
     missing = [c for c in required if c not in df.columns]
+    hint = _delimiter_hint(header)
+    if hint and len(df.columns) == 1 and (missing or len(required) > 1):
+        raise DataError(f"{what} {path} line 1: one column {header[:60]!r}{hint}")
     if missing:
-        raise DataError(
-            f"{what} {path} is missing column(s) {', '.join(missing)} (has: {', '.join(map(str, df.columns))})"
-        )
+        raise DataError(f"{what} " + missing_columns_message(str(path), missing, df.columns) + hint)
+    if not len(df) and not allow_empty:
+        raise DataError(f"{what} {path} has a header but no rows")
     return df
 
 

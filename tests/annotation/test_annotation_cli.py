@@ -60,7 +60,7 @@ def test_export_import_simulate_roundtrip(tmp_path, capsys):
     wrong.write_text("item_id,annotator_id,label\na,1,yes\nzz,1,no\n")
     assert main(["annotation", "import", "--input", str(wrong), "--scale", "yes_no", "--items", str(items),
                  "--output", str(tmp_path / "x.csv")]) == 2
-    assert "row 3: unknown item_id 'zz'" in capsys.readouterr().err
+    assert "line 3: unknown item_id 'zz'" in capsys.readouterr().err
 
 
 def test_leakage_parser_is_shared():

@@ -56,10 +56,10 @@ def test_import_likert_coerces_numbers(tmp_path):
     "text, message",
     [
         ("item,annotator_id,label\nt1,a1,yes\n", "lack column\\(s\\) item_id"),
-        ("item_id,annotator_id,label\nt1,a1,yes\nt2,a1,maybe\n", "row 3 .*'maybe' is not one of"),
-        ("item_id,annotator_id,label\nt1,a1,yes\nt2,a1,no\nt1,a1,no\n", "row 4: duplicate judgement of item 't1' by annotator 'a1' \\(first at row 2\\)"),
-        ("item_id,annotator_id,label\nt1,a1,yes\nt9,a1,no\n", "row 3: unknown item_id 't9'"),
-        ("item_id,annotator_id,label\nt1,,yes\n", "row 2: empty annotator_id"),
+        ("item_id,annotator_id,label\nt1,a1,yes\nt2,a1,maybe\n", "line 3, column label .*'maybe' is not one of"),
+        ("item_id,annotator_id,label\nt1,a1,yes\nt2,a1,no\nt1,a1,no\n", "line 4: duplicate judgement of item 't1' by annotator 'a1' \\(first at line 2\\)"),
+        ("item_id,annotator_id,label\nt1,a1,yes\nt9,a1,no\n", "line 3: unknown item_id 't9'"),
+        ("item_id,annotator_id,label\nt1,,yes\n", "line 2: empty annotator_id"),
     ],
 )
 def test_import_rejects_bad_rows(tmp_path, text, message):
@@ -68,7 +68,7 @@ def test_import_rejects_bad_rows(tmp_path, text, message):
 
 
 def test_import_out_of_range_slider(tmp_path):
-    with pytest.raises(DataError, match="row 2 .*outside \\[-50.0, 50.0\\]"):
+    with pytest.raises(DataError, match="line 2, column label .*outside \\[-50.0, 50.0\\]"):
         import_judgements(write(tmp_path, "item_id,annotator_id,label\nt1,a1,51\n"), SLIDER_50)
 
 
@@ -76,7 +76,7 @@ def test_repeat_column_allows_second_answer(tmp_path):
     path = write(tmp_path, "item_id,annotator_id,label,repeat\nt1,a1,3,0\nt1,a1,4,1\n")
     df = import_judgements(path, LIKERT5)
     assert df["repeat"].tolist() == [0, 1]
-    with pytest.raises(DataError, match="row 3: duplicate"):
+    with pytest.raises(DataError, match="line 3: duplicate"):
         import_judgements(write(tmp_path, "item_id,annotator_id,label,repeat\nt1,a1,3,0\nt1,a1,4,0\n"), LIKERT5)
 
 

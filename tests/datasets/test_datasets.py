@@ -57,3 +57,27 @@ def test_missing_mirror_file_is_one_clear_line(tmp_path):
     with pytest.raises(DataError) as err:
         ingest_dataset(spec, tmp_path / "out", mirror=tmp_path / "mirror")
     assert "not found in mirror" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_raw_file_changed_after_ingest_is_refused_by_the_stage_that_reads_it(tmp_path):
+    """#18: the stage reading data/raw/ re-verifies the sha256 recorded at ingest."""
+    import json as _json
+
+    from stereolens.datasets.crows_pairs import crows_pairs_table
+    from stereolens.datasets.ingest import verify_ingested
+    from stereolens.errors import DataError
+    from stereolens.io import sha256_file
+
+    raw = tmp_path / "crows_pairs"
+    raw.mkdir()
+    csv = raw / "crows_pairs_anonymized.csv"
+    csv.write_text(",sent_more,sent_less,stereo_antistereo,bias_type\n0,Poor people steal.,Rich people steal.,"
+                   "stereo,socioeconomic\n", encoding="utf-8")
+    (raw / "PROVENANCE.json").write_text(_json.dumps({"files": [{"file": csv.name, "sha256": sha256_file(csv)}]}))
+    assert len(crows_pairs_table(csv)) == 1
+    csv.write_text(csv.read_text().replace("Poor", "Lazy"), encoding="utf-8")
+    with pytest.raises(DataError, match=r"changed after ingest: .*dvc checkout"):
+        crows_pairs_table(csv)
+    (raw / "other.csv").write_text("x\n")
+    with pytest.raises(DataError, match="not listed in"):
+        verify_ingested(raw / "other.csv")

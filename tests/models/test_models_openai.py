@@ -1,20 +1,18 @@
 """The OpenAI-compatible backend against a real HTTP server on 127.0.0.1.
 
-The server below speaks the OpenAI wire format (POST /v1/chat/completions and
-/v1/completions, logprobs included) with a deterministic toy "model" whose answers
-the tests can compute, programmable failures and a request counter.  Nothing of
-ours is mocked: requests go through the real ``openai`` client over TCP.
+The server (``tests/loopback_openai.py``) speaks the OpenAI wire format with a
+deterministic toy "model" whose answers the tests can compute, programmable
+failures and a request log.  Nothing of ours is mocked: requests go through the
+real ``openai`` client over TCP.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback_openai import LoopbackServer, toy_logprob, toy_tokens
 
 from stereolens.errors import ModelLoadError, RemoteCallError
 from stereolens.models import (
@@ -31,166 +29,10 @@ from stereolens.models import (
 API_KEY = "sk-test-key"
 
 
-# --- the toy model the server serves -------------------------------------------------
-
-
-def toy_tokens(text: str) -> list[str]:
-    """Words with their leading whitespace, like a BPE that merges ' word'."""
-    return re.findall(r"\s*\S+|\s+$", text)
-
-
-def toy_logprob(token: str) -> float:
-    return -0.25 - 0.1 * len(token.strip())
-
-
-def toy_answer(prompt: str, temperature: float, seed: int) -> str:
-    base = f"echo {prompt.split()[-1] if prompt.split() else ''} and more words here"
-    return base if temperature == 0 else f"{base} seed{seed}"
-
-
-def truncate(text: str, max_tokens: int, stop: list[str]) -> tuple[str, str]:
-    toks = toy_tokens(text)
-    finish = "stop"
-    if len(toks) > max_tokens:
-        toks, finish = toks[:max_tokens], "length"
-    text = "".join(toks)
-    for s in stop:
-        if s in text:
-            text, finish = text[: text.index(s)], "stop"
-    return text, finish
-
-
-class FakeOpenAI:
-    """State shared by the handler threads."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.calls = 0
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.plan: list[str] = []  # actions for the next calls: "429", "500", "timeout", "ok"
-        self.always_fail_on: str | None = None  # any request whose prompt contains this gets a 500
-        self.always_status: int | None = None
-        self.delay_s = 0.0
-        self.timeout_sleep_s = 1.5
-        self.headers: list[dict[str, str]] = []
-        self.bodies: list[dict] = []
-
-
-def make_handler(state: FakeOpenAI):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # keep pytest output clean
-            pass
-
-        def _send(self, status: int, obj: dict, extra_headers: dict | None = None) -> None:
-            data = json.dumps(obj).encode()
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in (extra_headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (timeout test)
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-            with state.lock:
-                state.calls += 1
-                state.in_flight += 1
-                state.max_in_flight = max(state.max_in_flight, state.in_flight)
-                state.headers.append({k.lower(): v for k, v in self.headers.items()})
-                state.bodies.append(body)
-                action = state.plan.pop(0) if state.plan else "ok"
-            try:
-                if state.delay_s:
-                    time.sleep(state.delay_s)
-                text_in = json.dumps(body.get("messages") or body.get("prompt"))
-                if state.always_status is not None:
-                    action = str(state.always_status)
-                elif state.always_fail_on and state.always_fail_on in text_in:
-                    action = "500"
-                if action == "timeout":
-                    time.sleep(state.timeout_sleep_s)
-                    return self._send(200, {})
-                if action != "ok":
-                    status = int(action)
-                    return self._send(
-                        status,
-                        {"error": {"message": f"injected {status}", "type": "server_error", "code": None}},
-                        {"retry-after": "0"} if status == 429 else None,
-                    )
-                if self.path.endswith("/chat/completions"):
-                    return self._send(200, self._chat(body))
-                if self.path.endswith("/completions"):
-                    return self._send(200, self._completion(body))
-                return self._send(404, {"error": {"message": "no such route"}})
-            finally:
-                with state.lock:
-                    state.in_flight -= 1
-
-        def _chat(self, body: dict) -> dict:
-            last = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
-            text, finish = truncate(
-                toy_answer(last, body.get("temperature", 1), body.get("seed", 0)),
-                body.get("max_tokens", 16), body.get("stop") or [],
-            )
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
-                      "logprobs": None}
-            if body.get("logprobs"):
-                k = body.get("top_logprobs", 0)
-                content = []
-                for tok in toy_tokens(text):
-                    alts = [{"token": tok, "logprob": toy_logprob(tok), "bytes": list(tok.encode())}]
-                    alts += [{"token": f"alt{j}", "logprob": toy_logprob(tok) - j, "bytes": None} for j in range(1, k)]
-                    content.append({"token": tok, "logprob": toy_logprob(tok), "bytes": list(tok.encode()),
-                                    "top_logprobs": alts[:k]})
-                choice["logprobs"] = {"content": content, "refusal": None}
-            return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [choice], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-
-        def _completion(self, body: dict) -> dict:
-            prompt = body["prompt"]
-            generated, finish = truncate(
-                toy_answer(prompt, body.get("temperature", 1), body.get("seed", 0)),
-                body.get("max_tokens", 16), body.get("stop") or [],
-            )
-            logprobs = None
-            if body.get("logprobs") is not None:
-                echoed = toy_tokens(prompt) if body.get("echo") else []
-                toks = echoed + toy_tokens(generated)
-                offsets, pos = [], 0
-                for t in toks:
-                    offsets.append(pos)
-                    pos += len(t)
-                lps = [toy_logprob(t) for t in toks]
-                if echoed:
-                    lps[0] = None  # the first prompt token has no context, as OpenAI reports it
-                k = max(1, body["logprobs"])
-                tops = [None if lp is None else {t: lp, **{f"alt{j}": lp - j for j in range(1, k)}}
-                        for t, lp in zip(toks, lps)]
-                logprobs = {"tokens": toks, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
-            text = (prompt if body.get("echo") else "") + generated
-            return {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "text": text, "finish_reason": finish, "logprobs": logprobs}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-
-    return Handler
-
-
 @pytest.fixture
 def server():
-    state = FakeOpenAI()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(state))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    state.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    yield state
-    httpd.shutdown()
-    httpd.server_close()
+    with LoopbackServer() as state:
+        yield state
 
 
 @pytest.fixture(autouse=True)

@@ -269,7 +269,8 @@ def test_cli_errors_name_row_and_column(tiny_masked_lm_dir, tmp_path):
         tmp_path / "p.csv", index=False
     )
     base = ["score", "pairs", "--model", str(tiny_masked_lm_dir), "--metric", "pll", "--output", str(tmp_path / "o.csv"), "--no-cache"]
-    with pytest.raises(DataError, match=r"row b: empty sentence in column sent_stereo"):
+    # the place as a person reading the file counts it: header = line 1, row "b" = line 3
+    with pytest.raises(DataError, match=r"p\.csv line 3, column sent_stereo: empty sentence"):
         run_cli([*base, "--input", str(tmp_path / "p.csv")])
     pd.DataFrame({"id": ["a"], "sent_stereo": ["Women are kind."]}).to_csv(tmp_path / "q.csv", index=False)
     with pytest.raises(DataError, match="missing column.*sent_anti"):

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from stereolens.stats.bias import bias_score, bias_table
+from stereolens.stats.bias import bca_interval, bias_score, bias_table
 
 
 def test_ties_are_not_stereotypical_and_counted():
@@ -43,3 +43,14 @@ def test_planted_bias_is_detected_per_group():
     assert table.loc["gender", "ci_low"] == table.loc["gender", "ci_high"] == 1.0
     assert table.loc["age", "ci_low"] < 0.5 < table.loc["age", "ci_high"]
     assert table.loc["all", "n"] == 2 * n
+    assert table.loc["gender", "degenerate"] and not table.loc["age", "degenerate"]
+
+
+def test_degenerate_flag_and_interval_of_another_statistic():
+    eight = bias_score(np.ones(8), np.zeros(8), n_resamples=1000)
+    assert eight.degenerate and eight.ci_low == eight.ci_high == 1.0
+    assert eight.p_value == pytest.approx(2 / 2**8)  # the exact binomial result stands in for the interval
+    values = np.random.default_rng(4).normal(size=30)
+    ref = stats.bootstrap((values,), np.median, n_resamples=1000, method="BCa", random_state=np.random.default_rng(2))
+    assert bca_interval(values, statistic=np.median, n_resamples=1000, seed=2) == pytest.approx(
+        (ref.confidence_interval.low, ref.confidence_interval.high))

@@ -64,15 +64,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _agreement(args: argparse.Namespace) -> int:
     from stereolens.annotation.agreement import compute
+    from stereolens.annotation.scales import scale_from_config
+    from stereolens.annotation.tasks import validate_judgements
+    from stereolens.errors import DataError
     from stereolens.io import read_csv_checked
+    from stereolens.tables import judgements_schema, validate_table
 
+    # the same checks as `annotation import`: ids present, one label per (item, annotator), labels on the scale
     df = read_csv_checked(args.input, ["item_id", "annotator_id", "label"], what="judgements",
-                          dtype={"item_id": str, "annotator_id": str})
+                          dtype={"item_id": str, "annotator_id": str}, allow_empty=False)
+    where = f"judgements {args.input}"
+    df = validate_table(df, judgements_schema(), where)
+    scale = scale_from_config(args.scale) if args.scale else None
+    if scale is not None:
+        df = validate_judgements(df, scale, where=where)
+    annotators = df["annotator_id"].astype(str).str.strip().unique()
+    if len(annotators) < 2:
+        raise DataError(f"{where}: agreement needs at least two annotators, found {len(annotators)} "
+                        f"({', '.join(annotators)})")
     extra = {}
-    if args.scale and args.metric == "cohen":
-        from stereolens.annotation.scales import scale_from_config
-
-        extra["scale"] = scale_from_config(args.scale)
+    if scale is not None and args.metric == "cohen":
+        extra["scale"] = scale
     res = compute(df, args.metric, args.level, n_boot=args.n_boot, confidence=args.confidence,
                   seed=args.seed, ci_method=args.ci_method, **extra)
     out = {"metric": args.metric, "variant": res.metric, "level": args.level, "value": res.value, "ci_low": res.ci_low,

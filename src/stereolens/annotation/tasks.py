@@ -106,7 +106,7 @@ def validate_judgements(
     for col in ("item_id", "annotator_id"):
         empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
         if empty.any():
-            raise DataError(f"{where} row {int(empty.idxmax()) + row_offset}: empty {col}")
+            raise DataError(f"{where} line {int(empty.idxmax()) + row_offset}: empty {col}")
         df[col] = df[col].astype(str).str.strip()
     labels = []
     for pos, value in enumerate(df["label"].tolist()):
@@ -114,7 +114,7 @@ def validate_judgements(
             labels.append(scale.coerce(value))
         except (TypeError, ValueError) as exc:
             raise DataError(
-                f"{where} row {pos + row_offset} (item {df.at[pos, 'item_id']!r}, annotator "
+                f"{where} line {pos + row_offset}, column label (item {df.at[pos, 'item_id']!r}, annotator "
                 f"{df.at[pos, 'annotator_id']!r}): {exc} on scale {scale.name!r}"
             ) from None
     df["label"] = pd.Series(labels, index=df.index, dtype=object if scale.is_closed and not _numeric(scale) else float)
@@ -123,22 +123,22 @@ def validate_judgements(
         rep = pd.to_numeric(df["repeat"], errors="coerce")
         if rep.isna().any() or (rep < 0).any():
             bad = int((rep.isna() | (rep < 0)).idxmax())
-            raise DataError(f"{where} row {bad + row_offset}: repeat must be 0 or a positive integer, got {df.at[bad, 'repeat']!r}")
+            raise DataError(f"{where} line {bad + row_offset}: repeat must be 0 or a positive integer, got {df.at[bad, 'repeat']!r}")
         df["repeat"] = rep.astype(int)
     dup = df.duplicated(keys, keep="first")
     if dup.any():
         pos = int(dup.idxmax())
         first = int(df[df.duplicated(keys, keep=False)].index[0])
         raise DataError(
-            f"{where} row {pos + row_offset}: duplicate judgement of item {df.at[pos, 'item_id']!r} by annotator "
-            f"{df.at[pos, 'annotator_id']!r} (first at row {first + row_offset})"
+            f"{where} line {pos + row_offset}: duplicate judgement of item {df.at[pos, 'item_id']!r} by annotator "
+            f"{df.at[pos, 'annotator_id']!r} (first at line {first + row_offset})"
         )
     if known_items is not None:
         known = {str(i) for i in known_items}
         unknown = ~df["item_id"].isin(known)
         if unknown.any():
             pos = int(unknown.idxmax())
-            raise DataError(f"{where} row {pos + row_offset}: unknown item_id {df.at[pos, 'item_id']!r}")
+            raise DataError(f"{where} line {pos + row_offset}: unknown item_id {df.at[pos, 'item_id']!r}")
     return df
 
 

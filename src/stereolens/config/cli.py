@@ -10,7 +10,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = config.add_subparsers(dest="config_command", metavar="ACTION")
     sub.required = True
     compose = sub.add_parser("compose", help="write params.yaml from conf/ and Hydra overrides")
-    compose.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=mbert study/crows.limit=100")
+    compose.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=mbert study.crows.limit=100")
     compose.add_argument("--config-dir", default="conf")
     compose.add_argument("--output", default="params.yaml")
     compose.add_argument("--print", action="store_true", help="print the composed YAML instead of writing it")

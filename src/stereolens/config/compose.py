@@ -25,7 +25,24 @@ def compose_config(
     config_dir: str | os.PathLike = DEFAULT_CONFIG_DIR,
     config_name: str = DEFAULT_CONFIG_NAME,
 ) -> dict[str, Any]:
-    """Return the composed config as plain containers, or raise one-line ConfigError."""
+    """Return the composed config as plain containers, or raise one-line ConfigError.
+
+    With overrides, every value is also checked against the type the default
+    composition gives it (and, for keys whose default is null, the types declared
+    with :func:`declare_param_types`, which the CLI fills from each study's
+    ``config.PARAM_TYPES``), so that
+    ``study.crows.limit=abc`` is refused here, not three stages later.
+    """
+    config = _compose(overrides, config_dir=config_dir, config_name=config_name)
+    if overrides:
+        defaults = _compose((), config_dir=config_dir, config_name=config_name)
+        check_types(config, expected_types(defaults), overrides)
+    return config
+
+
+def _compose(
+    overrides: Sequence[str], *, config_dir: str | os.PathLike, config_name: str
+) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -41,6 +58,63 @@ def compose_config(
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot compose config with overrides {list(overrides)}: {first}") from exc
+
+
+_NUMERIC = (int, float)
+
+
+def expected_types(defaults: dict[str, Any]) -> dict[str, tuple[type, ...]]:
+    """Dotted key -> accepted types: from non-null numeric/boolean defaults, then the studies' declarations."""
+    types: dict[str, tuple[type, ...]] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+            return
+        key = prefix[:-1]
+        if isinstance(node, bool):
+            types[key] = (bool,)
+        elif isinstance(node, int):
+            types[key] = (int,)
+        elif isinstance(node, float):
+            types[key] = _NUMERIC
+
+    walk(defaults, "")
+    types.update(DECLARED_TYPES)
+    return types
+
+
+# dotted key -> accepted types for keys whose default is null; filled by declare_param_types
+DECLARED_TYPES: dict[str, tuple[type, ...]] = {}
+
+
+def declare_param_types(prefix: str, types: dict[str, type | tuple[type, ...]]) -> None:
+    """Declare the types of config keys under ``prefix`` (the CLI does this for each study's
+    ``config.PARAM_TYPES``; engines never import a study)."""
+    for key, declared in types.items():
+        DECLARED_TYPES[f"{prefix}.{key}"] = declared if isinstance(declared, tuple) else (declared,)
+
+
+def check_types(config: dict[str, Any], types: dict[str, tuple[type, ...]], overrides: Sequence[str]) -> None:
+    """Refuse a composed value whose type is not the one its key takes (null always allowed)."""
+    for key, accepted in sorted(types.items()):
+        node: Any = config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                node = None
+                break
+            node = node[part]
+        if node is None:
+            continue
+        ok = isinstance(node, accepted) and not (isinstance(node, bool) and bool not in accepted)
+        if accepted == _NUMERIC and isinstance(node, bool):
+            ok = False
+        if not ok:
+            names = " or ".join("number" if t is float else t.__name__ for t in accepted)
+            culprit = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), None)
+            where = f"override {culprit!r}" if culprit else "the composed config"
+            raise ConfigError(f"{key} must be {names} (or null), got {node!r} from {where}")
 
 
 def to_yaml(config: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import os
 
 import pandas as pd
 
+from stereolens.datasets.ingest import verify_ingested
 from stereolens.io import read_csv_checked
 
 CROWS_COLUMNS = ("sent_more", "sent_less", "bias_type")
@@ -19,6 +20,7 @@ def crows_pairs_table(raw_csv: str | os.PathLike, limit: int | None = None) -> p
     both the original metric and lm-evaluation-harness compare sent_more
     against sent_less regardless of direction.
     """
+    verify_ingested(raw_csv)
     raw = read_csv_checked(raw_csv, CROWS_COLUMNS, what="CrowS-Pairs table", keep_default_na=False)
     first = raw.columns[0]
     ids = raw[first] if first not in CROWS_COLUMNS and first != "stereo_antistereo" else range(len(raw))

@@ -8,6 +8,7 @@ once every file has been verified.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -119,3 +120,35 @@ def ingest_dataset(spec: DatasetSpec, output_dir: str | os.PathLike, *, mirror: 
         if staging.exists():
             shutil.rmtree(staging)
     return output_dir
+
+
+PROVENANCE = "PROVENANCE.json"
+
+
+def verify_ingested(path: str | os.PathLike) -> Path:
+    """Re-check a file under ``data/raw/<dataset>/`` against the sha256 its ingest recorded.
+
+    A stage reading raw data calls this first, so a file edited or replaced after
+    ingest is refused instead of silently feeding every number downstream.  A
+    folder without ``PROVENANCE.json`` (a hand-placed test fixture) is not checked.
+    """
+    path = Path(path)
+    record = path.parent / PROVENANCE
+    if not record.is_file():
+        return path
+    try:
+        files = {f["file"]: f["sha256"] for f in json.loads(record.read_text(encoding="utf-8"))["files"]}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{record} is malformed ({exc}); re-run the ingest stage") from None
+    expected = files.get(path.name)
+    if expected is None:
+        raise DataError(f"{path} is not listed in {record}: it was not ingested; re-run the ingest stage")
+    if not path.is_file():
+        raise DataError(f"{path} not found (listed in {record}); run `dvc checkout {path.parent}`")
+    digest = sha256_file(path)
+    if digest != expected:
+        raise DataError(
+            f"{path} changed after ingest: sha256 {digest[:16]}..., recorded {expected[:16]}... in {record}; "
+            f"run `dvc checkout {path.parent}` (or re-run the ingest stage) to restore it"
+        )
+    return path

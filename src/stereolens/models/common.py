@@ -99,12 +99,23 @@ class CachedBatch:
                 continue
             first_of[key] = i
             self.todo.append(i)
+        # every backend answers through store(): one progress bar here covers generation and scoring of every
+        # model (done, rate, time left); tqdm stays quiet when stderr is not a terminal (disable=None)
+        from tqdm import tqdm
+
+        kind = str(payload_of(self.requests[self.todo[0]]).get("op", "")) if self.todo else ""
+        self._bar = tqdm(total=len(self.todo), unit="req", desc=f"model {kind}".strip(), disable=None,
+                         leave=False) if len(self.todo) > 1 else None
 
     def store(self, i: int, answer: dict[str, Any]) -> None:
         self.cache.put(self._payload_of(self.requests[i]), answer)
         self.results[i] = self._from_json(answer, cached=False)
+        if self._bar is not None:
+            self._bar.update(1)
 
     def finish(self) -> list[Any]:
+        if self._bar is not None:
+            self._bar.close()
         for first, dups in self._duplicates.items():
             for i in dups:
                 self.results[i] = self.results[first]

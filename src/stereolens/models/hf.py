@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,9 @@ class HFModel(LanguageModel):
         self.cache = cache if cache is not None else ResponseCache()
         auto = getattr(transformers, self.auto_class)
         kwargs: dict[str, Any] = {"revision": spec.revision} if spec.revision else {}
+        if not sys.stderr.isatty():
+            # the loader's progress bar is noise in logs, and an error must stay the one line on stderr
+            transformers.utils.logging.disable_progress_bar()
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(spec.name, **kwargs)
             self.model = auto.from_pretrained(spec.name, dtype=_torch_dtype(spec.dtype), **kwargs)

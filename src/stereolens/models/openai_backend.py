@@ -16,7 +16,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 from urllib.parse import urlparse
@@ -59,12 +59,15 @@ def is_local_url(url: str) -> bool:
     return (urlparse(url).hostname or "") in LOCAL_HOSTS
 
 
-class _Retryable(Exception):
-    """A failure worth another attempt; carries a server-suggested delay if any."""
+class MalformedResponse(Exception):
+    """A 200 whose body is not a usable answer (no choices, no message or text); retried."""
 
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.retry_after = retry_after
+
+def _first_choice(resp: Any) -> Any:
+    choices = getattr(resp, "choices", None)
+    if not choices:
+        raise MalformedResponse("no choices in the response")
+    return choices[0]
 
 
 class OpenAIModel(LanguageModel):
@@ -102,14 +105,28 @@ class OpenAIModel(LanguageModel):
 
     # --- the retry loop ---------------------------------------------------------------
 
-    def _call_with_retries(self, fn, request: GenerationRequest | LoglikelihoodRequest) -> Any:
+    def _call_with_retries(
+        self,
+        fn: Callable[[], Any],
+        request: GenerationRequest | LoglikelihoodRequest,
+        parse: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """Call ``fn`` until it gives a usable answer; ``parse`` turns the response into one.
+
+        A 200 is not yet an answer: a body that does not decode, fails the client's
+        validation, or lacks its choice/message/text (``parse`` raises
+        :class:`MalformedResponse`) is retried like a 5xx, since proxies and overloaded
+        servers send such bodies and a second attempt usually succeeds.
+        """
         attempts = self.spec.max_retries + 1
         last = ""
         for attempt in range(attempts):
             with self._calls_lock:
                 self.calls += 1
+            delay: float | None = None
             try:
-                return fn()
+                response = fn()
+                return response if parse is None else parse(response)
             except self._openai.APIStatusError as exc:
                 status = exc.status_code
                 if status in RETRY_STATUS or status >= 500:
@@ -121,9 +138,14 @@ class OpenAIModel(LanguageModel):
                         f"HTTP {status} {first_line(exc)}"
                     ) from exc
             except self._openai.APITimeoutError:
-                last, delay = f"timeout after {self.spec.timeout_s:g}s", None
+                last = f"timeout after {self.spec.timeout_s:g}s"
             except self._openai.APIConnectionError as exc:
-                last, delay = f"connection error ({first_line(exc)})", None
+                last = f"connection error ({first_line(exc)})"
+            except (MalformedResponse, self._openai.APIResponseValidationError) as exc:
+                last = f"malformed response ({first_line(exc)})"
+            except ValueError as exc:
+                # a truncated body (json.JSONDecodeError) and pydantic's ValidationError are ValueErrors
+                last = f"malformed response ({type(exc).__name__}: {first_line(exc)})"
             if attempt + 1 < attempts:
                 time.sleep(self._backoff(attempt, delay))
         raise RemoteCallError(
@@ -225,10 +247,14 @@ class OpenAIChatModel(OpenAIModel):
         if req.top_logprobs:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = req.top_logprobs
-        resp = self._call_with_retries(lambda: self.client.chat.completions.create(**kwargs), req)
-        if not resp.choices:
-            raise RemoteCallError(f"model {self.spec.name!r} returned no choices for {short_request(req)}")
-        choice = resp.choices[0]
+        return self._call_with_retries(
+            lambda: self.client.chat.completions.create(**kwargs), req, lambda resp: self._parse_chat(resp, req)
+        )
+
+    def _parse_chat(self, resp: Any, req: GenerationRequest) -> dict[str, Any]:
+        choice = _first_choice(resp)
+        if getattr(choice, "message", None) is None:
+            raise MalformedResponse("the choice has no message")
         top = None
         if req.top_logprobs:
             content = getattr(choice.logprobs, "content", None) if choice.logprobs is not None else None
@@ -257,10 +283,14 @@ class OpenAICompletionModel(OpenAIModel):
         kwargs = {"prompt": prompt, **self._decoding(req)}
         if req.top_logprobs:
             kwargs["logprobs"] = req.top_logprobs
-        resp = self._call_with_retries(lambda: self.client.completions.create(**kwargs), req)
-        if not resp.choices:
-            raise RemoteCallError(f"model {self.spec.name!r} returned no choices for {short_request(req)}")
-        choice = resp.choices[0]
+        return self._call_with_retries(
+            lambda: self.client.completions.create(**kwargs), req, lambda resp: self._parse_completion(resp, req)
+        )
+
+    def _parse_completion(self, resp: Any, req: GenerationRequest) -> dict[str, Any]:
+        choice = _first_choice(resp)
+        if getattr(choice, "text", None) is None:
+            raise MalformedResponse("the choice has no text")
         top = None
         if req.top_logprobs:
             if choice.logprobs is None or choice.logprobs.top_logprobs is None:
@@ -268,7 +298,7 @@ class OpenAICompletionModel(OpenAIModel):
                     f"model {self.spec.name!r} at {self.base_url} returned no logprobs for {short_request(req)}"
                 )
             top = [{k: float(v) for k, v in (pos or {}).items()} for pos in choice.logprobs.top_logprobs]
-        return {"text": choice.text or "", "finish_reason": choice.finish_reason, "top_logprobs": top}
+        return {"text": choice.text, "finish_reason": choice.finish_reason, "top_logprobs": top}
 
     def _loglikelihood_one(self, req: LoglikelihoodRequest) -> dict[str, Any]:
         context = req.context if req.messages is None else render_plain_chat(req.messages) + req.context
@@ -277,8 +307,17 @@ class OpenAICompletionModel(OpenAIModel):
         # generated token lies past the prompt and is dropped below, as lm-eval does
         kwargs = {"model": self.spec.name, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
                   "echo": True, "logprobs": 1, "seed": 0}
-        resp = self._call_with_retries(lambda: self.client.completions.create(**kwargs), req)
-        lp = resp.choices[0].logprobs if resp.choices else None
+        return self._call_with_retries(
+            lambda: self.client.completions.create(**kwargs),
+            req,
+            lambda resp: self._parse_loglikelihood(resp, req, context, prompt),
+        )
+
+    def _parse_loglikelihood(self, resp: Any, req: LoglikelihoodRequest, context: str, prompt: str) -> dict[str, Any]:
+        choice = _first_choice(resp)
+        if getattr(choice, "text", None) is None:
+            raise MalformedResponse("the choice has no text")
+        lp = choice.logprobs
         if lp is None or not lp.tokens or lp.token_logprobs is None:
             raise UnsupportedRequest(
                 f"model {self.spec.name!r} at {self.base_url} gave no echoed logprobs for {short_request(req)}; "
@@ -291,6 +330,12 @@ class OpenAICompletionModel(OpenAIModel):
             for tok in lp.tokens:
                 offsets.append(pos)
                 pos += len(tok)
+        first = lp.tokens[0]
+        if (len(offsets) > 1 and lp.token_logprobs[0] is None and first and offsets[1] - offsets[0] == len(first)
+                and not prompt.startswith(first)):
+            # vLLM echoes the BOS it prepends as a token of its own ("<s>", "<bos>") whose text
+            # offsets count although the echoed text lacks it: shift the rest back onto the prompt
+            offsets = [offsets[0]] + [off - len(first) for off in offsets[1:]]
         total, n, greedy = 0.0, 0, True
         for k, (tok, off) in enumerate(zip(lp.tokens, offsets)):
             if off < len(context) or off >= len(prompt):

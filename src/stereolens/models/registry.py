@@ -87,13 +87,26 @@ def backend_class(spec: ModelSpec) -> type[LanguageModel]:
     return getattr(importlib.import_module(module), cls)
 
 
-def load_model(spec: ModelSpec, cache: ResponseCache | None = None) -> LanguageModel:
+def load_model(spec: ModelSpec, cache: ResponseCache | None = None, executor: Any = None) -> LanguageModel:
     """Load the model ``spec`` names; every request it serves goes through ``cache``.
 
     ``cache=None`` uses a :class:`ResponseCache` at its default location
     (``$STEREOLENS_CACHE_DIR`` or ``cache/models``): caching is never silently off.
     Pass ``ResponseCache(enabled=False)`` to switch it off explicitly.
+
+    ``executor`` (an :class:`~stereolens.models.executor.ExecutorSpec` or the
+    ``executor`` config section; None = local) decides where an HF model runs:
+    with ``kind: ray`` the result is a :class:`~stereolens.models.executor.RayModel`
+    whose requests and sentence scores are sharded over Ray actors.
     """
     if isinstance(spec, dict):
         spec = spec_from_config(spec)
-    return backend_class(spec)(spec, cache=cache if cache is not None else ResponseCache())
+    cache = cache if cache is not None else ResponseCache()
+    if executor is not None and spec.backend == "hf":
+        from stereolens.models.executor import ExecutorSpec, RayModel, executor_from_config
+
+        if not isinstance(executor, ExecutorSpec):
+            executor = executor_from_config(executor)
+        if not executor.is_local:
+            return RayModel(spec, cache, executor)
+    return backend_class(spec)(spec, cache=cache)

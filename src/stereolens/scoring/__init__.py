@@ -20,6 +20,7 @@ _ENGINE_EXPORTS = (
     "option_probabilities",
     "pair_summary",
     "score_continuations",
+    "score_masked_continuations",
     "score_pair_lists",
     "score_pairs",
     "score_sentences",

@@ -52,33 +52,45 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", action="store_true", help="show a progress bar")
 
 
-def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+def _model_kind(args: argparse.Namespace) -> str:
+    """The model's kind from its config, checked against ``--metric`` before any weights load."""
+    from stereolens.scoring.model_kind import check_metric_for_kind, model_kind
+
+    kind = model_kind(args.model)
+    check_metric_for_kind(args.metric, kind, args.model)
+    return kind
+
+
+def _load(args: argparse.Namespace, kind: str) -> tuple[Any, Any]:
     from stereolens.models import ModelSpec, ResponseCache, load_model
 
     cache = ResponseCache(args.cache_dir, enabled=not args.no_cache)
-    kind = "causal" if args.metric == "causal" else "masked"
     model = load_model(ModelSpec(name=args.model, kind=kind, dtype=args.dtype, device=args.device), cache=cache)
     return model, cache
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    if args.batch_tokens is not None and args.batch_tokens < 1:
+        from stereolens.errors import ConfigError
+
+        raise ConfigError(f"--batch-tokens must be positive, got {args.batch_tokens}")
 
 
 def _options(args: argparse.Namespace, cache: Any) -> dict[str, Any]:
     from stereolens.scoring.engine import DEFAULT_BATCH_TOKENS
 
-    if args.batch_tokens is not None and args.batch_tokens < 1:
-        from stereolens.errors import ConfigError
-
-        raise ConfigError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    _check_options(args)
     return dict(
         batch_tokens=args.batch_tokens or DEFAULT_BATCH_TOKENS, truncate=args.truncate, per_token=args.per_token,
         progress=args.progress, cache=cache if not args.no_cache else None,
     )
 
 
-def _read(path: str, required: list[str], what: str):
-    from stereolens.io import read_csv_checked
+def _read(path: str, schema: Any, what: str):
+    from stereolens.tables import read_table
 
     # text stays text: "NA", "null" or "None" are sentences, not missing values
-    return read_csv_checked(path, required, what=what, dtype=str, keep_default_na=False)
+    return read_table(path, schema, what=what)
 
 
 def _check_rows(df, id_column: str, columns: list[str]) -> None:
@@ -96,12 +108,17 @@ def summary_path(output: str | Path) -> Path:
 
 
 def _score_pairs(args: argparse.Namespace) -> int:
-    from stereolens.io import write_csv, write_json
+    from stereolens.io import check_writable, write_csv, write_json
     from stereolens.scoring.engine import pair_summary, score_pairs
+    from stereolens.tables import pairs_schema
 
-    df = _read(args.input, [args.id_column, args.stereo_column, args.anti_column], "pairs table")
+    dest = Path(args.summary) if args.summary else summary_path(args.output)
+    # every check that can fail runs before the model loads and before anything is written
+    _check_options(args)
+    check_writable(args.output, dest)
+    df = _read(args.input, pairs_schema(args.id_column, args.stereo_column, args.anti_column), "pairs table")
     _check_rows(df, args.id_column, [args.stereo_column, args.anti_column])
-    model, cache = _load(args)
+    model, cache = _load(args, _model_kind(args))
     scored = score_pairs(
         model, None, df, args.metric, columns=(args.stereo_column, args.anti_column), id_column=args.id_column,
         **_options(args, cache),
@@ -109,7 +126,6 @@ def _score_pairs(args: argparse.Namespace) -> int:
     write_csv(args.output, scored)
     summary = pair_summary(scored, metric=args.metric, model=args.model, truncate=args.truncate)
     summary.update({"input": str(args.input), "output": str(args.output), "model_identity": getattr(model, "identity", None)})
-    dest = Path(args.summary) if args.summary else summary_path(args.output)
     write_json(dest, summary)
     print(
         f"scored {summary['n']} pairs with {args.metric}: bias_score={summary['bias_score']:.4f} "
@@ -122,17 +138,20 @@ def _score_pairs(args: argparse.Namespace) -> int:
 def _score_sentences(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from stereolens.io import write_csv
+    from stereolens.io import check_writable, write_csv
     from stereolens.scoring.engine import score_sentences
+    from stereolens.tables import sentences_schema
 
+    _check_options(args)
+    check_writable(args.output)
     if args.input:
-        df = _read(args.input, [args.column], "sentences table")
+        df = _read(args.input, sentences_schema(args.column, args.id_column), "sentences table")
         if args.id_column not in df.columns:
             df.insert(0, args.id_column, [str(i) for i in range(len(df))])
     else:
         df = pd.DataFrame({args.id_column: [str(i) for i in range(len(args.text))], args.column: args.text})
     _check_rows(df, args.id_column, [args.column])
-    model, cache = _load(args)
+    model, cache = _load(args, _model_kind(args))
     scores = score_sentences(model, None, list(df[args.column]), args.metric, ids=list(df[args.id_column]), **_options(args, cache))
     out = df.copy()
     out["score"] = [s.logprob for s in scores]

@@ -45,6 +45,15 @@ def _row_ids(n: int, ids: Sequence[Any] | None) -> list[Any]:
     return ids
 
 
+def _scatter_of(model: Any) -> Callable[..., list[Any]] | None:
+    """The shard-and-gather method of an executor-backed model (``stereolens.models.executor.RayModel``).
+
+    Such a model runs each public function below on its workers, shard by shard,
+    with the same arguments; looked up on the type so that a plain model is never asked.
+    """
+    return model.map_shards if callable(getattr(type(model), "map_shards", None)) else None
+
+
 def _vocab_size(model: Any) -> int:
     config = getattr(model.config, "get_text_config", lambda: model.config)()
     return int(config.vocab_size)
@@ -258,6 +267,13 @@ def score_sentences(
     _check_metric(metric)
     if metric == "crows":
         raise ConfigError("metric crows scores the shared tokens of a pair: use score_pairs")
+    if (scatter := _scatter_of(model)) is not None:
+        parts = scatter(
+            score_sentences, {"sentences": sentences, "ids": _row_ids(len(sentences), ids), "what": what},
+            dict(tokenizer=None, metric=metric, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token,
+                 progress=progress, cache=cache, identity=identity),
+        )
+        return [score for part in parts for score in part]
     model, tokenizer, backend_identity = unwrap(model, tokenizer)
     identity = identity or backend_identity
     row_ids = _row_ids(len(sentences), ids)
@@ -309,6 +325,10 @@ def score_pair_lists(
     row_ids = _row_ids(n, ids)
     what_a, what_b = (f"sentence in column {c}" for c in columns) if columns else ("first sentence", "second sentence")
     opts = dict(batch_tokens=batch_tokens, truncate=truncate, per_token=per_token, progress=progress, cache=cache, identity=identity)
+    if (scatter := _scatter_of(model)) is not None:
+        parts = scatter(score_pair_lists, {"first": first, "second": second, "ids": row_ids},
+                        dict(tokenizer=None, metric=metric, columns=columns, **opts))
+        return [s for a, _ in parts for s in a], [s for _, b in parts for s in b]
     if metric != "crows":
         scores = score_sentences(
             model, tokenizer, [*first, *second], metric, ids=[*row_ids, *row_ids], what=[what_a] * n + [what_b] * n, **opts
@@ -402,6 +422,14 @@ def score_continuations(
     """
     if len(contexts) != len(continuations):
         raise ValueError(f"{len(contexts)} contexts but {len(continuations)} continuations")
+    if (scatter := _scatter_of(model)) is not None:
+        parts = scatter(
+            score_continuations,
+            {"contexts": contexts, "continuations": continuations, "ids": _row_ids(len(contexts), ids)},
+            dict(tokenizer=None, prepend_bos=prepend_bos, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token,
+                 progress=progress, cache=cache, identity=identity),
+        )
+        return [score for part in parts for score in part]
     model, tokenizer, backend_identity = unwrap(model, tokenizer)
     row_ids = _row_ids(len(contexts), ids)
     limit = max_length(model, tokenizer)
@@ -444,6 +472,12 @@ def score_seq2seq(
     """
     if len(inputs) != len(targets):
         raise ValueError(f"{len(inputs)} inputs but {len(targets)} targets")
+    if (scatter := _scatter_of(model)) is not None:
+        parts = scatter(
+            score_seq2seq, {"inputs": inputs, "targets": targets, "ids": _row_ids(len(inputs), ids)},
+            dict(tokenizer=None, batch_tokens=batch_tokens, truncate=truncate, per_token=per_token, cache=cache, identity=identity),
+        )
+        return [score for part in parts for score in part]
     model, tokenizer, backend_identity = unwrap(model, tokenizer)
     if not getattr(model.config, "is_encoder_decoder", False):
         raise ConfigError(f"score_seq2seq needs an encoder-decoder model, got {type(model).__name__}")
@@ -560,3 +594,67 @@ def option_probabilities(
         z = math.fsum(math.exp(v - top) for v in vals)
         out.append([math.exp(v - top) / z for v in vals])
     return out
+
+
+def score_masked_continuations(
+    model: Any,
+    tokenizer: Any | None,
+    contexts: Sequence[str],
+    continuations: Sequence[str],
+    metric: str = "pll_word_l2r",
+    *,
+    separator: str = " ",
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    truncate: bool = False,
+    ids: Sequence[Any] | None = None,
+    per_token: bool = False,
+    progress: bool = False,
+    cache: Any | None = None,
+    identity: str | None = None,
+) -> list[SentenceScore]:
+    """Pseudo-log-likelihood of a continuation with its context present, under a masked LM.
+
+    The text ``context + separator + continuation`` is encoded once; only the
+    tokens whose characters lie in the continuation are scored, each masked
+    (``pll``) or masked with the later pieces of its word (``pll_word_l2r``),
+    while every context token stays visible.  StereoSet's inter-sentence
+    candidates are scored this way when a model has no next-sentence head.
+    """
+    if metric not in ("pll", "pll_word_l2r"):
+        raise ConfigError(f"masked continuation scoring supports pll and pll_word_l2r, not {metric!r}")
+    if len(contexts) != len(continuations):
+        raise ValueError(f"{len(contexts)} contexts but {len(continuations)} continuations")
+    model, tokenizer, backend_identity = unwrap(model, tokenizer)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError("masked continuation scoring needs character offsets from a fast (Rust) tokenizer")
+    row_ids = _row_ids(len(contexts), ids)
+    limit = max_length(model, tokenizer)
+    items = []
+    for ctx, cont, rid in zip(contexts, continuations, row_ids):
+        if not isinstance(ctx, str):  # an empty context is allowed: the continuation is then scored alone
+            raise DataError(f"row {rid}: context is not text ({type(ctx).__name__})")
+        cont = check_text(cont, rid, "continuation")
+        text = f"{ctx}{separator}{cont}" if ctx else cont
+        start = len(text) - len(cont)
+        enc = encode_masked(tokenizer, text, rid, limit=limit, truncate=truncate, word_ids=True, what="context + continuation")
+        offsets = tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)["offset_mapping"]
+        offsets = offsets[: len(enc.ids)]
+        scored = tuple(
+            i for i, (s, (a, b)) in enumerate(zip(enc.special, offsets)) if not s and b > a and b > start
+        )
+        if not scored:
+            raise DataError(f"row {rid}: continuation has no tokens to score after tokenisation")
+        wids = enc.word_ids
+        assert wids is not None
+        last = scored[-1]
+        mask_sets = []
+        for p in scored:
+            later = () if wids[p] is None else tuple(j for j in range(p + 1, last + 1) if wids[j] == wids[p])
+            mask_sets.append((p, *later) if metric == "pll_word_l2r" else (p,))
+        items.append(_masked.MaskedItem(enc, scored, tuple(mask_sets)))
+    params = {"truncate": bool(truncate), "max_length": limit, "continuation": True, "separator": separator}
+    return _masked_scores(
+        model, tokenizer, items, metric, params, lambda i: {"context": contexts[i], "text": continuations[i]},
+        batch_tokens=batch_tokens, cache=cache, identity=identity or backend_identity, per_token=per_token,
+        progress=progress,
+    )

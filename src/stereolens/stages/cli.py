@@ -10,7 +10,7 @@ from stereolens.studies import study_modules
 
 # Modules whose import registers stages (see stereolens.stages.registry): the shared
 # foundation, then every study's ``stages.py``.
-STAGE_MODULES: list[str] = ["stereolens.stages.foundation", *study_modules("stages")]
+STAGE_MODULES: list[str] = ["stereolens.stages.foundation", *study_modules("stages"), "stereolens.report.stages"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -33,6 +33,21 @@ def load_params(*keys: str, path: str | os.PathLike = "params.yaml") -> dict[str
     return out
 
 
+def executor_config(path: str | os.PathLike = "params.yaml") -> dict[str, Any] | None:
+    """The ``executor`` section (``conf/executor/``) for stages that run model work.
+
+    None (run locally) when the params file predates the section, so params files
+    written by hand for one stage keep working; stages that read it declare
+    ``executor`` in dvc.yaml like any other key.
+    """
+    try:
+        return load_params("executor", path=path)["executor"]
+    except ConfigError as exc:
+        if "not found in" in str(exc) and Path(path).exists():
+            return None
+        raise
+
+
 def languages_to_run(study_languages: list[str], language_cfg: dict[str, Any]) -> list[str]:
     """A study's languages, restricted by the ``language`` config group's ``include``."""
     include = language_cfg.get("include")

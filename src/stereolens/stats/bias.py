@@ -24,6 +24,9 @@ class BiasScore:
     ties: int
     mean_diff: float  # mean of score_stereo - score_anti
     p_value: float  # two-sided exact binomial test of bias_score == 0.5 over decisive pairs
+    # every pair agrees (all stereotypical or none): the bootstrap distribution is a single point,
+    # so BCa is undefined and the interval collapses; read p_value (the exact binomial test) instead
+    degenerate: bool = False
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -33,18 +36,25 @@ def stereotype_indicator(score_stereo, score_anti) -> np.ndarray:
     return (np.asarray(score_stereo, dtype=float) > np.asarray(score_anti, dtype=float)).astype(float)
 
 
-def bca_interval(
-    values: np.ndarray, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
-) -> tuple[float, float]:
-    """BCa interval of the mean (scipy.stats.bootstrap); a constant sample gives a zero-width interval."""
+def is_degenerate(values) -> bool:
+    """True when a bootstrap of ``values`` cannot vary: fewer than two values, or all equal."""
     values = np.asarray(values, dtype=float)
-    if len(values) < 2 or np.all(values == values[0]):
-        value = float(values.mean()) if len(values) else float("nan")
+    return bool(len(values) < 2 or np.all(values == values[0]))
+
+
+def bca_interval(
+    values: np.ndarray, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0, statistic=np.mean
+) -> tuple[float, float]:
+    """BCa interval of ``statistic`` (default the mean; scipy.stats.bootstrap); a constant
+    sample gives a zero-width interval at its value."""
+    values = np.asarray(values, dtype=float)
+    if is_degenerate(values):
+        value = float(statistic(values)) if len(values) else float("nan")
         return value, value
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # BCa warns on near-degenerate samples; the interval is still reported
         res = stats.bootstrap(
-            (values,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="BCa",
+            (values,), statistic, confidence_level=confidence, n_resamples=n_resamples, method="BCa",
             random_state=np.random.default_rng(seed),
         )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -68,6 +78,7 @@ def bias_score(
         ties=ties,
         mean_diff=float(np.mean(s - a)) if len(s) else float("nan"),
         p_value=p_value,
+        degenerate=bool(len(s) > 0 and is_degenerate(indicator)),
     )
 
 

@@ -1,6 +1,8 @@
 """One MLflow run per execution of a measuring stage.
 
-Runs are named ``<study>/<stage>/<model>/<language>`` (the parts that apply),
+Runs are named ``<study>/<stage>/<model>/<language>/<variant>`` (the parts that
+apply; ``variant`` tells apart runs of one stage that share model and language,
+such as the two methods of a leakage fit), and carry the same name as tags,
 carry the flattened params, metrics, tables and figures as artifacts, and the
 datasets they read as inputs whose digest is the DVC md5 of the file, so a run
 in the UI points at the exact versioned artefact.  ``annotation_source`` is a
@@ -145,22 +147,54 @@ class StageRun:
 
 def _configure(mlflow, tracking_cfg: Mapping[str, Any]) -> str:
     uri = tracking_cfg.get("tracking_uri") or "sqlite:///mlruns/mlflow.db"
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    if not uri.startswith("sqlite:///"):
+        return _configure_store(mlflow, uri, tracking_cfg)
+    from filelock import FileLock
+
+    db = Path(uri[len("sqlite:///") :].split("?", 1)[0])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    # the first connection creates and migrates the schema: two processes doing it at once
+    # collide ("duplicate column name"), so store set-up is serialised across processes
+    with FileLock(str(db) + ".lock", timeout=SQLITE_BUSY_TIMEOUT_S):
+        return _configure_store(mlflow, sqlite_with_busy_timeout(uri), tracking_cfg)
+
+
+def _configure_store(mlflow, uri: str, tracking_cfg: Mapping[str, Any]) -> str:
     mlflow.set_tracking_uri(uri)
     experiment_name = tracking_cfg.get("experiment") or "stereolens"
     experiment = mlflow.get_experiment_by_name(experiment_name)
     if experiment is None:
         artifacts = tracking_cfg.get("artifact_location")
         location = Path(artifacts).resolve().as_uri() if artifacts else None
-        experiment_id = mlflow.create_experiment(experiment_name, artifact_location=location)
+        try:
+            experiment_id = mlflow.create_experiment(experiment_name, artifact_location=location)
+        except mlflow.exceptions.MlflowException:
+            # a concurrent run (dvc queue start --jobs 2) created it between our look and our create
+            experiment_id = mlflow.get_experiment_by_name(experiment_name).experiment_id
     else:
         experiment_id = experiment.experiment_id
     return experiment_id
 
 
-def run_name(study: str, stage: str, model: str | None = None, language: str | None = None) -> str:
-    return "/".join(part for part in (study, stage, model, language) if part)
+SQLITE_BUSY_TIMEOUT_S = 120
+
+
+def sqlite_with_busy_timeout(uri: str) -> str:
+    """A SQLite store URI whose connections wait for a concurrent writer instead of failing.
+
+    SQLite allows one writer at a time; with the default 5 s wait, two stages run
+    side by side (``dvc queue start --jobs 2``) fail with "database is locked" while
+    the other logs artifacts.  The driver's ``timeout`` makes a writer queue instead.
+    """
+    if not uri.startswith("sqlite:") or "timeout=" in uri:
+        return uri
+    return f"{uri}{'&' if '?' in uri else '?'}timeout={SQLITE_BUSY_TIMEOUT_S}"
+
+
+def run_name(
+    study: str, stage: str, model: str | None = None, language: str | None = None, variant: str | None = None
+) -> str:
+    return "/".join(part for part in (study, stage, model, language, variant) if part)
 
 
 @contextlib.contextmanager
@@ -171,6 +205,7 @@ def stage_run(
     stage: str,
     model: str | None = None,
     language: str | None = None,
+    variant: str | None = None,
     params: Mapping[str, Any] | None = None,
     annotation_source: str | None = None,
     tags: Mapping[str, Any] | None = None,
@@ -190,11 +225,12 @@ def stage_run(
         "stage": stage,
         "model": model,
         "language": language,
+        "variant": variant,
         "annotation_source": annotation_source,
         "git_commit": _git_commit(),
         **(tags or {}),
     }
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language)):
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language, variant)):
         handle = StageRun(mlflow)
         handle.set_tags(all_tags)
         if params:

@@ -82,6 +82,61 @@ def test_slice_runs_and_second_repro_is_a_no_op(scratch_pipeline):
     assert rerun["cache_misses"] == 0 and rerun["cache_hits"] > 0
 
 
+def test_failed_run_loses_nothing_dvc_checkout_cannot_restore(scratch_pipeline):
+    """With params.yaml gone, `dvc repro` fails in one line; DVC has removed the stage's outputs
+    by then, and `dvc checkout` (after params.yaml is back, as `git checkout params.yaml` does)
+    restores every one of them byte-identical: no output is `cache: false` and uncommitted."""
+    import hashlib
+
+    root, env = scratch_pipeline
+    _run([sys.executable, "-m", "dvc", "repro", "crows_report"], root, env)
+    outputs = [p for folder in ("reports/crows", "data/processed/crows") for p in sorted((root / folder).rglob("*"))
+               if p.is_file() and p.name != ".gitignore"]
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in outputs}
+    assert root / "reports/crows/summary.json" in before
+    params = (root / "params.yaml").read_bytes()
+    (root / "params.yaml").unlink()
+    failed = subprocess.run([sys.executable, "-m", "dvc", "repro", "-s", "crows_report"], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert failed.returncode != 0
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1, failed.stderr
+    (root / "params.yaml").write_bytes(params)
+    _run([sys.executable, "-m", "dvc", "checkout", "--force", "crows_score", "crows_report"], root, env)
+    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None for p in outputs}
+    assert after == before
+
+
+def test_lineage_and_report_of_the_slice(scratch_pipeline):
+    """`stereolens lineage` of a report table names the real chain with dvc.lock's md5s, the params, the model,
+    the ingested dataset's licence and commit, and the MLflow runs; the report stage builds the site from it."""
+    from stereolens.io import md5_file
+    from stereolens.lineage.trace import trace
+
+    root, env = scratch_pipeline
+    _run([sys.executable, "-m", "dvc", "repro", "crows_report"], root, env)
+    info = trace(root / "reports/crows/bias_by_type.csv", root=root)
+    assert info["produced_by"] == "crows_report" and info["up_to_date"] is True
+    assert info["md5_recorded"] == md5_file(root / "reports/crows/bias_by_type.csv")
+    names = [s["name"] for s in info["stages"]]
+    assert names[:2] == ["crows_report", "crows_score"] and "ingest@crows_pairs" in names
+    score = info["stages"][1]
+    assert score["params"]["study.crows.limit"] == 40
+    scores_out = next(o for o in score["outs"] if o["path"] == "data/processed/crows/scores.csv")
+    assert scores_out["md5"] == md5_file(root / "data/processed/crows/scores.csv")
+    (ingested,) = info["ingested"]
+    assert ingested["dataset"] == "crows_pairs" and ingested["license"] == "CC BY-SA 4.0" and ingested["upstream_commit"]
+    model = next(m for m in info["models"] if m["stage"] == "crows_score")
+    assert model["id"] == "tiny-causal" and model["identities"], model
+    runs = {r["run_name"] for r in info["mlflow_runs"]}
+    assert {"crows/score/tiny-causal/en", "crows/report/tiny-causal/en"} <= runs
+
+    _run([sys.executable, "-m", "stereolens", "stage", "report"], root, env)
+    page = (root / "reports/site/crows.html").read_text(encoding="utf-8")
+    assert "bias_by_type.png" in page and "tiny-causal" in page
+    assert "No report yet" in (root / "reports/site/pcs.html").read_text(encoding="utf-8")
+
+
 def test_dvc_exp_run_composes_overrides_through_hydra(scratch_pipeline, tiny_causal_lm_dir):
     """`dvc exp run -S ...` rewrites params.yaml from conf/ with the overrides, then reruns what changed."""
     root, env = scratch_pipeline

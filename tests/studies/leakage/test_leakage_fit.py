@@ -151,6 +151,14 @@ def test_qualitative_table_finds_leaked_cells():
     assert q["leak_score"].is_monotonic_decreasing
 
 
+def write_lexicon(folder) -> str:
+    """traits.csv and groups.csv naming the synthetic matrices' labels."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"trait": TRAITS}).to_csv(folder / "traits.csv", index=False)
+    pd.DataFrame({"group": GROUPS}).to_csv(folder / "groups.csv", index=False)
+    return str(folder)
+
+
 def test_cli_fit_writes_coefficients_and_edges(tmp_path, capsys):
     from stereolens.cli import main
 
@@ -162,8 +170,10 @@ def test_cli_fit_writes_coefficients_and_edges(tmp_path, capsys):
     rng = np.random.default_rng(13)
     write_matrix(pd.DataFrame(rng.normal(size=(32, 30)), index=human["EN"].index, columns=GROUPS), tmp_path / "base.csv")
     out = tmp_path / "out"
+    lexicon = write_lexicon(tmp_path / "lexicon")
     rc = main(["leakage", "fit", "--human", str(hdir), "--model-scores", str(tmp_path / "model_hi.csv"),
-               "--target", "HI", "--baseline", str(tmp_path / "base.csv"), "--output", str(out)])
+               "--target", "HI", "--baseline", str(tmp_path / "base.csv"), "--output", str(out),
+               "--lexicon", lexicon])
     assert rc == 0
     coef = pd.read_csv(out / "coefficients.csv")
     assert list(coef.columns) == ["term", "estimate", "se", "z", "p", "ci_low", "ci_high"]
@@ -172,7 +182,7 @@ def test_cli_fit_writes_coefficients_and_edges(tmp_path, capsys):
     assert [(e["source"], e["target"]) for e in edges] == [("RU", "HI")]
     # without a baseline the term is absent and the output says so
     rc = main(["leakage", "fit", "--human", str(hdir), "--model-scores", str(tmp_path / "model_hi.csv"),
-               "--target", "hi", "--scale", "standardised", "--output", str(tmp_path / "out2")])
+               "--target", "hi", "--scale", "standardised", "--output", str(tmp_path / "out2"), "--lexicon", lexicon])
     assert rc == 0
     assert "LM_HI" not in set(pd.read_csv(tmp_path / "out2" / "coefficients.csv")["term"])
     assert "no monolingual baseline" in capsys.readouterr().out

@@ -212,7 +212,7 @@ def test_bad_judgement_rows_are_named(tmp_path, lex, survey_csv):
     bad = table.copy()
     bad.loc[0, "label"] = 75
     bad.to_csv(p, index=False)
-    with pytest.raises(DataError, match=r"row 2 .*outside \[-50"):
+    with pytest.raises(DataError, match=r"line 2, column label .*outside \[-50"):
         read_survey_judgements(p, lex.trait_order, lex.group_order)
     bad = table.copy()
     bad.loc[0, "group"] = "martians"

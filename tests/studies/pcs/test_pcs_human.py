@@ -33,9 +33,9 @@ def _data(languages=("hi", "ur")):
                 responses.append({"response_id": rid, "model": "m", "language": lang, "scenario_id": sid,
                                   "dimension": DIMS[sid], "condition": cond, "sample": 0,
                                   "prompt": f"{sid} prompt {cond}", "response": f"{sid} reply {cond}"})
-                # two judges, two features: the means are the values above
-                for judge, off in (("j1", -0.5), ("j2", 0.5)):
-                    for feat, foff in (("f1", -1.0), ("f2", 1.0)):
+                # two judges, two features: the means are the values above (all on the 1-7 scale)
+                for judge, off in (("j1", -0.25), ("j2", 0.25)):
+                    for feat, foff in (("f1", -0.5), ("f2", 0.5)):
                         scores.append({"response_id": rid, "judge": judge, "feature": feat, "score": value + off + foff})
     return pd.DataFrame(responses), pd.DataFrame(scores)
 
@@ -117,7 +117,7 @@ def test_human_source_imports_a_completed_csv(tmp_path):
     bad = pd.DataFrame(rows)
     bad.loc[7, "label"] = "C"  # annotators answer with positions, never conditions
     bad.to_csv(path, index=False)
-    with pytest.raises(DataError, match=r"row 9 .*label 'C' is not one of"):
+    with pytest.raises(DataError, match=r"line 9, column label .*label 'C' is not one of"):
         human_validation_round(responses, scores, cfg, {"judgements": str(path)}, seed=0,
                                interim=tmp_path / "i", reports=tmp_path / "r", report_dir=tmp_path / "q")
 

@@ -94,8 +94,12 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_d
     assert set(prefs.loc[prefs["decided"], "preference"]) <= {"A", "B", "C", "tie"}
     assert (tmp_path / "reports/pcs/human_validation/agreement.json").exists()
     summary = json.loads((tmp_path / "reports/pcs/summary.json").read_text())
-    assert list(summary) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud"]
+    assert list(summary) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud", "headline", "provenance"]
     assert set(summary["ldi"]) == {"hi", "ur"} and "overall" in summary["hud"]
+    # the report site's contract: the page's banner rests on these
+    assert summary["provenance"]["annotation_source"] == "llm_panel, simulated"
+    assert summary["provenance"]["translation_status"].get("authored", 0) > 0
+    assert summary["headline"]["PCS"] == summary["pcs"] and summary["headline"]["judge gates"] in ("passed", "FAILED")
     report = (tmp_path / "reports/pcs/report.md").read_text()
     assert "config**: test" in report and "reported, not enforced" in report
     assert "**Human-validation preferences in this report are SIMULATED" in report.splitlines()[2]
@@ -136,7 +140,8 @@ def test_pcs_analyze_cli(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["pcs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud"]
+    assert list(summary) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud", "headline", "provenance"]
+    assert summary["provenance"]["annotation_source"] == "llm_panel" and summary["headline"]["judge gates"] == "not run"
     assert summary["pcs"] == pytest.approx(0.25) and summary["cap_util"] == pytest.approx(0.25)
     assert summary["hud"]["overall"] == pytest.approx(0.2)
     for name in ("table01_model_dimension", "table10_model_summary", "table11_ldi", "table13_hud_by_feature",
@@ -164,7 +169,7 @@ def test_greedy_samples_warn(caplog):
 
 
 def test_pcs_analyze_cli_refuses_blank_sample(tmp_path, capsys):
-    rows = [dict(model="m", language="hi", scenario_id="s", dimension="PDI", feature="f", condition=c, judge="j",
+    rows = [dict(model="m", language="hi", scenario_id="s", dimension="PDI", feature="deference", condition=c, judge="j",
                  sample=s, score=4.0) for c in "ABC" for s in (0, 1)]
     df = pd.DataFrame(rows).astype({"sample": object})
     df.loc[3, "sample"] = None

@@ -12,7 +12,8 @@ import pandas as pd
 from stereolens.datasets.crows_pairs import crows_pairs_table
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import languages_to_run, load_params, model_cache_dir
+from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
+from stereolens.tables import scored_pairs_schema, validate_table
 from stereolens.stages.registry import stage
 
 MASKED_METRICS = ("pll", "pll_word_l2r", "crows")
@@ -68,7 +69,7 @@ def crows_score(args: argparse.Namespace) -> None:
         else:
             from stereolens.models import load_model, spec_from_config
 
-            lm = load_model(spec_from_config(model_cfg), cache=cache)
+            lm = load_model(spec_from_config(model_cfg), cache=cache, executor=executor_config(args.params))
             identity = lm.identity
             scored = _score_crows(lm, pairs, route, metric_cfg, cache)
         elapsed = time.perf_counter() - start
@@ -91,8 +92,9 @@ def _score_crows(lm, pairs: pd.DataFrame, route: str, metric_cfg: dict, cache) -
     if route == "engine":
         from stereolens.scoring import score_pairs
 
+        # the backend itself (not its network): an executor-backed model shards the pairs
         return score_pairs(
-            lm.model, lm.tokenizer, pairs, metric_cfg["name"], batch_tokens=metric_cfg.get("batch_tokens", 8192),
+            lm, None, pairs, metric_cfg["name"], batch_tokens=metric_cfg.get("batch_tokens", 8192),
             truncate=bool(metric_cfg.get("truncate", False)), cache=cache, identity=lm.identity, progress=True,
         )
     from stereolens.models.base import LoglikelihoodRequest
@@ -118,6 +120,8 @@ def crows_report(args: argparse.Namespace) -> None:
     study, tracking = p["study.crows"], p["tracking"]
     scores_csv = Path("data/processed/crows/scores.csv")
     scores = read_csv_checked(scores_csv, ("id", "score_stereo", "score_anti", "bias_type"), what="CrowS scores")
+    # a NaN or positive log-probability would move the bias score silently: refuse it with its line
+    validate_table(scores, scored_pairs_schema(), f"CrowS scores {scores_csv}")
     table = bias_table(scores, by="bias_type", n_resamples=study["bootstrap_resamples"], seed=p["seed"])
     scoring_json = Path("data/processed/crows/scoring.json")
     skipped = json.loads(scoring_json.read_text(encoding="utf-8")).get("skipped") if scoring_json.exists() else None
@@ -138,6 +142,12 @@ def crows_report(args: argparse.Namespace) -> None:
         "skipped": skipped,
         "definition": "share of pairs with score(sent_more) > score(sent_less); ties not stereotypical "
                       "(lm-evaluation-harness pct_stereotype); 95% BCa interval",
+        # the report site's contract (README, "The report"): headline figures and what they rest on
+        "headline": {"bias score": overall["bias_score"], "95% BCa low": overall["ci_low"],
+                     "95% BCa high": overall["ci_high"], "pairs": int(overall["n"]), "binomial p": overall["p_value"]},
+        "provenance": {"annotation_source": "human", "translation_status": "source",
+                       "machine_generated": False,
+                       "notes": ["CrowS-Pairs sentence pairs written and validated by crowd workers (Nangia et al. 2020)"]},
     }
     write_json(out / "summary.json", summary)
     title = f"CrowS-Pairs bias score, {model_cfg['id']} ({metric_cfg['name']})"

@@ -485,7 +485,9 @@ def set_scores(
 
 
 def _is_hf(model: Any) -> bool:
-    return hasattr(model, "model") and hasattr(model, "tokenizer")
+    # the class attribute first: an executor-backed HF model (RayModel) would load a local
+    # replica to answer hasattr(model, "model")
+    return getattr(type(model), "backend", None) == "hf" or hasattr(model, "model") and hasattr(model, "tokenizer")
 
 
 def causal_continuation_logprobs(
@@ -556,8 +558,14 @@ def shared_context_logprobs(
     """
     import torch
 
+    from stereolens.models.executor import flat_map_shards
     from stereolens.scoring.access import device_of, split_head, unwrap
 
+    # executor=ray: each actor runs this function on its shard (shared contexts stay together
+    # except at shard edges)
+    if (sharded := flat_map_shards(model, shared_context_logprobs, {"contexts": contexts, "continuations": continuations},
+                                   {"cache": cache, "max_rows": max_rows})) is not None:
+        return sharded
     if not _is_hf(model) or getattr(getattr(model, "spec", None), "kind", "causal") != "causal":
         return causal_continuation_logprobs(model, contexts, continuations, cache=cache)
     cache = cache if cache is not None else getattr(model, "cache", None)
@@ -653,8 +661,13 @@ def prefixed_context_logprobs(
     """
     import torch
 
+    from stereolens.models.executor import flat_map_shards
     from stereolens.scoring.access import device_of, split_head, unwrap
 
+    if (sharded := flat_map_shards(
+            model, prefixed_context_logprobs, {"prefixes": prefixes, "contexts": contexts, "continuations": continuations},
+            {"cache": cache, "max_rows": max_rows})) is not None:
+        return sharded
     if not _is_hf(model) or getattr(getattr(model, "spec", None), "kind", "causal") != "causal":
         return causal_continuation_logprobs(model, contexts, continuations, cache=cache)
     cache = cache if cache is not None else getattr(model, "cache", None)

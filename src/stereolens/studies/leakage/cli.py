@@ -21,12 +21,35 @@ def run_fit(args: argparse.Namespace) -> int:
     from stereolens.studies.leakage.fit import fit_leakage, leakage_edges
     from stereolens.io import write_csv, write_json
 
+    from stereolens.errors import DataError
+    from stereolens.io import check_writable
+    from stereolens.io import read_csv_checked
+    from stereolens.studies.leakage.matrices import check_matrix_labels
+
+    check_writable(Path(args.output) / "fit.json")
     human = read_human_dir(args.human)
-    target = read_score_matrix(args.model_scores, "model score matrix")
-    baseline = read_score_matrix(args.baseline, "baseline matrix") if args.baseline else None
     lang = args.target.upper()
     if lang not in human:
-        print(f"stereolens: note: no H_{lang}.csv in {args.human}; the target language's own human term is absent")
+        raise DataError(
+            f"no H_{lang}.csv in {args.human} (has: {', '.join(f'H_{k}.csv' for k in sorted(human))}): "
+            f"check --target, or add the target language's human matrix"
+        )
+    target = read_score_matrix(args.model_scores, "model score matrix")
+    baseline = read_score_matrix(args.baseline, "baseline matrix") if args.baseline else None
+    seed = Path(args.lexicon)
+    traits = set(read_csv_checked(seed / "traits.csv", ["trait"], what="traits", dtype=str)["trait"])
+    groups = set(read_csv_checked(seed / "groups.csv", ["group"], what="groups", dtype=str)["group"])
+    for code, matrix in sorted(human.items()):
+        check_matrix_labels(matrix, Path(args.human) / f"H_{code}.csv", "human matrix", traits, groups)
+    check_matrix_labels(target, args.model_scores, "model score matrix", traits, groups)
+    if baseline is not None:
+        check_matrix_labels(baseline, args.baseline, "baseline matrix", traits, groups)
+    absent = [g for g in human[lang].columns if g not in target.columns]
+    if absent:
+        raise DataError(
+            f"model score matrix {args.model_scores} line 1: no column for group(s) {', '.join(absent)} "
+            f"that H_{lang}.csv scores (add the columns, empty cells for groups the model was not asked about)"
+        )
     fit = fit_leakage(target, human, lang, baseline=baseline, scale=args.scale, missing=args.missing, alpha=args.alpha)
     out = Path(args.output)
     write_csv(out / "coefficients.csv", fit.coefficients)
@@ -53,6 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", choices=("raw", "standardised"), default="raw")
     p.add_argument("--missing", choices=("drop", "zero"), default="drop", help="missing human cells: drop (default) or 0")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level for edges and CIs")
+    p.add_argument("--lexicon", default="data/seed/leakage",
+                   help="folder with traits.csv and groups.csv (default data/seed/leakage): unknown traits or groups "
+                        "in a matrix are refused")
     p.add_argument("--output", required=True, help="output directory")
     p.set_defaults(func=run_fit)
 

@@ -9,6 +9,8 @@ column ``Traits``, one column per group, empty = missing).
 
 from __future__ import annotations
 
+import difflib
+
 import json
 import os
 import re
@@ -100,9 +102,12 @@ def survey_file(survey_dir: Path, language: str) -> Path:
 
 def read_survey(path: str | os.PathLike, language: str | None = None) -> pd.DataFrame:
     """One survey file as long rows: annotator_id, group (survey spelling), trait_pair, rating."""
+    from stereolens.datasets.ingest import verify_ingested
+
     path = Path(path)
     if not path.exists():
-        raise DataError(f"survey file not found: {path}")
+        raise DataError(f"survey file not found: {path} (the survey folder lacks this language)")
+    verify_ingested(path)  # a file changed after ingest is refused
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -247,6 +252,27 @@ def read_score_matrix(path: str | Path, what: str) -> pd.DataFrame:
         return read_matrix(path)
     except ValueError as exc:
         raise DataError(f"{what} {path}: cells must be numbers or empty ({str(exc).splitlines()[0]})") from exc
+
+
+def check_matrix_labels(
+    matrix: pd.DataFrame, path: str | Path, what: str, traits: set[str], groups: set[str]
+) -> None:
+    """Every trait (row) and group (column) of ``matrix`` is one the study knows (seed traits.csv, groups.csv).
+
+    A misspelt trait or group would otherwise become a cell with no partner in the
+    other matrices and vanish from the fit as an anonymous "no score" count.
+    """
+    for pos, trait in enumerate(matrix.index):
+        if str(trait) not in traits:
+            close = difflib.get_close_matches(str(trait), sorted(traits), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise DataError(f"{what} {path} line {pos + 2}, column Traits: unknown trait {trait!r} "
+                            f"(not in traits.csv{hint})")
+    for group in matrix.columns:
+        if str(group) not in groups:
+            close = difflib.get_close_matches(str(group), sorted(groups), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise DataError(f"{what} {path} line 1, column {group}: unknown group {group!r} (not in groups.csv{hint})")
 
 
 def read_human_dir(directory: str | Path) -> dict[str, pd.DataFrame]:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import write_csv, write_json, write_text
-from stereolens.stages.common import languages_to_run, load_params, model_cache_dir
+from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
 
 HUMAN_DIR = Path("data/processed/leakage/human")
@@ -258,6 +258,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
         return
     lex = A.load_lexicon(study["seed_dir"])
     cache = ResponseCache(model_cache_dir())
+    executor = executor_config(args.params)
     manifest: dict[str, Any] = {"language": language, "models": {}, "baseline": None,
                                 "translation_status": lex.translation_status(language)}
     for model_cfg in model_configs(p):
@@ -266,7 +267,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
                        params={"model": model_cfg, "study": study},
                        tags={"translation_status": "authored" if language != "en" else "original+authored"}) as run:
             t0 = time.time()
-            lm = load_model(spec_from_config(model_cfg), cache=cache)
+            lm = load_model(spec_from_config(model_cfg), cache=cache, executor=executor)
             out_dir = out_root / model_cfg["id"]
             done = score_model(lm, model_cfg["kind"], methods, lex, language, study, cache, out_dir)
             manifest["models"][model_cfg["id"]] = {"kind": model_cfg["kind"], "methods": done,
@@ -278,7 +279,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
     baseline = (study.get("baselines") or {}).get(language)
     if baseline:
         spec = spec_from_config({"name": baseline, "kind": "masked", "backend": "hf"} if isinstance(baseline, str) else baseline)
-        lm = load_model(spec, cache=cache)
+        lm = load_model(spec, cache=cache, executor=executor)
         s = study.get("set", {})
         long = A.set_scores(lm, lex, language, template_ids=_templates(study, language),
                             piece_aggregation=s.get("piece_aggregation", "sum"),
@@ -319,7 +320,7 @@ def leakage_fit(args: argparse.Namespace) -> None:
                 continue
             target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
             with stage_run(tracking, study="leakage", stage="fit", model=model_id, language=language,
-                           params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
+                           variant=method, params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
                 fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
                                   missing=fit_cfg.get("missing", "drop"), alpha=float(fit_cfg.get("alpha", 0.05)))
                 edges = leakage_edges(fit, alpha=float(fit_cfg.get("alpha", 0.05)), model=f"{model_id}/{method}")
@@ -448,7 +449,15 @@ def leakage_report(args: argparse.Namespace) -> None:
                             for s in fit_summaries],
                    "coverage": coverage,
                    "human": human_provenance,
-                   "translation_status": status}
+                   "translation_status": status,
+                   # the report site's contract (README, "The report")
+                   "headline": {"leakage edges": len(edges), "fits": len(fit_summaries),
+                                "converged fits": sum(bool(s.get("converged")) for s in fit_summaries)},
+                   "provenance": {"annotation_source": _human_source(human_provenance),
+                                  "translation_status": {k: sum(by.get(k, 0) for by in status.values())
+                                                         for k in sorted({k for by in status.values() for k in by})},
+                                  "machine_generated": False,
+                                  "notes": [note]}}
         write_json(REPORT_DIR / "summary.json", metrics)
         run.log_metrics({"n_edges": len(edges), "n_fits": len(fit_summaries)})
         run.set_tags({"translation_status": "authored (unreviewed) for ru/zh/hi"})

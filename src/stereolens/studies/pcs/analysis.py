@@ -40,10 +40,72 @@ from stereolens.errors import DataError
 CONDITIONS: tuple[str, ...] = ("A", "B", "C")
 REQUIRED_COLUMNS: tuple[str, ...] = ("model", "language", "scenario_id", "dimension", "feature", "condition", "score")
 CELL_KEYS: list[str] = ["model", "language", "scenario_id", "dimension", "feature"]
-DEFAULT_MIN_GAP = 1e-9
+# the one default for the CLI and the stage (conf/study/pcs/default.yaml states the same value)
+DEFAULT_MIN_GAP = 0.05
 
 
 # ---------------------------------------------------------------- aggregation
+
+
+def scores_schema(features: Mapping[str, Sequence[str]] | None = None) -> "pa.DataFrameSchema":
+    """The judged-score table: known dimension (and feature, given the rubrics), condition A/B/C,
+    score on the 1-7 scale or blank (a failed judgement)."""
+    import pandera.pandas as pa
+
+    from stereolens.studies.pcs.judging import DIMENSION_NAMES, SCALE
+    from stereolens.tables import choice_column, number_column, text_column
+
+    columns = {
+        "model": text_column(what="model"),
+        "language": text_column(what="language"),
+        "scenario_id": text_column(what="scenario_id"),
+        "dimension": choice_column(DIMENSION_NAMES, what="dimension"),
+        "feature": text_column(what="feature"),
+        "condition": choice_column(CONDITIONS, what="condition"),
+        "score": number_column(minimum=min(SCALE), maximum=max(SCALE), nullable=True, what="score"),
+    }
+    checks = []
+    if features:
+        allowed = {(str(d), str(f)) for d, names in features.items() for f in names}
+        shown = "; ".join(f"{d}: {', '.join(names)}" for d, names in features.items())
+        checks.append(pa.Check(
+            lambda df: pd.Series([(str(d), str(f)) in allowed for d, f in zip(df["dimension"], df["feature"])],
+                                 index=df.index),
+            error=f"feature is not one of its dimension's rubric features ({shown}); column feature"))
+    return pa.DataFrameSchema(columns, checks=checks, name="pcs judged scores")
+
+
+def validate_scores(
+    df: pd.DataFrame, *, what: str = "scores", features: Mapping[str, Sequence[str]] | None = None
+) -> None:
+    """The entry-point check of a judged-score file (CLI and stage alike), before any analysis.
+
+    On top of :func:`check_scores`: dimensions and (given the rubrics) features are
+    known, scores lie on the 1-7 scale or are blank, and every scenario-feature cell
+    has rows for all three conditions (a score may be blank where its judgement
+    failed): a cell without its C rows is a construction error, not a cell to drop.
+    """
+    from stereolens.tables import validate_table
+
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"{what} is missing column(s) {', '.join(missing)} (has: {', '.join(map(str, df.columns))})")
+    out = df.reset_index(drop=True).copy()
+    out["condition"] = out["condition"].astype(str).str.strip().str.upper()
+    validate_table(out, scores_schema(features), what)
+    keys = out[CELL_KEYS].astype(str).agg("|".join, axis=1)
+    present = out.assign(_cell=keys).groupby("_cell", sort=False)["condition"].agg(set)
+    for cell, conditions in present.items():
+        lacking = [c for c in CONDITIONS if c not in conditions]
+        if lacking:
+            first = int((keys == cell).to_numpy().nonzero()[0][0])
+            model, language, scenario, dimension, feature = cell.split("|")
+            raise DataError(
+                f"{what} line {first + 2}: scenario {scenario!r}, feature {feature!r} ({model}, {language}) has no "
+                f"condition {' or '.join(lacking)} rows; every scenario-feature needs A, B and C (a failed "
+                "judgement is a row with a blank score)"
+            )
+    check_scores(out, what=what)
 
 
 def check_scores(df: pd.DataFrame, *, what: str = "scores") -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """``stereolens pcs analyze``: the seed 004 analysis of any judged-score table, outside DVC.
 
-    stereolens pcs analyze --scores scores.csv --output DIR [--min-gap 0.5] [--human prefs.csv]
+    stereolens pcs analyze --scores scores.csv --output DIR [--min-gap 0.05] [--rubrics rubrics.yaml] [--human prefs.csv]
 
 Input columns: ``model,language,scenario_id,dimension,feature,condition,score``
 (condition A, B or C); ``judge`` and ``sample`` columns, when present, are
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,25 @@ import pandas as pd
 
 from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP, REQUIRED_COLUMNS, PCSAnalysis, analyze_scores
 from stereolens.io import read_csv_checked, write_csv, write_json, write_text
+
+DEFAULT_RUBRICS = "data/seed/pcs/rubrics.yaml"
+
+
+def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any] | None, human_source: str | None,
+                    gates: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The report site's ``headline`` and ``provenance`` blocks (README, "The report")."""
+    # "authored (machine-written translation, unreviewed): 12, source (English original): 6" -> counts per status
+    status = str((configuration or {}).get("prompt translation status", ""))
+    counts = {label: int(n) for label, n in re.findall(r"(\w+)(?: \([^)]*\))?: (\d+)", status)}
+    return {
+        "headline": {"PCS": summary.get("pcs"), "capability utilisation": summary.get("cap_util"),
+                     "excluded cells": summary.get("n_excluded"),
+                     "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run"},
+        "provenance": {"annotation_source": ", ".join(filter(None, ["llm_panel", human_source])),
+                       "translation_status": counts, "machine_generated": False,
+                       "notes": ["scores come from the configured judge panel (language models)"]
+                       + ([f"human-validation preferences: {human_source}"] if human_source else [])},
+    }
 
 
 def write_analysis(
@@ -48,7 +68,8 @@ def write_analysis(
     analysis = analyze_scores(scores, min_gap=min_gap, hindi=hindi, urdu=urdu, human=human)
     if human_source:
         analysis.statistics["human_validation_source"] = human_source
-    files = [write_json(out / "summary.json", analysis.summary)]
+    files = [write_json(out / "summary.json", {**analysis.summary, **report_contract(analysis.summary, configuration,
+                                                                                 human_source, gates)})]
     statistics = dict(analysis.statistics)
     if configuration:
         statistics["configuration"] = dict(configuration)
@@ -82,16 +103,36 @@ def human_sources(human: pd.DataFrame | None) -> str | None:
     return ", ".join(sorted(human["source"].dropna().astype(str).unique())) or "human"
 
 
+def rubric_features(path: str | os.PathLike | None) -> dict[str, list[str]] | None:
+    """Dimension -> feature names from a rubrics file, or None when no file is given."""
+    if not path:
+        return None
+    from stereolens.studies.pcs.scenarios import load_rubrics
+
+    return {dim: [f.name for f in feats] for dim, feats in load_rubrics(path).items()}
+
+
 def _analyze(args: argparse.Namespace) -> int:
-    scores = read_csv_checked(args.scores, REQUIRED_COLUMNS, what="judged scores")
+    from stereolens.io import check_writable
+    from stereolens.studies.pcs.analysis import validate_scores
+
+    check_writable(Path(args.output) / "summary.json")
+    scores = read_csv_checked(args.scores, REQUIRED_COLUMNS, what="judged scores", allow_empty=False)
+    rubrics = args.rubrics if args.rubrics != DEFAULT_RUBRICS or Path(args.rubrics).exists() else None
+    features = rubric_features(rubrics)
+    what = f"judged scores {args.scores}"
+    # refused before anything is written over an earlier analysis
+    validate_scores(scores, what=what, features=features)
     human = None
     if args.human:
         human = read_csv_checked(args.human, ["language", "comparison", "preference"], what="human preferences")
-    analysis, _ = write_analysis(scores, args.output, min_gap=args.min_gap, hindi=args.hindi, urdu=args.urdu, human=human)
+    analysis, _ = write_analysis(scores, args.output, min_gap=args.min_gap, hindi=args.hindi, urdu=args.urdu,
+                                 human=human)
     s = analysis.summary
     pcs = "n/a" if s["pcs"] is None else f"{s['pcs']:.3f}"
     cap = "n/a" if s["cap_util"] is None else f"{s['cap_util']:.3f}"
-    print(f"PCS {pcs}, capability utilisation {cap}, excluded {s['n_excluded']} -> {args.output}")
+    print(f"PCS {pcs}, capability utilisation {cap}, excluded {s['n_excluded']} (min_gap {args.min_gap:g}) "
+          f"-> {args.output}")
     return 0
 
 
@@ -103,7 +144,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     analyze.add_argument("--scores", required=True, help="CSV: model,language,scenario_id,dimension,feature,condition,score[,judge,sample]")
     analyze.add_argument("--output", required=True, help="output directory")
     analyze.add_argument("--min-gap", type=float, default=DEFAULT_MIN_GAP,
-                         help="exclude scenario-features with |B - A| below this (default: only B == A)")
+                         help=f"exclude scenario-features with |B - A| below this (default {DEFAULT_MIN_GAP:g}, "
+                              "as the pipeline's stage)")
+    analyze.add_argument("--rubrics", default=DEFAULT_RUBRICS,
+                         help=f"rubrics YAML: features outside it are refused (default {DEFAULT_RUBRICS}, when present)")
     analyze.add_argument("--human", default=None, help="optional CSV of human preferences: language,comparison,preference")
     analyze.add_argument("--hindi", default="hi", help="language code treated as Hindi for HUD (default hi)")
     analyze.add_argument("--urdu", default="ur", help="language code treated as Urdu for HUD (default ur)")

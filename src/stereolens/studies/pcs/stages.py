@@ -31,7 +31,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError, GateFailed
 from stereolens.io import read_csv_checked, write_csv, write_json, write_text
-from stereolens.stages.common import languages_to_run, load_params, model_cache_dir
+from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
 
 STUDY = "pcs"
@@ -73,10 +73,10 @@ def _model_cfg(entry: dict[str, Any] | None, default_model: dict[str, Any]) -> d
     return dict(entry)
 
 
-def _load(model_cfg: dict[str, Any]):
+def _load(model_cfg: dict[str, Any], executor: dict[str, Any] | None = None):
     from stereolens.models import ResponseCache, load_model, spec_from_config
 
-    return load_model(spec_from_config(model_cfg), cache=ResponseCache(model_cache_dir()))
+    return load_model(spec_from_config(model_cfg), cache=ResponseCache(model_cache_dir()), executor=executor)
 
 
 def _label(model_cfg: dict[str, Any]) -> str:
@@ -217,7 +217,7 @@ def collect(args: argparse.Namespace) -> None:
         label = _label(model_cfg)
         started = time.time()
         with _tracking(p, "collect", model=label, annotation_source=None) as run:
-            model = _load(model_cfg)
+            model = _load(model_cfg, executor_config(args.params))
             responses = check_validity(collect_responses(model, label, prompts, settings), vsettings)
             frames.append(responses)
             summary = validity_summary(responses)
@@ -296,7 +296,7 @@ def judge(args: argparse.Namespace) -> None:
     for spec, model_cfg in judge_panel(p):
         started = time.time()
         with _tracking(p, "judge", model=spec.id, annotation_source=JUDGE_SOURCE) as run:
-            model = _load(model_cfg)
+            model = _load(model_cfg, executor_config(args.params))
             scored = judge_items(model, spec, items)
             cal = judge_calibration(model, spec, calib, dict(bank.rubrics))
             run.log_metrics({
@@ -538,6 +538,7 @@ def human_validation(args: argparse.Namespace) -> None:
 @stage("pcs-analyze")
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of seed 004 from the judged scores."""
+    from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP, validate_scores
     from stereolens.studies.pcs.cli import write_analysis
 
     p = _params(args)
@@ -548,6 +549,7 @@ def analyze(args: argparse.Namespace) -> None:
         raise GateFailed(f"pcs-analyze: judge panel gate(s) not passed: {failing_gates(gates)} "
                          f"(see {REPORTS / 'gates.json'})")
     scores = read_csv_checked(INTERIM / "scores.csv", ["score"], what="pcs scores")
+    validate_scores(scores, what=f"pcs scores {INTERIM / 'scores.csv'}")
     if acfg.get("human_preferences"):
         raise ConfigError("study.pcs.analysis.human_preferences is replaced by the pcs_human_validation stage: "
                           "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
@@ -586,7 +588,7 @@ def analyze(args: argparse.Namespace) -> None:
     source = human_source if human_source in ("human", "llm_panel", "simulated") else JUDGE_SOURCE
     with _tracking(p, "analyze", annotation_source=source, tags=tags) as run:
         analysis, files = write_analysis(
-            scores, REPORTS, min_gap=float(acfg.get("min_gap", 1e-9)), hindi=acfg.get("hindi", "hi"),
+            scores, REPORTS, min_gap=float(acfg.get("min_gap", DEFAULT_MIN_GAP)), hindi=acfg.get("hindi", "hi"),
             urdu=acfg.get("urdu", "ur"), human=human, configuration=configuration, gates=gates, validity=validity,
             waterfall_cell=acfg.get("waterfall"),
         )

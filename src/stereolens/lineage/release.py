@@ -1,0 +1,255 @@
+"""``stereolens release STUDY``: a dataset release a reviewer can audit, or a refusal naming why not.
+
+What a study releases is declared, not coded: ``conf/study/<STUDY>/release/default.yaml``
+(composed to the top-level ``release.<STUDY>`` of params.yaml, outside ``study.<STUDY>``, so that
+editing a declaration makes no measuring stage stale)::
+
+      title: Human stereotype matrices (seed 001 survey)
+      dataset: [data/processed/leakage/human]        # files or folders released as they are
+      items:                                         # the id columns that name an item of a table
+        - {path: data/seed/pcs/scenarios.csv, id: [scenario_id, language]}
+      gates: [reports/quality/leakage__*.json]       # gate reports (globs); a failed one blocks the release
+      agreement: [reports/pcs/human_validation/summary.json]  # agreement figures shipped beside the data
+      datasheet: {motivation: ..., uses: ...}        # the answers no recorded metadata can give
+
+Every CSV in the dataset is audited through its provenance columns (``source``,
+``annotation_source``, ``translation_status``), and every JSON through the same keys;
+the licence and upstream commit come from the ingest stage's ``PROVENANCE.json``,
+the lineage from DVC and MLflow (:mod:`stereolens.lineage.trace`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import glob
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from stereolens.errors import ConfigError, DataError, StereolensError
+from stereolens.io import sha256_file, write_json, write_text
+from stereolens.lineage.provenance import UNREVIEWED, files_under, unreviewed_rows
+from stereolens.lineage.trace import trace
+
+DATASHEET_SECTIONS = (
+    ("motivation", "Motivation"),
+    ("composition", "Composition"),
+    ("collection", "Collection process"),
+    ("preprocessing", "Preprocessing, cleaning and labelling"),
+    ("uses", "Uses"),
+    ("distribution", "Distribution"),
+    ("maintenance", "Maintenance"),
+)
+_SHOWN_PROBLEMS = 40
+
+
+class ReleaseRefused(StereolensError):
+    """Items that are simulated, unreviewed machine output, or failed a gate."""
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    study: str
+    title: str
+    dataset: list[str]
+    items: dict[str, list[str]]
+    gates: list[str]
+    agreement: list[str]
+    datasheet: dict[str, str]
+
+    @classmethod
+    def from_config(cls, study: str, block: Any) -> "ReleaseSpec":
+        where = f"release.{study}"
+        if not isinstance(block, dict) or not block.get("dataset"):
+            raise ConfigError(f"{where}: a release needs a `dataset` list of files or folders "
+                              "(see the README, 'Releasing a dataset')")
+        unknown = set(block) - {"title", "dataset", "items", "gates", "agreement", "datasheet"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")
+        return cls(study=study, title=str(block.get("title") or f"{study} dataset"),
+                   dataset=[str(p) for p in block["dataset"]],
+                   items={str(i["path"]): [str(c) for c in i.get("id") or []] for i in block.get("items") or []},
+                   gates=[str(g) for g in block.get("gates") or []],
+                   agreement=[str(a) for a in block.get("agreement") or []],
+                   datasheet={str(k): str(v) for k, v in (block.get("datasheet") or {}).items()})
+
+
+def _expand(patterns: list[str], root: Path) -> list[Path]:
+    found: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(Path(p) for p in glob.glob(str(root / pattern)))
+        found += [m for m in matches if m not in found]
+    return found
+
+
+def _gate_passed(report: dict[str, Any]) -> bool | None:
+    for key in ("success", "all_passed", "passed"):
+        if isinstance(report.get(key), bool):
+            return report[key]
+    return None
+
+
+def _json_flags(document: Path, root: Path) -> list[dict[str, str]]:
+    """Keys ``source``/``annotation_source``/``translation_status`` in a JSON file that mark unreviewed work."""
+    flags = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in UNREVIEWED and isinstance(value, str) and value.strip().lower() in UNREVIEWED[key]:
+                    flags.append({"file": os.path.relpath(document, root), "row": "", "item": f"{where}{key}",
+                                  "reason": f"{key}={value}"})
+                else:
+                    walk(value, f"{where}{key}.")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}{i}.")
+
+    try:
+        walk(json.loads(document.read_text(encoding="utf-8")), "")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass
+    return flags
+
+
+def audit(spec: ReleaseSpec, root: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Every flagged item (file, row, item id, reason) and every gate with its result."""
+    missing = [p for p in spec.dataset if not (root / p).exists()]
+    if missing:
+        raise DataError(f"release {spec.study}: dataset path(s) {missing} not found: run `dvc repro` first")
+    problems = []
+    for path in spec.dataset:
+        for table in files_under(root / path, ".csv"):
+            rel = os.path.relpath(table, root).replace(os.sep, "/")
+            flagged = unreviewed_rows(table, spec.items.get(rel))
+            if len(flagged):
+                flagged["file"] = rel
+                problems.append(flagged)
+        for document in files_under(root / path, ".json"):
+            if document.name != "PROVENANCE.json":
+                problems.append(pd.DataFrame(_json_flags(document, root), columns=["file", "row", "item", "reason"]))
+    gates = []
+    for report_path in _expand(spec.gates, root):
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        passed = _gate_passed(report)
+        rel = os.path.relpath(report_path, root)
+        gates.append({"file": rel, "suite": report.get("suite") or report_path.stem, "passed": passed})
+        if passed is False:
+            problems.append(pd.DataFrame([{"file": rel, "row": "", "item": f"gate {report.get('suite') or report_path.stem}",
+                                           "reason": "gate failed"}]))
+    table = pd.concat([p for p in problems if len(p)], ignore_index=True) if any(len(p) for p in problems) else \
+        pd.DataFrame(columns=["file", "row", "item", "reason"])
+    return table, gates
+
+
+def _describe_problems(problems: pd.DataFrame) -> str:
+    lines = []
+    for row in problems.head(_SHOWN_PROBLEMS).itertuples():
+        where = f"{row.file}" + (f" line {row.row}" if str(row.row) else "")
+        lines.append(f"  {where}: {row.item or '(row)'}: {row.reason}")
+    if len(problems) > _SHOWN_PROBLEMS:
+        lines.append(f"  ... and {len(problems) - _SHOWN_PROBLEMS} more (all listed in AUDIT.csv with --allow-unreviewed)")
+    return "\n".join(lines)
+
+
+def _summary_counts(problems: pd.DataFrame) -> str:
+    if problems.empty:
+        return "none"
+    return ", ".join(f"{reason}: {n}" for reason, n in problems["reason"].value_counts().items())
+
+
+def build_datasheet(spec: ReleaseSpec, *, problems: pd.DataFrame, gates: list[dict[str, Any]],
+                    lineages: dict[str, dict[str, Any]], files: list[dict[str, Any]], unreviewed: bool) -> str:
+    """Gebru et al.'s "Datasheets for Datasets" sections, filled from what the pipeline recorded."""
+    lines = []
+    if unreviewed:
+        lines.append(f"**UNREVIEWED RELEASE: {len(problems)} item(s) are simulated, unreviewed machine output or "
+                     f"failed a gate ({_summary_counts(problems)}); released with --allow-unreviewed. See AUDIT.csv.**")
+        lines.append("")
+    lines += [f"# Datasheet: {spec.title}", "",
+              f"Study `{spec.study}`; released {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} "
+              "by `stereolens release`. Structure after Gebru et al., *Datasheets for Datasets* (2021). Answers in "
+              "italics were written by the study's authors (`release.datasheet`); the rest is read from the pipeline's "
+              "records (dvc.lock, PROVENANCE.json, provenance columns, gate reports, MLflow).", ""]
+    ingested = {rec["record"]: rec for info in lineages.values() for rec in info["ingested"]}
+    models = {(m.get("id"), m.get("weights_md5")): m for info in lineages.values() for m in info["models"]}
+    runs = {r["run_id"]: r for info in lineages.values() for r in info["mlflow_runs"]}
+    recorded: dict[str, list[str]] = {key: [] for key, _ in DATASHEET_SECTIONS}
+    recorded["composition"] += [f"- `{f['path']}`: {f['bytes']} bytes" + (f", {f['rows']} rows" if f.get("rows") is not None else "")
+                                + (f"; provenance {f['provenance']}" if f.get("provenance") else "") for f in files]
+    recorded["collection"] += [f"- ingested `{r.get('dataset')}` ({r.get('source')}): upstream commit "
+                               f"`{r.get('upstream_commit')}`, licence {r.get('license')}" for r in ingested.values()]
+    recorded["collection"] += [f"- model `{m.get('id')}` ({m.get('kind')}, {m.get('backend')}), revision "
+                               f"{m.get('revision')}, weights md5 {m.get('weights_md5')}" for m in models.values()
+                               if m.get("kind")]
+    recorded["collection"] += [f"- MLflow run `{r['run_name']}` ({r['run_id']}): annotation_source "
+                               f"{r['annotation_source'] or 'n/a'}" for r in runs.values()]
+    for path, info in lineages.items():
+        recorded["preprocessing"].append(f"- `{path}` was produced by " + (", ".join(
+            f"`{s['name']}`" for s in info["stages"]) or "no stage (a hand-authored input)") + "; full chain in LINEAGE.json")
+    recorded["preprocessing"] += [f"- gate `{g['suite']}` ({g['file']}): "
+                                  + {True: "passed", False: "FAILED", None: "no verdict"}[g["passed"]] for g in gates]
+    recorded["preprocessing"].append(f"- items flagged by the audit: {_summary_counts(problems)}")
+    licences = sorted({str(r.get("license")) for r in ingested.values()})
+    recorded["distribution"].append("- licences of ingested sources: " + (", ".join(licences) or "none ingested"))
+    recorded["distribution"].append("- every file's sha256 is in SHA256SUMS")
+    for key, heading in DATASHEET_SECTIONS:
+        lines += [f"## {heading}", ""]
+        if spec.datasheet.get(key):
+            lines += [f"*{spec.datasheet[key].strip()}*", ""]
+        lines += recorded[key] or ["- nothing recorded"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def release(study: str, block: Any, output: str | os.PathLike, *, allow_unreviewed: bool = False,
+            root: str | os.PathLike = ".", tracking_uri: str | None = None) -> dict[str, Any]:
+    """Assemble the release of ``study`` in ``output`` or raise :class:`ReleaseRefused` naming the items."""
+    root = Path(root).resolve()
+    spec = ReleaseSpec.from_config(study, block)
+    problems, gates = audit(spec, root)
+    if len(problems) and not allow_unreviewed:
+        raise ReleaseRefused(
+            f"release {study} refused: {len(problems)} item(s) are simulated, unreviewed machine output or failed a "
+            f"gate ({_summary_counts(problems)}):\n{_describe_problems(problems)}\n"
+            "Review them (or rerun with human judgements), or pass --allow-unreviewed to release them labelled so."
+        )
+    output = Path(output)
+    if output.exists() and any(output.iterdir()):
+        raise ConfigError(f"release output {output} exists and is not empty: choose a new folder")
+    lineages = {path: trace(path, root=root, tracking_uri=tracking_uri) for path in spec.dataset}
+    files = []
+    for path in spec.dataset:
+        source = root / path
+        for f in ([source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())):
+            rel = os.path.relpath(f, root).replace(os.sep, "/")
+            dest = output / "data" / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dest)
+            entry: dict[str, Any] = {"path": rel, "bytes": f.stat().st_size}
+            if f.suffix == ".csv":
+                entry["rows"] = int(len(pd.read_csv(f, dtype=str, keep_default_na=False)))
+                entry["provenance"] = (lineages[path]["provenance"]["artefact"] or {}).get(rel)
+            files.append(entry)
+    for folder, patterns in (("gates", [g["file"] for g in gates]), ("agreement", spec.agreement)):
+        for f in _expand(patterns, root):
+            dest = output / folder / os.path.relpath(f, root)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dest)
+    ingested = list({rec["record"]: rec for info in lineages.values() for rec in info["ingested"]}.values())
+    write_json(output / "SOURCES.json", ingested)
+    write_json(output / "LINEAGE.json", lineages)
+    write_json(output / "GATES.json", gates)
+    if len(problems):
+        problems.to_csv(output / "AUDIT.csv", index=False)
+    write_text(output / "DATASHEET.md", build_datasheet(spec, problems=problems, gates=gates, lineages=lineages,
+                                                        files=files, unreviewed=bool(len(problems))))
+    sums = [f"{sha256_file(f)}  {f.relative_to(output).as_posix()}" for f in sorted(output.rglob("*")) if f.is_file()]
+    write_text(output / "SHA256SUMS", "\n".join(sums) + "\n")
+    return {"study": study, "output": str(output), "files": len(files), "flagged": int(len(problems)),
+            "gates": gates}

@@ -1,0 +1,127 @@
+"""What a study contributes to the report, read generically (no study is imported).
+
+Under ``reports/<study>/``:
+
+- ``summary.json`` (required for a page): a JSON object.  Recognised keys:
+  ``headline`` ({label: number or text}, shown as the page's headline figures;
+  without it the top-level numbers are shown), ``provenance`` (``annotation_source``:
+  human / llm_panel / simulated / none; ``translation_status``: a status or
+  {status: count}; ``machine_generated``: true when items were written by a model;
+  ``notes``: list of sentences), ``model`` and ``skipped``.
+- figures ``**/*.png`` (their ``.svg`` twins are linked), tables ``**/*.csv``,
+  optional ``report.md`` (rendered, its relative links resolved), optional
+  ``gates.json``; gate reports ``reports/quality/<study>__*.json`` are shown too.
+
+The banner of a page is raised from the provenance block and, independently, from
+the provenance columns of the study's tables, so a study that forgets to declare
+simulated judgements still gets its banner.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stereolens.lineage.provenance import UNREVIEWED, provenance_of
+
+
+@dataclass
+class StudyReport:
+    name: str
+    folder: Path
+    summary: dict[str, Any] | None
+    figures: list[Path] = field(default_factory=list)
+    tables: list[Path] = field(default_factory=list)
+    report_md: Path | None = None
+    gates: list[dict[str, Any]] = field(default_factory=list)
+    banner: list[str] = field(default_factory=list)
+    gate_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def present(self) -> bool:
+        return self.summary is not None
+
+    def headline(self) -> dict[str, Any]:
+        if not self.summary:
+            return {}
+        if isinstance(self.summary.get("headline"), dict):
+            return self.summary["headline"]
+        return {k: v for k, v in self.summary.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _gate_reports(study: str, folder: Path, quality: Path) -> list[dict[str, Any]]:
+    found = []
+    candidates = [folder / "gates.json", *sorted(quality.glob(f"{study}__*.json"))] if quality.is_dir() else [folder / "gates.json"]
+    for path in candidates:
+        if not path.is_file():
+            continue
+        report = json.loads(path.read_text(encoding="utf-8"))
+        passed = next((report[k] for k in ("success", "all_passed", "passed") if isinstance(report.get(k), bool)), None)
+        failing = [r.get("expectation", "?") for r in report.get("results", []) if isinstance(r, dict) and not r.get("success", True)]
+        if not failing and isinstance(report.get("gates"), dict):
+            failing = [name for name, g in report["gates"].items() if isinstance(g, dict) and g.get("passed") is False]
+        found.append({"file": path, "suite": report.get("suite") or path.stem, "passed": passed, "failing": failing,
+                      "enforced": report.get("enforced")})
+    return found
+
+
+def _banner(summary: dict[str, Any], tables: dict[str, dict[str, dict[str, int]]]) -> list[str]:
+    reasons: list[str] = []
+    prov = summary.get("provenance") or {}
+    annotation = str(prov.get("annotation_source") or "")
+    sources = {s.strip() for s in annotation.split(",") if s.strip()}
+    statuses: dict[str, int] = {}
+    status = prov.get("translation_status")
+    if isinstance(status, dict):
+        statuses.update({str(k): int(v) if isinstance(v, (int, float)) else 0 for k, v in status.items()})
+    elif status:
+        statuses[str(status)] = 0
+    declared = set(statuses)  # the summary's own counts win; tables only add statuses it did not declare
+    generated = bool(prov.get("machine_generated"))
+    for table, counts in tables.items():
+        for column, values in counts.items():
+            for value, n in values.items():
+                v = value.strip().lower()
+                if column in ("source", "annotation_source") and v in UNREVIEWED[column]:
+                    if v == "simulated":
+                        sources.add("simulated")
+                    elif v == "llm_panel":
+                        sources.add("llm_panel")
+                    else:
+                        generated = True
+                if column == "translation_status" and v in UNREVIEWED["translation_status"] and v not in declared:
+                    statuses[v] = statuses.get(v, 0) + n
+    if "simulated" in sources:
+        reasons.append("rests on SIMULATED judgements (seeded simulated annotators, not people)")
+    if "llm_panel" in sources:
+        reasons.append("rests on judgements by language models (llm_panel), not people")
+    unreviewed = {k: v for k, v in statuses.items() if k.lower() in UNREVIEWED["translation_status"]}
+    if unreviewed:
+        counted = ", ".join(f"{k}" + (f" ({v})" if v else "") for k, v in unreviewed.items())
+        reasons.append(f"uses UNREVIEWED translations: {counted}")
+    if generated:
+        reasons.append("includes items generated by a model")
+    return reasons
+
+
+def read_study_report(study: str, reports: str | Path = "reports") -> StudyReport:
+    reports = Path(reports)
+    folder = reports / study
+    summary_path = folder / "summary.json"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
+    result = StudyReport(name=study, folder=folder, summary=summary)
+    if summary is None:
+        return result
+    result.figures = sorted(folder.rglob("*.png"))
+    result.tables = sorted(folder.rglob("*.csv"))
+    result.report_md = folder / "report.md" if (folder / "report.md").is_file() else None
+    result.gates = _gate_reports(study, folder, reports / "quality")
+    table_counts = {str(t): c for t in result.tables for t, c in provenance_of(t).items()}
+    result.banner = _banner(summary, table_counts)
+    result.gate_warnings = [f"gate {g['suite']} FAILED" + (f" ({', '.join(map(str, g['failing']))})" if g["failing"] else "")
+                            + ("" if g.get("enforced") in (None, True) else ": reported, not enforced")
+                            for g in result.gates if g["passed"] is False]
+    return result

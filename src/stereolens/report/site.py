@@ -1,0 +1,171 @@
+"""Static HTML pages (no scripts, no network): ``reports/index.html`` and ``reports/site/<study>.html``."""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from stereolens.io import write_text
+from stereolens.report.contract import StudyReport, read_study_report
+
+_ROWS_SHOWN = 25
+_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:14px 28px}header a{color:#cfe0ff;margin-right:14px}
+main{max-width:1100px;margin:0 auto;padding:12px 28px 40px}
+h1{font-size:1.6em}h2{border-bottom:1px solid #d5d9e0;padding-bottom:4px;margin-top:1.6em}
+.banner{background:#fff3cd;border:2px solid #c98a00;padding:10px 16px;margin:14px 0;border-radius:6px}
+.banner.gate{background:#fde2e1;border-color:#b3261e}
+.cards{display:flex;flex-wrap:wrap;gap:12px}.card{background:#fff;border:1px solid #d5d9e0;border-radius:6px;padding:10px 14px;min-width:140px}
+.card .v{font-size:1.4em;font-weight:600}.card .k{color:#5b6474;font-size:.85em}
+table{border-collapse:collapse;background:#fff;font-size:.85em;margin:6px 0}td,th{border:1px solid #d5d9e0;padding:3px 7px;text-align:left}
+.scroll{overflow-x:auto}figure{background:#fff;border:1px solid #d5d9e0;padding:8px;margin:10px 0}figure img{max-width:100%}
+pre{background:#fff;border:1px solid #d5d9e0;padding:8px;overflow-x:auto;font-size:.8em}
+.ok{color:#176f2c;font-weight:600}.bad{color:#b3261e;font-weight:600}.muted{color:#5b6474}
+"""
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "n/a" if value != value else f"{value:.4g}"
+    if isinstance(value, (dict, list)):
+        return html.escape(yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=200).strip())
+    return html.escape(str(value))
+
+
+def _page(title: str, body: str, nav: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+            f"<style>{_STYLE}</style></head><body><header>{nav}</header><main>{body}</main></body></html>\n")
+
+
+def _nav(studies: list[str], prefix: str) -> str:
+    links = [f'<a href="{prefix}index.html">stereolens report</a>']
+    links += [f'<a href="{prefix}site/{s}.html">{html.escape(s)}</a>' for s in studies]
+    return " ".join(links)
+
+
+def _banners(report: StudyReport) -> str:
+    parts = []
+    if report.banner:
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in report.banner)
+        parts.append(f'<div class="banner" role="alert"><strong>Read with care: this page</strong><ul>{items}</ul></div>')
+    if report.gate_warnings:
+        items = "".join(f"<li>{html.escape(r)}</li>" for r in report.gate_warnings)
+        parts.append(f'<div class="banner gate" role="alert"><strong>Quality gates</strong><ul>{items}</ul></div>')
+    return "".join(parts)
+
+
+def _table_html(path: Path, href: str) -> str:
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    shown = frame.head(_ROWS_SHOWN)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in shown.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in shown.itertuples(index=False))
+    more = f' <span class="muted">(first {_ROWS_SHOWN} of {len(frame)} rows)</span>' if len(frame) > _ROWS_SHOWN else ""
+    return (f'<details><summary><a href="{href}">{html.escape(path.name)}</a>{more}</summary>'
+            f'<div class="scroll"><table><tr>{head}</tr>{rows}</table></div></details>')
+
+
+def _markdown(report: StudyReport, rel: str) -> tuple[str, set[str]]:
+    """report.md as HTML with its relative links pointing into the study's folder; the images it shows."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark").enable("table")
+    tokens = md.parse(report.report_md.read_text(encoding="utf-8"))
+    shown: set[str] = set()
+    for token in tokens:
+        for child in token.children or []:
+            attr = "src" if child.type == "image" else "href" if child.type == "link_open" else None
+            target = child.attrGet(attr) if attr else None
+            if target and "://" not in target and not target.startswith(("#", "/", "data:")):
+                shown.add(os.path.normpath(target))
+                child.attrSet(attr, f"{rel}/{target}")
+    return md.renderer.render(tokens, md.options, {}), shown
+
+
+def study_page(report: StudyReport, studies: list[str], params: dict[str, Any]) -> str:
+    nav = _nav(studies, "../")
+    rel = f"../{report.name}"
+    body = [f"<h1>{html.escape(report.name)}</h1>"]
+    if not report.present:
+        body.append(f'<p class="bad">No report yet: <code>{html.escape(str(report.folder / "summary.json"))}</code> '
+                    f"is absent. Run the study's stages (<code>dvc repro</code>) and rebuild the report.</p>")
+        return _page(f"{report.name}: no report", "".join(body), nav)
+    body.append(_banners(report))
+    summary = report.summary or {}
+    if summary.get("skipped"):
+        body.append(f'<p class="bad">Skipped: {_fmt(summary["skipped"])}</p>')
+    cards = "".join(f'<div class="card"><div class="v">{_fmt(v)}</div><div class="k">{html.escape(str(k))}</div></div>'
+                    for k, v in report.headline().items())
+    body.append(f"<h2>Headline</h2><div class=\"cards\">{cards or '<p>none reported</p>'}</div>")
+    model = params.get("model") or {}
+    model_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_fmt(model.get(k))}</td></tr>"
+                         for k in ("id", "name", "kind", "backend", "revision") if k in model)
+    if summary.get("model") is not None:
+        model_rows += f"<tr><th>model in summary</th><td>{_fmt(summary['model'])}</td></tr>"
+    config = (params.get("study") or {}).get(report.name)
+    body.append(f"<h2>Model and configuration</h2><table>{model_rows}</table>"
+                f"<details><summary>study.{html.escape(report.name)} (params.yaml)</summary><pre>"
+                f"{html.escape(yaml.safe_dump(config, allow_unicode=True, sort_keys=False))}</pre></details>")
+    prov = summary.get("provenance")
+    if prov:
+        body.append(f"<h2>Provenance</h2><pre>{html.escape(yaml.safe_dump(prov, allow_unicode=True, sort_keys=False))}</pre>")
+    if report.gates:
+        rows = "".join(
+            f"<tr><td>{html.escape(str(g['suite']))}</td><td class=\"{'ok' if g['passed'] else 'bad'}\">"
+            f"{ {True: 'passed', False: 'FAILED', None: 'no verdict'}[g['passed']]}</td>"
+            f"<td>{html.escape(', '.join(map(str, g['failing'])))}</td>"
+            f"<td><a href=\"../{html.escape(Path(os.path.relpath(g['file'], report.folder.parent)).as_posix())}\">"
+            f"{html.escape(g['file'].name)}</a></td></tr>" for g in report.gates)
+        body.append(f"<h2>Gates</h2><table><tr><th>gate</th><th>result</th><th>failing</th><th>report</th></tr>{rows}</table>")
+    shown: set[str] = set()
+    if report.report_md:
+        rendered, shown = _markdown(report, rel)
+        body.append(f"<h2>Report</h2>{rendered}")
+    figures = [f for f in report.figures if os.path.normpath(f.relative_to(report.folder).as_posix()) not in shown]
+    if figures:
+        body.append("<h2>Figures</h2>")
+        for f in figures:
+            href = f"{rel}/{f.relative_to(report.folder).as_posix()}"
+            svg = f.with_suffix(".svg")
+            link = f' (<a href="{href[:-4]}.svg">SVG</a>)' if svg.exists() else ""
+            body.append(f'<figure><img src="{href}" alt="{html.escape(f.stem)}"><figcaption>'
+                        f"{html.escape(f.relative_to(report.folder).as_posix())}{link}</figcaption></figure>")
+    if report.tables:
+        body.append("<h2>Tables</h2>")
+        body += [_table_html(t, f"{rel}/{t.relative_to(report.folder).as_posix()}") for t in report.tables]
+    body.append(f'<p class="muted">Trace any file above with <code>stereolens lineage reports/{html.escape(report.name)}/FILE</code>.</p>')
+    return _page(f"{report.name}: stereolens report", "".join(body), nav)
+
+
+def index_page(reports: list[StudyReport], params: dict[str, Any]) -> str:
+    studies = [r.name for r in reports]
+    rows = []
+    for r in reports:
+        if not r.present:
+            state, figures = '<span class="bad">no report yet</span>', ""
+        else:
+            notes = r.banner + r.gate_warnings
+            state = ('<span class="bad">' + html.escape("; ".join(notes)) + "</span>") if notes else '<span class="ok">no warnings</span>'
+            figures = ", ".join(f"{html.escape(str(k))} = {_fmt(v)}" for k, v in list(r.headline().items())[:4])
+        rows.append(f'<tr><td><a href="site/{r.name}.html">{html.escape(r.name)}</a></td><td>{figures}</td><td>{state}</td></tr>')
+    model = (params.get("model") or {}).get("id", "?")
+    body = (f"<h1>stereolens report</h1><p>Model <code>{html.escape(str(model))}</code>. One page per study; "
+            "every number comes from the files under <code>reports/</code> that the pipeline wrote.</p>"
+            f"<table><tr><th>study</th><th>headline</th><th>warnings</th></tr>{''.join(rows)}</table>")
+    return _page("stereolens report", body, _nav(studies, ""))
+
+
+def build_site(studies: list[str], params: dict[str, Any], reports: str | Path = "reports") -> list[Path]:
+    """Write the index and every study's page; return the pages written."""
+    reports = Path(reports)
+    found = [read_study_report(s, reports) for s in studies]
+    written = [write_text(reports / "index.html", index_page(found, params))]
+    for r in found:
+        written.append(write_text(reports / "site" / f"{r.name}.html", study_page(r, studies, params)))
+    return written

@@ -1,0 +1,114 @@
+"""DVC stages of the heads study: probe, Shapley values and pruning sweeps per country, then the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from stereolens.stages.common import load_params
+from stereolens.stages.registry import stage
+
+OUT_DATA = Path("data/processed/heads")
+OUT_REPORT = Path("reports/heads")
+INSTANCE_COLUMNS = ("id", "country", "category", "target", "stereotype_id", "context", "sent_stereo", "sent_anti",
+                    "sent_unrelated", "source")
+
+
+def read_instances(path: Path, countries: list[str] | None, max_per_country: int | None):
+    """The stereo study's instances, restricted to ``countries`` and the first ``max_per_country`` of each."""
+    from stereolens.errors import DataError
+    from stereolens.io import read_csv_checked
+
+    table = read_csv_checked(path, INSTANCE_COLUMNS, what="stereo instances", dtype={"id": str, "country": str})
+    for column in ("context", "sent_stereo", "sent_anti", "sent_unrelated"):
+        blank = table[column].isna() | (table[column].astype(str).str.strip() == "")
+        if blank.any():
+            row = int(blank.to_numpy().nonzero()[0][0])
+            raise DataError(f"{path}: row {row + 2}, column {column}: empty sentence")
+    if countries:
+        missing = sorted(set(countries) - set(table["country"]))
+        if missing:
+            raise DataError(f"{path}: column country has no rows for {missing} (has {sorted(set(table['country']))})")
+        table = table[table["country"].isin(countries)]
+    if max_per_country:
+        table = table.groupby("country", sort=True, group_keys=False).head(int(max_per_country))
+    return table.reset_index(drop=True)
+
+
+@stage("heads-probe")
+def heads_probe(args: argparse.Namespace) -> None:
+    """Per country: train the stereotype-detection probe, Shapley value per head, pruning sweeps."""
+    import torch
+
+    from stereolens.io import write_csv, write_json
+    from stereolens.models import load_model, spec_from_config
+    from stereolens.studies.heads.attribution import ShapleySettings, StudySettings, analyse_countries
+    from stereolens.studies.heads.probe import ProbeSettings
+    from stereolens.tracking import stage_run
+
+    p = load_params("model", "study.heads", "tracking", "seed", path=args.params)
+    model_cfg, cfg, tracking = p["model"], p["study.heads"], p["tracking"]
+    instances_path = Path(cfg["instances"])
+    instances = read_instances(instances_path, cfg.get("countries"), cfg.get("max_instances_per_country"))
+    probe_cfg, shap_cfg, prune_cfg = cfg["probe"], cfg["shapley"], cfg["pruning"]
+    torch.set_num_threads(max(1, int(cfg.get("threads") or torch.get_num_threads())))
+    study = StudySettings(layers=shap_cfg.get("layers"), pooling=probe_cfg["pooling"],
+                          reuse_prefix=bool(shap_cfg["reuse_prefix"]), max_length=int(probe_cfg["max_length"]),
+                          test_fraction=float(probe_cfg["test_fraction"]), split_seed=int(probe_cfg["split_seed"]),
+                          prune_step=int(prune_cfg["step"]), stereoset_items=prune_cfg.get("stereoset_items_per_country"),
+                          batch_size=int(prune_cfg["batch_size"]))
+    probe_settings = ProbeSettings(learning_rate=float(probe_cfg["learning_rate"]), epochs=int(probe_cfg["epochs"]),
+                                   batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
+                                   finetune=bool(probe_cfg["finetune"]), seed=int(p["seed"]))
+    shapley = ShapleySettings(permutations=int(shap_cfg["permutations"]), antithetic=bool(shap_cfg["antithetic"]),
+                              truncation_tolerance=shap_cfg.get("truncation_tolerance"), step=shap_cfg.get("step"),
+                              max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"], seed=int(shap_cfg["seed"]))
+    sources = sorted(set(instances["source"].astype(str)))
+    with stage_run(tracking, study="heads", stage="probe", model=model_cfg["id"],
+                   params={"model": model_cfg, "study": cfg}, tags={"instance_sources": ",".join(sources)}) as run:
+        run.log_dataset(instances_path, name="stereo_instances")
+        start = time.perf_counter()
+        lm = load_model(spec_from_config(model_cfg))
+        shap_table, sweep_table, summaries = analyse_countries(
+            lm.model, lm.tokenizer, model_cfg["kind"], instances, study, probe_settings, shapley)
+        elapsed = time.perf_counter() - start
+        write_csv(OUT_DATA / "shapley.csv", shap_table)
+        write_csv(OUT_DATA / "sweeps.csv", sweep_table)
+        write_json(OUT_DATA / "probe.json", {
+            "model": model_cfg["id"], "kind": model_cfg["kind"], "instances": str(instances_path),
+            "instance_sources": sources, "seconds": elapsed, "countries": summaries,
+        })
+        for s in summaries:
+            run.log_metrics({f"{s['country']}.probe_test_{shapley.value}": s["test_value_all_heads"],
+                             f"{s['country']}.probe_train_accuracy": s["train_accuracy"],
+                             f"{s['country']}.truncated_permutations": s["n_truncated_permutations"]})
+        run.log_metrics({"seconds": elapsed})
+        run.log_artifact(OUT_DATA / "shapley.csv")
+        run.log_artifact(OUT_DATA / "sweeps.csv")
+    print(f"heads-probe: {len(summaries)} countries, {shap_table.groupby('country').size().iloc[0]} heads each, "
+          f"{shapley.permutations} permutations, {elapsed:.1f}s")
+
+
+@stage("heads-report")
+def heads_report(args: argparse.Namespace) -> None:
+    """Tables, Figures 2/F1-F6 shapes, summary.json and report.md of the heads study."""
+    from stereolens.io import read_csv_checked
+    from stereolens.studies.heads.report import write_report
+    from stereolens.tracking import stage_run
+
+    p = load_params("model.id", "study.heads", "tracking", path=args.params)
+    shap = read_csv_checked(OUT_DATA / "shapley.csv", ("country", "layer", "head", "shapley", "se", "rank"),
+                            what="heads Shapley table")
+    sweeps = read_csv_checked(OUT_DATA / "sweeps.csv", ("country", "direction", "n_removed", "probe_value"),
+                              what="heads sweeps table")
+    probe = json.loads((OUT_DATA / "probe.json").read_text(encoding="utf-8"))
+    summary = write_report(shap, sweeps, probe, p["study.heads"], OUT_REPORT, model_id=p["model.id"])
+    with stage_run(p["tracking"], study="heads", stage="report", model=p["model.id"],
+                   params={"study": p["study.heads"]},
+                   tags={"instance_sources": ",".join(probe.get("instance_sources", []))}) as run:
+        run.log_dataset(OUT_DATA / "shapley.csv", name="heads_shapley")
+        run.log_metrics({k: v for k, v in summary["metrics"].items() if isinstance(v, (int, float))})
+        run.log_artifact(OUT_REPORT)
+    print(f"heads-report: {summary['headline']}")

@@ -1,0 +1,169 @@
+"""Overlap analyses (seed 003 sections 4.2, 5.2): between countries (Tables 1-5), with CrowS-Pairs and StereoSet (11-12).
+
+The paper does not define "present".  Ours: two stereotypes are the same when
+they are of the same category, their target groups are of the same class
+(equal after normalisation, or trigram similarity >= ``target_threshold``)
+and their statements mean the same (equal after normalisation, or trigram
+similarity >= ``threshold``).  An adjudication file (``left_id, right_id,
+decision`` with decision ``present`` / ``absent``) overrides any decision.
+
+Between countries the matched pairs form a one-to-one matching (greedy by
+similarity, ties broken by the ids, the same whichever country is first), so
+the shared count of A and B is the same number in A's table and in B's; the
+shares divide it by each country's own validated count.  Against an external
+dataset, a stereotype is present when it matches any external item.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from stereolens.errors import DataError
+from stereolens.io import read_csv_checked
+from stereolens.studies.stereo.text import normalise, similarity
+
+CROWS_CATEGORIES = {"race-color": "race", "religion": "religion", "gender": "gender",
+                    "sexual-orientation": "sexual_orientation", "age": "age"}
+STEREOSET_CATEGORIES = {"race": "race", "religion": "religion", "gender": "gender"}
+
+
+@dataclass(frozen=True)
+class Matcher:
+    threshold: float = 0.6
+    target_threshold: float = 0.8
+
+    def statement_similarity(self, a: str, b: str) -> float:
+        return 1.0 if normalise(a) == normalise(b) else similarity(a, b)
+
+    def same_target_class(self, a: str, b: str, *, required: bool = True) -> bool:
+        if not required:
+            return True
+        na, nb = normalise(a or ""), normalise(b or "")
+        return bool(na) and bool(nb) and (na == nb or similarity(na, nb) >= self.target_threshold)
+
+
+def load_adjudication(path: str | Path | None) -> dict[frozenset, bool]:
+    if not path:
+        return {}
+    df = read_csv_checked(path, ["left_id", "right_id", "decision"], what="overlap adjudication", dtype=str)
+    out = {}
+    for pos, r in df.iterrows():
+        decision = str(r["decision"]).strip().lower()
+        if decision not in ("present", "absent"):
+            raise DataError(f"{path} row {pos + 2}, column decision: {r['decision']!r} is not 'present' or 'absent'")
+        out[frozenset((r["left_id"], r["right_id"]))] = decision == "present"
+    return out
+
+
+def _decision(matcher: Matcher, a, b, adjudication: dict, *, target_required: bool) -> tuple[bool, float, str]:
+    key = frozenset((a.stereotype_id, b.stereotype_id))
+    sim = matcher.statement_similarity(a.stereotype, b.stereotype)
+    if key in adjudication:
+        return adjudication[key], sim, "adjudicated"
+    same = (a.category == b.category and matcher.same_target_class(a.target, b.target, required=target_required)
+            and sim >= matcher.threshold)
+    return same, sim, "automatic"
+
+
+def matched_pairs(left: pd.DataFrame, right: pd.DataFrame, matcher: Matcher, adjudication: dict | None = None) -> pd.DataFrame:
+    """One-to-one matching of ``present`` pairs between two countries' stereotypes (symmetric in the two)."""
+    adjudication = adjudication or {}
+    cands = []
+    for a in left.itertuples(index=False):
+        for b in right.itertuples(index=False):
+            ok, sim, how = _decision(matcher, a, b, adjudication, target_required=True)
+            if ok:
+                lo, hi = sorted((a.stereotype_id, b.stereotype_id))
+                cands.append((-sim, lo, hi, a.stereotype_id, b.stereotype_id, sim, how))
+    cands.sort()
+    used, rows = set(), []
+    for _, _, _, ia, ib, sim, how in cands:
+        if ia in used or ib in used:
+            continue
+        used.update((ia, ib))
+        rows.append({"left_id": ia, "right_id": ib, "similarity": sim, "decided_by": how})
+    return pd.DataFrame(rows, columns=["left_id", "right_id", "similarity", "decided_by"])
+
+
+def country_overlap(validated: pd.DataFrame, countries: Sequence[str], categories: Sequence[str], matcher: Matcher,
+                    adjudication: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tables 1-5 in long form (``country, other, category, shared, n_country, share``) and the matched pairs."""
+    pairs, rows = [], []
+    shared: dict[tuple, int] = {}
+    for i, a in enumerate(countries):
+        for b in countries[i + 1 :]:
+            for k in categories:
+                la = validated[(validated["country"] == a) & (validated["category"] == k)]
+                lb = validated[(validated["country"] == b) & (validated["category"] == k)]
+                m = matched_pairs(la, lb, matcher, adjudication)
+                shared[(a, b, k)] = shared[(b, a, k)] = len(m)
+                pairs.append(m.assign(country=a, other=b, category=k))
+    for a in countries:
+        for b in countries:
+            if a == b:
+                continue
+            for k in [*categories, "overall"]:
+                ks = categories if k == "overall" else [k]
+                n = int(((validated["country"] == a) & validated["category"].isin(ks)).sum())
+                s = sum(shared[(a, b, kk)] for kk in ks)
+                rows.append({"country": a, "other": b, "category": k, "shared": s, "n_country": n,
+                             "share": s / n if n else float("nan")})
+    pair_cols = ["left_id", "right_id", "similarity", "decided_by", "country", "other", "category"]
+    matched = pd.concat(pairs, ignore_index=True)[pair_cols] if pairs else pd.DataFrame(columns=pair_cols)
+    return pd.DataFrame(rows, columns=["country", "other", "category", "shared", "n_country", "share"]), matched
+
+
+def external_overlap(validated: pd.DataFrame, external: pd.DataFrame, countries: Sequence[str], categories: Sequence[str],
+                     matcher: Matcher, adjudication: dict | None = None) -> pd.DataFrame:
+    """Tables 11-12: share of each country's validated stereotypes present in an external dataset.
+
+    External items carry no target group we can compare, so only category and
+    meaning are matched there (``target_required`` off).
+    """
+    adjudication = adjudication or {}
+    present = {}
+    for a in validated.itertuples(index=False):
+        ext = external[external["category"] == a.category]
+        present[a.stereotype_id] = any(
+            _decision(matcher, a, b, adjudication, target_required=False)[0] for b in ext.itertuples(index=False)
+        )
+    v = validated.assign(present=validated["stereotype_id"].map(present).astype(bool))
+    rows = []
+    for c in [*countries, "overall"]:
+        for k in [*categories, "overall"]:
+            part = v[((v["country"] == c) | (c == "overall")) & ((v["category"] == k) | (k == "overall"))]
+            n, s = len(part), int(part["present"].sum())
+            covered = k == "overall" or k in set(external["category"])
+            rows.append({"country": c, "category": k, "present": s, "n": n,
+                         "share": s / n if n and covered else float("nan"), "covered_by_dataset": covered})
+    return pd.DataFrame(rows)
+
+
+def load_crows(path: str | Path) -> pd.DataFrame:
+    df = read_csv_checked(path, ["sent_more", "bias_type"], what="CrowS-Pairs")
+    df = df[df["bias_type"].isin(CROWS_CATEGORIES)]
+    return pd.DataFrame({"stereotype_id": [f"crows-{i}" for i in df.index], "category": df["bias_type"].map(CROWS_CATEGORIES),
+                         "target": "", "stereotype": df["sent_more"].astype(str)})
+
+
+def load_stereoset(path: str | Path) -> pd.DataFrame:
+    """StereoSet's ``dev.json`` (inter- and intra-sentence): its stereotypical sentences by bias type."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))["data"]
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise DataError(f"StereoSet file {path} is not StereoSet's dev.json format: {exc}") from None
+    rows = []
+    for part in ("intersentence", "intrasentence"):
+        for ex in data.get(part, []):
+            if ex.get("bias_type") not in STEREOSET_CATEGORIES:
+                continue
+            for sent in ex.get("sentences", []):
+                if sent.get("gold_label") == "stereotype":
+                    rows.append({"stereotype_id": f"stereoset-{sent.get('id')}", "category": STEREOSET_CATEGORIES[ex["bias_type"]],
+                                 "target": ex.get("target", ""), "stereotype": sent["sentence"]})
+    return pd.DataFrame(rows, columns=["stereotype_id", "category", "target", "stereotype"])

@@ -1,0 +1,259 @@
+"""Stereotype retrieval (seed 003 section 3.1, appendix C): prompt, parse, extract, repeat until saturation.
+
+For every country x category x point of view the generator is asked, after
+the paper's two-turn preamble, for social-media posts carrying that
+country's negative stereotypes of the category.  Each round repeats the
+request with a new seed; a round's *new* stereotypes are those that are not a
+near-duplicate of one already collected for the same country and category.
+
+Extraction of (target group, stereotype statement) from a post is ours (the
+paper does not describe it): the target is the first plural noun phrase
+introduced by "los/las", with a following "de ..." complement ("las mujeres
+de Monterrey"), else empty; the statement is the post's first sentence naming
+it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from stereolens.errors import ConfigError
+from stereolens.studies.stereo.prompts import PromptSet
+from stereolens.studies.stereo.text import fold, is_near_duplicate, normalise
+
+_BULLET = re.compile(r"^\s*(?:\(?\d{1,2}[.)\]:-]|[-*•·]|#\d+)\s*")
+_HASHTAG = re.compile(r"#\w+")
+_SENTENCE = re.compile(r"(?<=[.!?¡¿])\s+")
+_TARGET = re.compile(r"\b(?:los|las)\s+([a-záéíóúüñ]+(?:\s+de\s+(?:la\s+|los\s+|las\s+)?[a-záéíóúüñ]+)?)", re.IGNORECASE)
+# words after los/las that are not a group
+_NOT_GROUPS = {"que", "cuales", "demas", "otros", "otras", "mismos", "mismas", "dos", "tres", "mas", "menos", "cosas",
+               "calles", "dias", "anos", "veces", "ejemplos", "sesgos", "estereotipos", "redes", "publicaciones"}
+
+
+# ---------------------------------------------------------------- saturation
+
+
+@dataclass(frozen=True)
+class SaturationRule:
+    """Stop after ``k`` consecutive rounds that each add fewer than ``m`` new stereotypes, or at ``max_rounds``.
+
+    The paper's rule is k=1, m=1: stop at the first round that adds nothing new.
+    """
+
+    k: int = 1
+    m: int = 1
+    max_rounds: int = 10
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.m < 1 or self.max_rounds < 1:
+            raise ConfigError(f"saturation needs k >= 1, m >= 1 and max_rounds >= 1, got {self}")
+
+    def decide(self, new_per_round: Sequence[int]) -> str | None:
+        """Why to stop after the rounds so far (``saturated`` / ``round_cap``), or None to go on."""
+        tail = list(new_per_round)[-self.k :]
+        if len(new_per_round) >= self.k and all(n < self.m for n in tail):
+            return "saturated"
+        if len(new_per_round) >= self.max_rounds:
+            return "round_cap"
+        return None
+
+
+# ---------------------------------------------------------------- parsing and extraction
+
+
+def is_refusal(text: str, phrases: Sequence[str]) -> bool:
+    """One of the refusal phrases (accent-folded, case-insensitive); an empty output is counted apart."""
+    folded = fold(text).strip()
+    return bool(folded) and any(fold(p) in folded for p in phrases)
+
+
+def parse_posts(text: str, *, min_words: int = 4) -> list[str]:
+    """The posts of a response: one per non-empty line, numbering and bullets stripped, headings dropped."""
+    posts = []
+    for line in str(text).splitlines():
+        line = _BULLET.sub("", line).strip().strip('"“”«»').strip()
+        if not line or line.endswith(":") or len(line.split()) < min_words:
+            continue
+        posts.append(line)
+    return posts
+
+
+def extract(post: str) -> tuple[str, str]:
+    """(target group, stereotype statement) from one post; target "" when no group phrase is found."""
+    clean = _HASHTAG.sub("", post).strip()
+    target = ""
+    for match in _TARGET.finditer(clean):
+        words = match.group(1).split()
+        if fold(words[0]) in _NOT_GROUPS:
+            continue
+        target = match.group(1)
+        break
+    sentences = [s.strip() for s in _SENTENCE.split(clean) if s.strip()]
+    statement = next((s for s in sentences if target and fold(target) in fold(s)), sentences[0] if sentences else clean)
+    return target.lower(), statement
+
+
+# ---------------------------------------------------------------- the pool of stereotypes
+
+
+@dataclass
+class Stereotype:
+    stereotype_id: str
+    country: str
+    category: str
+    target: str
+    stereotype: str
+    first_pov: str
+    first_round: int
+    examples: list[str] = field(default_factory=list)
+    mentions: int = 1
+
+
+class StereotypePool:
+    """Stereotypes collected per country and category, with near-duplicate merging."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.items: list[Stereotype] = []
+
+    def add(self, country: str, category: str, pov: str, round_no: int, post: str) -> bool:
+        """Add the post's stereotype; True when it is new (no near-duplicate in its country x category)."""
+        target, statement = extract(post)
+        if not normalise(statement):
+            return False
+        for item in self.items:
+            if item.country == country and item.category == category and is_near_duplicate(
+                item.stereotype, statement, self.threshold
+            ):
+                item.mentions += 1
+                if post not in item.examples:
+                    item.examples.append(post)
+                return False
+        n = sum(1 for i in self.items if i.country == country and i.category == category)
+        sid = f"{country}-{category}-{n + 1:03d}"  # the full name: two countries may share a prefix
+        self.items.append(Stereotype(sid, country, category, target, statement, pov, round_no, [post]))
+        return True
+
+    def table(self) -> pd.DataFrame:
+        cols = ["stereotype_id", "country", "category", "target", "stereotype", "normalised", "first_pov", "first_round",
+                "mentions", "examples", "source"]
+        rows = [
+            {**{k: getattr(s, k) for k in ("stereotype_id", "country", "category", "target", "stereotype")},
+             "normalised": normalise(s.stereotype), "first_pov": s.first_pov, "first_round": s.first_round,
+             "mentions": s.mentions, "examples": json.dumps(s.examples, ensure_ascii=False), "source": "machine"}
+            for s in self.items
+        ]
+        return pd.DataFrame(rows, columns=cols)
+
+
+# ---------------------------------------------------------------- the retrieval loop
+
+
+@dataclass(frozen=True)
+class RetrievalSettings:
+    countries: tuple[str, ...]
+    categories: tuple[str, ...]
+    points_of_view: tuple[str, ...]
+    mode: str = "negative"
+    n_posts: int = 10
+    max_tokens: int = 256
+    preamble_max_tokens: int = 64
+    temperature: float = 0.8
+    seed: int = 0
+    rule: SaturationRule = SaturationRule()
+    near_duplicate_threshold: float = 0.8
+    min_words: int = 4
+    # a base model continues a plain chat transcript with the next "User:" turn: cut it there
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class RetrievalResult:
+    responses: pd.DataFrame
+    stereotypes: pd.DataFrame
+    curve: pd.DataFrame
+    refusals: pd.DataFrame
+
+
+def _preamble(model: Any, prompts: PromptSet, s: RetrievalSettings) -> list[Any]:
+    """The preamble conversation with the generator's own replies (generated once, cached like every call)."""
+    from stereolens.models import ChatMessage, GenerationRequest
+
+    messages: list[Any] = []
+    for turn in prompts.preamble:
+        messages.append(ChatMessage("user", turn))
+        req = GenerationRequest(messages=tuple(messages), max_tokens=s.preamble_max_tokens, temperature=0.0, seed=s.seed,
+                                stop=s.stop)
+        messages.append(ChatMessage("assistant", model.generate([req])[0].text.strip()))
+    return messages
+
+
+def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_label: str, progress: bool = False) -> RetrievalResult:
+    """Run every country x category x point of view to saturation; one batch of model calls per round and turn."""
+    from tqdm.auto import tqdm
+
+    from stereolens.models import ChatMessage, GenerationRequest
+
+    preamble = _preamble(model, prompts, s)
+    cells = [(c, k, p) for c in s.countries for k in s.categories for p in s.points_of_view]
+    turns = {cell: prompts.retrieval_turns(s.mode, country=cell[0], category=cell[1], pov=cell[2], n_posts=s.n_posts) for cell in cells}
+    pool = StereotypePool(s.near_duplicate_threshold)
+    new_counts: dict[tuple, list[int]] = {cell: [] for cell in cells}
+    active = list(cells)
+    responses, curve = [], []
+    bar = tqdm(total=len(cells) * s.rule.max_rounds, desc="stereo retrieval", disable=not progress, unit="round")
+    round_no = 0
+    while active:
+        round_no += 1
+        convo = {cell: list(preamble) for cell in active}
+        replies: dict[tuple, list[Any]] = {cell: [] for cell in active}
+        for step in range(len(turns[active[0]])):
+            reqs = []
+            for cell in active:
+                convo[cell].append(ChatMessage("user", turns[cell][step]))
+                reqs.append(GenerationRequest(messages=tuple(convo[cell]), max_tokens=s.max_tokens,
+                                              temperature=s.temperature, seed=s.seed + round_no, stop=s.stop))
+            gens = model.generate(reqs)
+            for cell, gen in zip(active, gens):
+                convo[cell].append(ChatMessage("assistant", gen.text))
+                replies[cell].append(gen)
+        still = []
+        for cell in active:
+            country, category, pov = cell
+            last = replies[cell][-1]
+            refused = any(is_refusal(g.text, prompts.refusals) for g in replies[cell])
+            posts = [] if refused else parse_posts(last.text, min_words=s.min_words)
+            n_new = sum(pool.add(country, category, pov, round_no, post) for post in posts)
+            for step, gen in enumerate(replies[cell]):
+                responses.append({
+                    "model": model_label, "country": country, "category": category, "pov": pov, "round": round_no,
+                    "step": step, "prompt": turns[cell][step], "response": gen.text, "finish_reason": gen.finish_reason,
+                    "refusal": is_refusal(gen.text, prompts.refusals), "empty": not gen.text.strip(), "n_posts": len(posts) if step == len(replies[cell]) - 1 else 0,
+                    "cached": gen.cached,
+                })
+            new_counts[cell].append(n_new)
+            reason = s.rule.decide(new_counts[cell])
+            curve.append({"country": country, "category": category, "pov": pov, "round": round_no, "n_posts": len(posts),
+                          "n_new": n_new, "cumulative": sum(new_counts[cell]), "refusal": refused, "stop": reason or ""})
+            bar.update(1)
+            if reason is None:
+                still.append(cell)
+            else:
+                bar.update(s.rule.max_rounds - round_no)
+        active = still
+    bar.close()
+    resp = pd.DataFrame(responses)
+    refusals = (
+        resp.groupby(["model", "country", "category"], sort=True)
+        .agg(n_requests=("refusal", "size"), n_refusals=("refusal", "sum"), n_empty=("empty", "sum"))
+        .reset_index()
+    )
+    refusals[["n_refusals", "n_empty"]] = refusals[["n_refusals", "n_empty"]].astype(int)
+    refusals["refusal_rate"] = refusals["n_refusals"] / refusals["n_requests"]
+    return RetrievalResult(resp, pool.table(), pd.DataFrame(curve), refusals)

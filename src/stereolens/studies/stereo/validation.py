@@ -1,0 +1,170 @@
+"""Manual validation (seed 003 section 3.2, appendices D-E): questionnaire, panels, median rule, tables.
+
+One questionnaire item per retrieved stereotype: the statement, up to three
+example posts and the five options of Figure D1.  Options are *shown* from
+"almost everyone believes it" to "it does not exist" and *scored* 5 down to 1
+(1 = never observed, 5 = pervasive): :data:`DISPLAY_SCORES` is that mapping.
+A panel is one country x category; each gets its own annotators (five in the
+paper) with demographic columns.  A stereotype whose median score is <= 2 is
+discarded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stereolens.annotation.scales import Scale
+from stereolens.errors import DataError
+from stereolens.io import read_csv_checked
+
+# display position (0 = first shown) -> score; Figure D1 shows the pervasive option first
+DISPLAY_SCORES: tuple[int, ...] = (5, 4, 3, 2, 1)
+DISCARD_AT_OR_BELOW = 2
+DEMOGRAPHIC_COLUMNS = ("ethnicity", "gender", "religion", "sexual_orientation", "age_band", "education", "area")
+# the categories of Tables D1-D10; simulated annotators draw from these
+DEMOGRAPHIC_VALUES: dict[str, tuple[str, ...]] = {
+    "ethnicity": ("white", "mestizo", "indigenous", "afro-descendant", "asian"),
+    "gender": ("male", "female"),
+    "religion": ("catholic", "evangelical", "christian_other", "jehovahs_witness", "jewish", "muslim", "atheist", "buddhist"),
+    "sexual_orientation": ("heterosexual", "homosexual", "bisexual"),
+    "age_band": ("0-21", "22-40", "41-60", "61-80", "80+"),
+    "education": ("none", "primary", "secondary", "college", "postgraduate"),
+    "area": ("urban", "rural"),
+}
+
+
+def likert_scale(display_texts: Sequence[str]) -> Scale:
+    """The Figure D1 scale: options listed in display order, each labelled with its score."""
+    if len(display_texts) != len(DISPLAY_SCORES):
+        raise DataError(f"the Figure D1 scale has five options, got {len(display_texts)}")
+    return Scale("figure_d1", "ordinal", options=DISPLAY_SCORES, option_texts=tuple(display_texts))
+
+
+def score_of_display_position(position: int) -> int:
+    """Score of the option shown at ``position`` (0-based): 0 -> 5 (pervasive) ... 4 -> 1 (never observed)."""
+    return DISPLAY_SCORES[position]
+
+
+def questionnaire(stereotypes: pd.DataFrame, prompts, *, n_examples: int = 3) -> pd.DataFrame:
+    """Items ``item_id, country, category, panel, text, examples, options`` (options in display order)."""
+    rows = []
+    for r in stereotypes.itertuples(index=False):
+        examples = json.loads(r.examples)[:n_examples] if isinstance(r.examples, str) else []
+        texts = [t.format(country=prompts.country(r.country)["name"]) for t in prompts.likert_display]
+        body = f"Estereotipo: {r.stereotype}\nEjemplos:\n" + "\n".join(f"- {e}" for e in examples)
+        rows.append({
+            "item_id": r.stereotype_id, "country": r.country, "category": r.category, "panel": f"{r.country}/{r.category}",
+            "text": body, "n_examples": len(examples), "examples": json.dumps(examples, ensure_ascii=False),
+            "options": " | ".join(f"{t} [{s}]" for t, s in zip(texts, DISPLAY_SCORES)), "source": r.source,
+        })
+    return pd.DataFrame(rows)
+
+
+def _panel_seed(seed: int, panel: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{panel}".encode()).digest()[:4], "little")
+
+
+def simulate_panels(items: pd.DataFrame, scale: Scale, *, n_annotators: int, reliability: float, bias: float,
+                    seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Seeded simulated judgements and annotator demographics, one panel per country x category."""
+    from stereolens.annotation.simulate import simulate_annotations
+
+    judgements, annotators = [], []
+    for panel, part in items.groupby("panel", sort=True):
+        pseed = _panel_seed(seed, panel)
+        sim = simulate_annotations(part[["item_id"]], n_annotators, scale, reliability, bias, pseed)
+        sim["annotator_id"] = panel.replace("/", "-") + "-" + sim["annotator_id"]
+        sim["panel"] = panel
+        judgements.append(sim)
+        rng = np.random.default_rng(pseed + 1)
+        for aid in sorted(sim["annotator_id"].unique()):
+            row = {"annotator_id": aid, "panel": panel, "country": part["country"].iloc[0], "category": part["category"].iloc[0]}
+            row.update({col: str(rng.choice(vals)) for col, vals in DEMOGRAPHIC_VALUES.items()})
+            row["source"] = "simulated"
+            annotators.append(row)
+    return pd.concat(judgements, ignore_index=True), pd.DataFrame(annotators)
+
+
+def import_panels(judgements_path: str | Path, annotators_path: str | Path, scale: Scale, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Completed judgements (``item_id, annotator_id, label`` with label = score 1..5) and annotator demographics."""
+    from stereolens.annotation.tasks import import_judgements
+
+    judgements = import_judgements(judgements_path, scale, known_items=items["item_id"], source="human")
+    annotators = read_csv_checked(annotators_path, ["annotator_id", "panel", *DEMOGRAPHIC_COLUMNS], what="annotator demographics", dtype=str)
+    known = set(annotators["annotator_id"])
+    unknown = ~judgements["annotator_id"].isin(known)
+    if unknown.any():
+        pos = int(unknown.idxmax())
+        raise DataError(f"{judgements_path} row {pos + 2}, column annotator_id: {judgements.at[pos, 'annotator_id']!r} "
+                        f"is not in {annotators_path}")
+    panel_of = items.set_index("item_id")["panel"]
+    judgements["panel"] = judgements["item_id"].map(panel_of)
+    who = annotators.set_index("annotator_id")["panel"]
+    wrong = judgements["panel"] != judgements["annotator_id"].map(who)
+    if wrong.any():
+        pos = int(wrong.idxmax())
+        raise DataError(f"{judgements_path} row {pos + 2}: annotator {judgements.at[pos, 'annotator_id']!r} belongs to panel "
+                        f"{who[judgements.at[pos, 'annotator_id']]!r}, item {judgements.at[pos, 'item_id']!r} to {judgements.at[pos, 'panel']!r}")
+    annotators["source"] = "human"
+    return judgements, annotators
+
+
+def decide(judgements: pd.DataFrame) -> pd.DataFrame:
+    """Per item: median score, valid votes (score >= 3), invalid votes (<= 2), and ``validated`` = median > 2."""
+    g = judgements.assign(label=pd.to_numeric(judgements["label"])).groupby("item_id")["label"]
+    out = pd.DataFrame({
+        "median": g.median(), "n_annotators": g.size(),
+        "valid_votes": g.apply(lambda s: int((s >= 3).sum())), "invalid_votes": g.apply(lambda s: int((s <= DISCARD_AT_OR_BELOW).sum())),
+    }).reset_index()
+    out["validated"] = out["median"] > DISCARD_AT_OR_BELOW
+    out["vote_ratio"] = out["valid_votes"].astype(str) + ":" + out["invalid_votes"].astype(str)
+    return out
+
+
+def validation_rates(stereotypes: pd.DataFrame, decisions: pd.DataFrame, countries: Sequence[str], categories: Sequence[str]) -> pd.DataFrame:
+    """Table 7: validated / retrieved per country x category and overall (long format, empty cells kept)."""
+    merged = stereotypes.merge(decisions[["item_id", "validated"]], left_on="stereotype_id", right_on="item_id", how="left")
+    merged["validated"] = merged["validated"].fillna(False).astype(bool)
+    rows = []
+    for c in countries:
+        for k in [*categories, "overall"]:
+            part = merged[(merged["country"] == c) & ((merged["category"] == k) | (k == "overall"))]
+            n, v = len(part), int(part["validated"].sum())
+            rows.append({"country": c, "category": k, "retrieved": n, "validated": v, "rate": v / n if n else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def vote_ratio_table(stereotypes: pd.DataFrame, decisions: pd.DataFrame, country: str, categories: Sequence[str]) -> pd.DataFrame:
+    """Tables E1-E5 for one country: validated stereotypes per category by valid:invalid vote ratio."""
+    merged = stereotypes.merge(decisions, left_on="stereotype_id", right_on="item_id")
+    merged = merged[(merged["country"] == country) & merged["validated"]]
+    ratios = sorted(merged["vote_ratio"].unique(), key=lambda r: -int(r.split(":")[0]))
+    rows = []
+    for k in categories:
+        part = merged[merged["category"] == k]
+        row = {"category": k, **{r: int((part["vote_ratio"] == r).sum()) for r in ratios}}
+        row["total"] = len(part)
+        rows.append(row)
+    total = {"category": "total", **{r: int((merged["vote_ratio"] == r).sum()) for r in ratios}, "total": len(merged)}
+    return pd.DataFrame([*rows, total])
+
+
+def demographics_table(annotators: pd.DataFrame, country: str, categories: Sequence[str]) -> pd.DataFrame:
+    """Tables D1-D10 shape for one country: rows ``field=value``, one column per panel (category), counts."""
+    part = annotators[annotators["country"] == country] if "country" in annotators.columns else \
+        annotators[annotators["panel"].str.startswith(country + "/")]
+    rows = []
+    for col in DEMOGRAPHIC_COLUMNS:
+        values = list(DEMOGRAPHIC_VALUES[col]) + sorted(set(part[col].dropna()) - set(DEMOGRAPHIC_VALUES[col]))
+        for v in values:
+            row = {"field": col, "value": v}
+            for k in categories:
+                row[k] = int(((part["panel"] == f"{country}/{k}") & (part[col] == v)).sum())
+            rows.append(row)
+    return pd.DataFrame(rows)

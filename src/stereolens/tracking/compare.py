@@ -1,0 +1,77 @@
+"""Runs of one study side by side, as the MLflow UI's compare view lines them up.
+
+One row per run name (the newest run of that name: a rerun replaces the earlier
+one, as it replaces the files DVC tracks), the identifying tags as the first
+columns, then one column per metric.  The table is read from the MLflow store
+itself, so it is exactly what the UI shows.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from stereolens.errors import ConfigError
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
+ID_COLUMNS = ("run_name", "stage", "model", "language", "variant", "annotation_source", "run_id", "start_time")
+
+
+def compare_runs(
+    study: str,
+    *,
+    metric: str | None = None,
+    stage: str | None = None,
+    tracking_uri: str = DEFAULT_TRACKING_URI,
+    experiment: str = "stereolens",
+    all_runs: bool = False,
+) -> pd.DataFrame:
+    """The runs of ``study`` (optionally one ``stage``) with their metrics (or only ``metric``)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ConfigError(f"no MLflow experiment {experiment!r} in {tracking_uri} (run a tracked stage first)")
+    query = f"tags.study = '{study}'" + (f" and tags.stage = '{stage}'" if stage else "")
+    runs = []
+    page_token = None
+    while True:
+        page = client.search_runs([found.experiment_id], filter_string=query, order_by=["attributes.start_time DESC"],
+                                  max_results=1000, page_token=page_token)
+        runs.extend(page)
+        page_token = page.token
+        if not page_token:
+            break
+    rows, seen = [], set()
+    for run in runs:
+        name = run.info.run_name
+        if not all_runs and name in seen:
+            continue  # an older run of the same name: superseded by the rerun
+        seen.add(name)
+        tags = run.data.tags
+        row = {
+            "run_name": name,
+            "stage": tags.get("stage", ""),
+            "model": tags.get("model", ""),
+            "language": tags.get("language", ""),
+            "variant": tags.get("variant", ""),
+            "annotation_source": tags.get("annotation_source", ""),
+            "run_id": run.info.run_id,
+            "start_time": pd.Timestamp(run.info.start_time, unit="ms", tz="UTC").isoformat(timespec="seconds"),
+        }
+        metrics = run.data.metrics
+        if metric is not None:
+            if metric not in metrics:
+                continue
+            row[metric] = metrics[metric]
+        else:
+            row.update(metrics)
+        rows.append(row)
+    if not rows:
+        what = f"metric {metric!r} in " if metric else ""
+        raise ConfigError(f"no MLflow runs with {what}study {study!r}" + (f", stage {stage!r}" if stage else "")
+                          + f" in {tracking_uri}")
+    table = pd.DataFrame(rows)
+    metric_columns = sorted(c for c in table.columns if c not in ID_COLUMNS)
+    return table[[*ID_COLUMNS, *metric_columns]].sort_values(["stage", "model", "language", "variant"], kind="stable",
+                                                            ignore_index=True)

@@ -1,0 +1,134 @@
+"""Killed runs resume; two writers share a cache; no secret leaks (issue #17, items 3, 5 and 6).
+
+A real stage (``stereolens stage crows-score`` on an OpenAI-compatible completions
+endpoint, the loopback server of ``tests/loopback_openai.py``) runs as a subprocess,
+is killed with SIGKILL halfway and rerun.  The rerun's output is byte-identical to
+an uninterrupted run's, and the server's log shows no successful request repeated
+beyond those in flight at the kill (at most ``max_concurrency``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from loopback_openai import LoopbackServer
+
+REPO = Path(__file__).resolve().parents[2]
+SENTINEL_KEY = "sk-SENTINEL-7c1f0e9b2d4a-do-not-leak"
+MAX_CONCURRENCY = 4
+N_PAIRS = 120  # 240 log-likelihood requests
+
+
+def make_stage_dir(root: Path, base_url: str, *, tracking: bool) -> None:
+    raw = root / "data/raw/crows_pairs"
+    raw.mkdir(parents=True)
+    pd.DataFrame({
+        "sent_more": [f"Person number {i} from the poor side of town is lazy." for i in range(N_PAIRS)],
+        "sent_less": [f"Person number {i} from the rich side of town is lazy." for i in range(N_PAIRS)],
+        "stereo_antistereo": ["stereo"] * N_PAIRS, "bias_type": ["socioeconomic"] * N_PAIRS,
+    }).to_csv(raw / "crows_pairs_anonymized.csv")
+    track = ({"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
+              "experiment": "resume"} if tracking else {"enabled": False})
+    params = {"model": {"id": "toy", "name": "toy-model", "kind": "completion", "backend": "openai",
+                        "base_url": base_url, "retry_base_s": 0.01, "max_concurrency": MAX_CONCURRENCY},
+              "metric": {"name": "causal", "batch_tokens": 512, "truncate": False}, "language": {"include": None},
+              "tracking": track, "seed": 0,
+              "study": {"crows": {"dataset": "crows_pairs", "limit": None, "bootstrap_resamples": 100}}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+
+
+def stage_env(root: Path) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "STEREOLENS_CACHE_DIR": str(root / "cache"),
+           "OPENAI_API_KEY": SENTINEL_KEY, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    env.pop("OPENAI_BASE_URL", None)
+    return env
+
+
+def start_stage(root: Path, log_name: str) -> subprocess.Popen:
+    out = open(root / f"{log_name}.log", "w", encoding="utf-8")
+    return subprocess.Popen([sys.executable, "-m", "stereolens", "stage", "crows-score"], cwd=root,
+                            env=stage_env(root), stdout=out, stderr=subprocess.STDOUT)
+
+
+def answered_since(server, start: int) -> Counter:
+    with server.lock:
+        return Counter(key for key, action in server.log[start:] if action == "ok")
+
+
+@pytest.mark.slow
+def test_killed_stage_resumes_byte_identical_without_repeating_answers(tmp_path):
+    with LoopbackServer() as server:
+        server.delay_s = 0.03
+        reference = tmp_path / "reference"
+        make_stage_dir(reference, server.base_url, tracking=False)
+        assert start_stage(reference, "run").wait(timeout=300) == 0, (reference / "run.log").read_text()
+        start = len(server.log)
+
+        killed = tmp_path / "killed"
+        make_stage_dir(killed, server.base_url, tracking=True)
+        proc = start_stage(killed, "first")
+        deadline = time.monotonic() + 120
+        while sum(answered_since(server, start).values()) < N_PAIRS and time.monotonic() < deadline:
+            assert proc.poll() is None, (killed / "first.log").read_text()
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        answered_before_kill = sum(answered_since(server, start).values())
+        assert N_PAIRS <= answered_before_kill < 2 * N_PAIRS, "the kill must land halfway"
+        # nothing half-written: no output yet, no temporary file left where outputs go
+        assert not (killed / "data/processed/crows/scores.csv").exists()
+        assert not [p for p in (killed / "data").rglob("*") if p.name.endswith(".tmp")]
+
+        assert start_stage(killed, "second").wait(timeout=300) == 0, (killed / "second.log").read_text()
+        answered = answered_since(server, start)
+
+    assert (killed / "data/processed/crows/scores.csv").read_bytes() == \
+        (reference / "data/processed/crows/scores.csv").read_bytes()
+    assert len(answered) == 2 * N_PAIRS  # every request answered ...
+    repeated = [key for key, n in answered.items() if n > 1]
+    assert len(repeated) <= MAX_CONCURRENCY  # ... and only those in flight at the kill twice
+
+    # the sentinel key appears in no file the runs left: params, MLflow store and artifacts,
+    # the response cache, outputs, and the stage logs
+    leaks = [str(p) for p in killed.rglob("*") if p.is_file() and SENTINEL_KEY.encode() in p.read_bytes()]
+    assert not leaks
+    assert (killed / "mlruns/mlflow.db").stat().st_size > 0 and any((killed / "cache").rglob("*.json"))
+
+
+def _fill_cache(root: str, worker: int, n: int) -> None:
+    from stereolens.models.cache import ResponseCache
+
+    cache = ResponseCache(root)
+    for i in range(n):
+        # half the keys are shared by both writers, half are each writer's own
+        key = i if i % 2 == 0 else f"{worker}-{i}"
+        cache.put({"request": key}, {"text": f"answer {key}", "padding": "x" * 2000})
+
+
+def test_two_processes_filling_one_cache_never_corrupt_an_entry(tmp_path):
+    from stereolens.models.cache import ResponseCache
+
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=_fill_cache, args=(str(tmp_path), w, 300)) for w in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+        assert w.exitcode == 0
+    cache = ResponseCache(tmp_path)
+    for worker in range(2):
+        for i in range(300):
+            key = i if i % 2 == 0 else f"{worker}-{i}"
+            assert cache.get({"request": key}) == {"text": f"answer {key}", "padding": "x" * 2000}
+    assert cache.misses == 0 and not list(tmp_path.rglob("*.tmp"))

@@ -1,0 +1,100 @@
+"""Load a page in headless Chromium over the DevTools protocol: console errors, broken images, screenshot."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import websocket  # websocket-client
+
+_LISTENING = re.compile(r"DevTools listening on (ws://[^\s]+)")
+
+
+def chromium_binary() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Browser:
+    def __init__(self, profile: Path, binary: str) -> None:
+        self.proc = subprocess.Popen(
+            [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+             "--remote-debugging-port=0", "--remote-allow-origins=*", f"--user-data-dir={profile}",
+             "--window-size=1200,900", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        self.port = None
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            match = _LISTENING.search(line or "")
+            if match:
+                self.port = int(match.group(1).split(":")[2].split("/")[0])
+                break
+            if self.proc.poll() is not None:
+                break
+        if self.port is None:
+            self.close()
+            raise RuntimeError("chromium did not open its DevTools port")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def check(self, url: str, screenshot: Path, timeout: float = 30.0) -> dict:
+        """Open ``url``; return console errors, failed loads and broken images; write a full-page PNG."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
+        target = json.loads(urllib.request.urlopen(request, timeout=10).read())
+        ws = websocket.create_connection(target["webSocketDebuggerUrl"], timeout=timeout)
+        counter = iter(range(1, 10_000))
+        errors: list[str] = []
+
+        def send(method: str, **params):
+            ident = next(counter)
+            ws.send(json.dumps({"id": ident, "method": method, "params": params}))
+            return wait(lambda m: m.get("id") == ident)
+
+        def wait(done):
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                message = json.loads(ws.recv())
+                method = message.get("method")
+                if method == "Runtime.consoleAPICalled" and message["params"]["type"] in ("error", "assert"):
+                    errors.append("console: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                          for a in message["params"]["args"]))
+                elif method == "Runtime.exceptionThrown":
+                    errors.append("exception: " + message["params"]["exceptionDetails"].get("text", ""))
+                elif method == "Log.entryAdded" and message["params"]["entry"]["level"] == "error":
+                    entry = message["params"]["entry"]
+                    errors.append(f"log: {entry.get('text')} {entry.get('url', '')}".strip())
+                elif method == "Network.loadingFailed" and not message["params"].get("canceled"):
+                    errors.append(f"load failed: {message['params'].get('errorText')}")
+                if done(message):
+                    return message
+            raise TimeoutError(f"no answer from chromium within {timeout}s for {url}")
+
+        try:
+            for domain in ("Page", "Runtime", "Log", "Network"):
+                send(f"{domain}.enable")
+            send("Page.navigate", url=url)
+            wait(lambda m: m.get("method") == "Page.loadEventFired")
+            broken = send("Runtime.evaluate", returnByValue=True, expression=(
+                "Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.getAttribute('src'))"
+            ))["result"]["result"]["value"]
+            n_images = send("Runtime.evaluate", returnByValue=True,
+                            expression="document.images.length")["result"]["result"]["value"]
+            text = send("Runtime.evaluate", returnByValue=True,
+                        expression="document.body.innerText")["result"]["result"]["value"]
+            shot = send("Page.captureScreenshot", format="png", captureBeyondViewport=True)["result"]["data"]
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            screenshot.write_bytes(base64.b64decode(shot))
+        finally:
+            ws.close()
+        return {"errors": errors, "broken_images": broken, "n_images": n_images, "text": text}

@@ -1,0 +1,111 @@
+"""The report site in a real browser: every page loads with no console error and no missing image.
+
+Headless Chromium (Debian's `chromium`, installed by .ci/run) is driven over the
+DevTools protocol; a screenshot of each page is written to reports/screenshots/
+for a person to look at.  Without Chromium the test skips, except in CI (`CI` set),
+where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+
+from stereolens.figures import save_figure
+from stereolens.report.site import build_site
+
+sys.path.insert(0, str(Path(__file__).parent))
+from chromium import Browser, chromium_binary  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = Path(os.environ.get("STEREOLENS_SCREENSHOTS", REPO / "reports" / "screenshots"))
+PARAMS = {"model": {"id": "tiny-clm", "name": "tests/tiny", "kind": "causal", "backend": "hf", "revision": None},
+          "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}}}
+
+
+def _figure(stem: Path) -> None:
+    fig, ax = plt.subplots(figsize=(4, 2.5))
+    ax.bar(["a", "b"], [0.4, 0.6])
+    save_figure(fig, stem)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    reports = tmp_path_factory.mktemp("site") / "reports"
+    sim = reports / "simstudy"
+    (sim / "figures").mkdir(parents=True)
+    json.dump({"headline": {"score": 0.625, "items": 8},
+               "provenance": {"annotation_source": "simulated", "translation_status": {"authored": 4, "source": 4}}},
+              open(sim / "summary.json", "w"))
+    _figure(sim / "figures" / "bars")
+    _figure(sim / "extra")
+    pd.DataFrame({"item": ["q1", "q2"], "translation_status": ["authored", "source"]}).to_csv(sim / "items.csv", index=False)
+    (sim / "report.md").write_text("# Sim study\n\nThe bars:\n\n![bars](figures/bars.png)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    json.dump({"all_passed": False, "enforced": False, "gates": {"alpha": {"passed": False}}}, open(sim / "gates.json", "w"))
+    clean = reports / "cleanstudy"
+    clean.mkdir()
+    json.dump({"bias_score": 0.5, "n": 10, "provenance": {"annotation_source": "human"}}, open(clean / "summary.json", "w"))
+    # a table whose provenance column says simulated, though the summary does not declare it
+    pd.DataFrame({"x": [1], "source": ["human"]}).to_csv(clean / "t.csv", index=False)
+    build_site(sorted(PARAMS["study"]), PARAMS, reports)
+    return reports
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    binary = chromium_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (CI installs it in .ci/run: apt-get install -y chromium)")
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    b = Browser(tmp_path_factory.mktemp("profile"), binary)
+    yield b
+    b.close()
+
+
+PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absentstudy.html"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_loads_cleanly_in_chromium(site, browser, page):
+    shot = SCREENSHOTS / (page.replace("/", "_").replace(".html", ".png"))
+    result = browser.check((site / page).resolve().as_uri(), shot)
+    assert result["errors"] == []
+    assert result["broken_images"] == []
+    assert shot.stat().st_size > 1000
+    if page == "site/simstudy.html":
+        assert result["n_images"] == 2  # bars.png in report.md, extra.png in the gallery, neither twice
+        assert "SIMULATED judgements" in result["text"] and "UNREVIEWED translations: authored (4)" in result["text"]
+        assert "gate gates FAILED (alpha): reported, not enforced" in result["text"]
+    if page == "site/cleanstudy.html":
+        assert "Read with care" not in result["text"] and "0.5" in result["text"]
+    if page == "site/absentstudy.html":
+        assert "No report yet" in result["text"]
+
+
+def test_the_browser_check_catches_a_missing_image(site, browser, tmp_path):
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head><body>'
+                    '<img src="nowhere.png"></body></html>')
+    result = browser.check(page.as_uri(), tmp_path / "broken.png")
+    assert result["broken_images"] == ["nowhere.png"]
+    assert any("ERR_FILE_NOT_FOUND" in e for e in result["errors"])
+
+
+def test_index_lists_every_study_with_its_warnings(site):
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert index.count('href="site/') >= 3 * 2  # nav + table rows
+    assert "no report yet" in index and "SIMULATED" in index
+
+
+def test_no_page_reaches_the_network(site):
+    for page in PAGES:
+        text = (site / page).read_text(encoding="utf-8")
+        assert "http://" not in text and "https://" not in text and "<script" not in text

@@ -1,0 +1,63 @@
+"""The heads stages end to end on a tiny causal model, and the input checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from stereolens.errors import DataError
+from stereolens.studies.heads.stages import read_instances
+
+from heads_data import make_instances
+
+
+def test_an_empty_sentence_is_refused_with_file_row_and_column(tmp_path):
+    table = make_instances(4, countries=("MX",))
+    table.loc[2, "sent_anti"] = " "
+    path = tmp_path / "instances.csv"
+    table.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"instances.csv: row 4, column sent_anti: empty sentence"):
+        read_instances(path, None, None)
+
+
+def test_unknown_country_and_the_per_country_limit(tmp_path):
+    path = tmp_path / "instances.csv"
+    make_instances(6).to_csv(path, index=False)
+    assert read_instances(path, ["ES"], 4)["country"].tolist() == ["ES"] * 4
+    with pytest.raises(DataError, match="column country has no rows for"):
+        read_instances(path, ["AR"], None)
+
+
+@pytest.mark.slow
+def test_probe_and_report_stages_write_every_output(tmp_path, monkeypatch, tiny_causal_lm_dir, repo_root):
+    from stereolens.studies.heads.stages import heads_probe, heads_report
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data/processed/stereo").mkdir(parents=True)
+    make_instances(12).to_csv(tmp_path / "data/processed/stereo/instances.csv", index=False)
+    subprocess.run([sys.executable, "-m", "stereolens", "config", "compose", "--config-dir", str(repo_root / "conf"),
+                    "--output", "params.yaml", f"model.name={tiny_causal_lm_dir}",
+                    "model.id=tiny-causal", "model.source=null", "study.heads.shapley.permutations=4",
+                    "study.heads.probe.epochs=5", "study.heads.pruning.stereoset_items_per_country=4",
+                    "tracking=disabled"],
+                   check=True, capture_output=True)
+    args = argparse.Namespace(params="params.yaml")
+    heads_probe(args)
+    heads_report(args)
+    shap = pd.read_csv("data/processed/heads/shapley.csv")
+    assert len(shap) == 2 * 2 * 2  # two countries x (last two layers x two heads)
+    sweeps = pd.read_csv("data/processed/heads/sweeps.csv")
+    assert set(sweeps["direction"]) == {"top_down", "bottom_up"}
+    assert sweeps.loc[sweeps["direction"] == "top_down", "ss"].notna().all()
+    summary = json.loads((tmp_path / "reports/heads/summary.json").read_text())
+    assert summary["config"]["shapley"]["permutations"] == 4 and summary["instance_sources"] == ["test"]
+    for stem in ("head_contributions", "country_correlation", "pruning_probe", "pruning_stereoset"):
+        for ext in ("png", "svg"):
+            assert (tmp_path / f"reports/heads/{stem}.{ext}").stat().st_size > 0
+    report = (tmp_path / "reports/heads/report.md").read_text()
+    assert "pooling auto (used: last)" in report

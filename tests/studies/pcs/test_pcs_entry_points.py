@@ -1,0 +1,51 @@
+"""One PCS whichever way it is computed (issue #18): the CLI and the stage agree on the same file."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import yaml
+
+from stereolens.cli import main
+from stereolens.io import write_csv, write_json
+from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP
+
+# cell (language, scenario, feature) -> A, B, C; the 0.04 gap is below the default min_gap, the 0.5 gap above it
+CELLS = {("hi", "s1", "deference"): (2.0, 2.04, 3.0), ("hi", "s2", "directness"): (3.0, 5.0, 4.0),
+         ("ur", "s1", "deference"): (2.0, 4.0, 3.5), ("ur", "s2", "directness"): (4.0, 4.5, 4.25)}
+
+
+def scores() -> pd.DataFrame:
+    rows = []
+    for (lang, sid, feat), abc in CELLS.items():
+        for cond, value in zip("ABC", abc):
+            for judge in ("j1", "j2"):
+                rows.append(dict(model="m", language=lang, scenario_id=sid, dimension="PDI", feature=feat,
+                                 condition=cond, judge=judge, sample=0, score=value))
+    return pd.DataFrame(rows)
+
+
+def test_default_min_gap_is_the_configured_one(repo_root):
+    conf = yaml.safe_load((repo_root / "conf/study/pcs/default.yaml").read_text(encoding="utf-8"))
+    assert conf["analysis"]["min_gap"] == DEFAULT_MIN_GAP
+
+
+def test_cli_and_stage_give_the_same_summary_on_the_same_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_csv(tmp_path / "data/interim/pcs/scores.csv", scores())
+    write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
+    params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": {"enabled": False},
+              "seed": 0, "study": {"pcs": {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
+                                           "judges": {"panel": []}, "human_validation": {}, "analysis": {}}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    assert main(["stage", "pcs-analyze"]) == 0
+    assert main(["pcs", "analyze", "--scores", "data/interim/pcs/scores.csv", "--output", "cli",
+                 "--rubrics", "/nonexistent-but-not-default.yaml"]) == 2  # a named rubrics file must exist
+    assert main(["pcs", "analyze", "--scores", "data/interim/pcs/scores.csv", "--output", "cli"]) == 0
+    stage = json.loads((tmp_path / "reports/pcs/summary.json").read_text())
+    cli = json.loads((tmp_path / "cli/summary.json").read_text())
+    assert cli == stage
+    # known answer: the hi/s1 cell (gap 0.04) is excluded; PCS = mean(0.5, 0.75, 0.5)
+    assert stage["n_excluded"] == 1
+    assert abs(stage["pcs"] - (0.5 + 0.75 + 0.5) / 3) < 1e-12

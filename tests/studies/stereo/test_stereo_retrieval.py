@@ -1,0 +1,163 @@
+"""Retrieval: saturation rule, parsing, extraction, near-duplicate merging, refusals, and the loop on real model calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stereolens.errors import ConfigError
+from stereolens.studies.stereo.prompts import load_prompts
+from stereolens.studies.stereo.retrieval import (
+    RetrievalSettings,
+    SaturationRule,
+    StereotypePool,
+    extract,
+    is_refusal,
+    parse_posts,
+    retrieve,
+)
+from stereolens.studies.stereo.text import is_near_duplicate, normalise
+
+
+
+SEED_DIR = Path(__file__).resolve().parents[3] / "data" / "seed" / "stereo"
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+def stops(rule: SaturationRule, counts: list[int]) -> tuple[int, str]:
+    """Feed rounds one at a time, as the loop does; return (round stopped at, reason)."""
+    for r in range(1, len(counts) + 1):
+        reason = rule.decide(counts[:r])
+        if reason:
+            return r, reason
+    return 0, ""
+
+
+def test_saturation_paper_rule_stops_at_first_round_adding_nothing():
+    rule = SaturationRule(k=1, m=1, max_rounds=10)
+    assert stops(rule, [6, 3, 0, 4]) == (3, "saturated")
+    assert stops(rule, [0]) == (1, "saturated")
+
+
+def test_saturation_k_consecutive_rounds_below_m():
+    rule = SaturationRule(k=2, m=2, max_rounds=10)
+    # rounds adding 1 and 3: only one below m=2 in a row; then 1, 0: two in a row
+    assert stops(rule, [5, 1, 3, 1, 0, 7]) == (5, "saturated")
+
+
+def test_saturation_round_cap():
+    assert stops(SaturationRule(k=1, m=1, max_rounds=3), [4, 2, 1, 5]) == (3, "round_cap")
+
+
+def test_saturation_rejects_nonsense():
+    with pytest.raises(ConfigError):
+        SaturationRule(k=0)
+
+
+def test_parse_posts_strips_numbering_and_drops_headings():
+    text = "Publicaciones generadas:\n1. Los viejos no entienden nada de tecnología.\n2) \"Las mujeres manejan fatal, siempre.\"\n- corto\n\n• Los jóvenes de hoy no respetan a nadie."
+    assert parse_posts(text) == [
+        "Los viejos no entienden nada de tecnología.",
+        "Las mujeres manejan fatal, siempre.",
+        "Los jóvenes de hoy no respetan a nadie.",
+    ]
+
+
+def test_extract_target_and_statement():
+    target, statement = extract("Ayer en el bus. Los costeños siempre intentan sacarte más dinero. #Bogotá")
+    assert target == "costeños"
+    assert statement == "Los costeños siempre intentan sacarte más dinero."
+    assert extract("Nadie confía en nadie aquí hoy.")[0] == ""
+
+
+def test_normalise_and_near_duplicates():
+    assert normalise("¡Los VIEJOS no entienden la tecnología! @user https://x.co #tag") == "los viejos no entienden la tecnologia tag"
+    assert is_near_duplicate("Los viejos no entienden la tecnología.", "los viejos NO entienden la tecnologia", 0.99)
+    assert is_near_duplicate("Los viejos no entienden la tecnología.", "Los viejos no entienden nada de la tecnología.", 0.8)
+    assert not is_near_duplicate("Los viejos no entienden la tecnología.", "Las mujeres manejan mal.", 0.8)
+
+
+def test_pool_merges_near_duplicates_within_country_and_category_only():
+    pool = StereotypePool(threshold=0.8)
+    assert pool.add("Spain", "age", "p", 1, "Los viejos no entienden la tecnología.")
+    assert not pool.add("Spain", "age", "p", 2, "Los viejos no entienden nada de la tecnología.")
+    assert pool.add("Mexico", "age", "p", 1, "Los viejos no entienden la tecnología.")  # other country: new
+    assert pool.add("Spain", "gender", "p", 1, "Las mujeres manejan mal siempre.")
+    t = pool.table()
+    assert len(t) == 3
+    first = t[(t.country == "Spain") & (t.category == "age")].iloc[0]
+    assert first["mentions"] == 2 and first["source"] == "machine"
+
+
+def test_refusals():
+    phrases = load_prompts(SEED_DIR / "prompts.yaml", "es").refusals
+    assert is_refusal("Lo siento, pero no puedo ayudarte con esa solicitud.", phrases)
+    assert not is_refusal("   ", phrases)  # empty output is counted apart, not as a refusal
+    assert not is_refusal("1. Los viejos no entienden la tecnología.", phrases)
+
+
+ROUNDS = {
+    # Mexico: round 1 three posts, round 2 one new + one near-duplicate, round 3 only repeats -> saturated at 3
+    ("México", 1): "1. Los chilangos son arrogantes con todos.\n2. Los viejos no saben usar el celular.\n3. Las mujeres de Monterrey solo piensan en dinero.",
+    ("México", 2): "1. Los viejos no saben usar el celular nunca.\n2. Los jóvenes son flojos y no quieren trabajar.",
+    ("México", 3): "1. Los chilangos son arrogantes con todos.",
+    # Spain: always refuses -> no posts, saturated at round 1
+    ("España", 1): "Lo siento, pero no puedo ayudarte con eso.",
+}
+
+
+def script(message: str, seed: int) -> str:
+    if "publicaciones" not in message:
+        return "Claro, con gusto."
+    for (country, rnd), reply in ROUNDS.items():
+        if f"de {country} y" in message and seed == rnd:
+            return reply
+    return "No tengo más ejemplos."
+
+
+def test_retrieve_on_real_model_calls(tmp_path, scripted_server):
+    prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
+    settings = RetrievalSettings(countries=("Mexico", "Spain"), categories=("age",), points_of_view=("social_media_user",),
+                                 seed=0, rule=SaturationRule(1, 1, 5))
+    with scripted_server(script) as server:
+        result = retrieve(server.model(tmp_path / "cache"), prompts, settings, model_label="scripted")
+        n_calls = len(server.bodies)
+    curve = result.curve.set_index(["country", "round"])
+    assert list(result.curve[result.curve.country == "Mexico"]["n_new"]) == [3, 1, 0]
+    assert curve.loc[("Mexico", 3), "stop"] == "saturated"
+    assert list(result.curve[result.curve.country == "Spain"]["n_new"]) == [0]
+    ref = result.refusals.set_index("country")
+    assert ref.loc["Spain", "n_refusals"] == 1 and ref.loc["Mexico", "n_refusals"] == 0
+    assert len(result.stereotypes) == 4
+    assert set(result.stereotypes["target"]) == {"chilangos", "viejos", "mujeres de monterrey", "jóvenes"}
+    # every raw response is kept: 2 preamble turns are not rows, 3 Mexico rounds + 1 Spain round are
+    assert len(result.responses) == 4 and result.responses["response"].str.len().gt(0).all()
+    assert n_calls == 2 + 4
+    # the prompt is the paper's, filled in
+    body = server.bodies[-1]["messages"]
+    assert [m["role"] for m in body] == ["user", "assistant", "user", "assistant", "user"]
+    assert "sesgos de edad negativos en la cultura" in body[-1]["content"]
+
+
+def test_positive_then_negative_reads_the_last_turn(tmp_path, scripted_server):
+    prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
+
+    def pn(message: str, seed: int) -> str:
+        if message == "Si":
+            return "1. Los viejos no saben usar el celular."
+        if "positivo" in message and "publicaciones" in message:
+            return "1. Los abuelos son muy sabios y cariñosos."
+        return "Claro."
+
+    settings = RetrievalSettings(countries=("Mexico",), categories=("age",), points_of_view=("passerby",),
+                                 mode="positive_then_negative", rule=SaturationRule(1, 1, 2))
+    with scripted_server(pn) as server:
+        result = retrieve(server.model(tmp_path / "c"), prompts, settings, model_label="scripted")
+    assert list(result.stereotypes["target"]) == ["viejos"]
+    assert len(result.responses) == 2 * 3  # two rounds (the second adds nothing) x three turns

@@ -1,0 +1,285 @@
+"""Bad input, one clear line, nothing lost (issues #17 item 4 and #18).
+
+Each case feeds one kind of bad input to a real command and asserts:
+
+* exit status 2 and exactly one line on stderr, ``stereolens: error: ...``, that
+  names the place (file and line/column, or the key) and what is wrong;
+* every output an earlier good run left behind is byte-identical afterwards.
+
+The commands run in-process through :func:`stereolens.cli.main` (the console
+script's body) with the tiny local models of ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from stereolens.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD_PAIRS = "id,sent_stereo,sent_anti\na,Women are bad drivers.,Men are bad drivers.\nb,The poor are lazy.,The rich are lazy.\n"
+
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str]  # {tmp}, {masked}, {causal} are filled in
+    expect: str  # a substring of the error line
+    files: dict[str, str | bytes] = field(default_factory=dict)  # inputs to write, relative to tmp
+    env: dict[str, str | None] = field(default_factory=dict)
+
+
+def pairs(body: str) -> dict[str, str]:
+    return {"in.csv": body}
+
+
+def score_pairs(model: str = "{masked}", metric: str = "pll", extra: tuple[str, ...] = ()) -> list[str]:
+    return ["score", "pairs", "--model", model, "--metric", metric, "--input", "{tmp}/in.csv",
+            "--output", "{tmp}/earlier/scores.csv", "--no-cache", *extra]
+
+
+def pcs_scores(edit=None) -> dict[str, str]:
+    rows = [dict(model="m", language="hi", scenario_id="s1", dimension="PDI", feature="deference", condition=c,
+                 judge="j", sample=0, score=v) for c, v in zip("ABC", (2.0, 6.0, 4.0))]
+    rows += [dict(model="m", language="ur", scenario_id="s1", dimension="PDI", feature="deference", condition=c,
+                  judge="j", sample=0, score=v) for c, v in zip("ABC", (3.0, 6.0, 5.0))]
+    df = pd.DataFrame(rows)
+    if edit:
+        df = edit(df)
+    return {"scores.csv": df.to_csv(index=False)}
+
+
+def pcs(edit=None) -> tuple[list[str], dict[str, str]]:
+    return ["pcs", "analyze", "--scores", "{tmp}/scores.csv", "--output", "{tmp}/earlier/pcs"], pcs_scores(edit)
+
+
+def judgements(body: str) -> dict[str, str]:
+    return {"j.csv": body}
+
+
+AGREE = ["annotation", "agreement", "--input", "{tmp}/j.csv", "--metric", "krippendorff", "--n-boot", "0"]
+
+
+def h_matrix(traits=("powerless", "powerful"), groups=("woman", "immigrant")) -> str:
+    rows = ["Traits," + ",".join(groups)]
+    for i, t in enumerate(traits):
+        rows.append(t + "," + ",".join(str(10 + i + j) for j in range(len(groups))))
+    return "\n".join(rows) + "\n"
+
+
+def leakage(files: dict[str, str], target: str = "HI") -> tuple[list[str], dict[str, str]]:
+    base = {"human/H_EN.csv": h_matrix(), "human/H_HI.csv": h_matrix(), "model.csv": h_matrix()}
+    base.update(files)
+    argv = ["leakage", "fit", "--human", "{tmp}/human", "--model-scores", "{tmp}/model.csv", "--target", target,
+            "--output", "{tmp}/earlier/leakage", "--lexicon", str(REPO / "data/seed/leakage")]
+    return argv, base
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cases() -> list[Case]:
+    long = " ".join(["the doctors were very smart and kind"] * 80)
+    cases = [
+        # --- score pairs: the file itself
+        Case("empty file", score_pairs(), "is empty", pairs("")),
+        Case("header only", score_pairs(), "has a header but no rows", pairs("id,sent_stereo,sent_anti\n")),
+        Case("missing column", score_pairs(), "line 1: missing column(s) sent_anti", pairs("id,sent_stereo\na,x\n")),
+        Case("misspelt column", score_pairs(), "did you mean 'sent_antii' for 'sent_anti'",
+             pairs("id,sent_stereo,sent_antii\na,x,y\n")),
+        Case("semicolon delimiter", score_pairs(), "semicolon-separated",
+             pairs(GOOD_PAIRS.replace(",", ";"))),
+        Case("not UTF-8", score_pairs(), "line 3: not UTF-8",
+             {"in.csv": "id,sent_stereo,sent_anti\na,x y,z y\nb,caf\xe9 y,z y\n".encode("latin-1")}),
+        Case("input missing", score_pairs(), "pairs table not found", {}),
+        Case("input is a folder", ["score", "pairs", "--model", "{masked}", "--metric", "pll", "--input", "{tmp}/earlier",
+                                   "--output", "{tmp}/o.csv"], "is a folder", {}),
+        # --- score pairs: rows
+        Case("empty sentence", score_pairs(), "line 3, column sent_stereo: empty sentence",
+             pairs("id,sent_stereo,sent_anti\na,x y,z y\nb,,The rich are lazy.\n")),
+        Case("missing field", score_pairs(), "line 3, column sent_anti: empty sentence",
+             pairs("id,sent_stereo,sent_anti\na,x y,z y\nb,The doctors are smart.\n")),
+        Case("identical sentences", score_pairs(), "line 3: the two sentences are identical",
+             pairs("id,sent_stereo,sent_anti\na,x y,z y\nb,Same one.,Same one.\n")),
+        Case("duplicate ids", score_pairs(), "line 3, column id: duplicate value 'a' (first at line 2",
+             pairs("id,sent_stereo,sent_anti\na,x y,z y\na,p q,r q\n")),
+        Case("empty id", score_pairs(), "line 2, column id: empty id", pairs("id,sent_stereo,sent_anti\n,x y,z y\n")),
+        Case("longer than the window without --truncate", score_pairs(), "--truncate",
+             pairs(f"id,sent_stereo,sent_anti\na,{long},short one\n")),
+        # --- score pairs: model, metric, outputs
+        Case("unknown model", score_pairs(model="{tmp}/no-such-model"), "not found", pairs(GOOD_PAIRS)),
+        Case("pll on a causal model", score_pairs(model="{causal}"), "pll needs a masked LM; model", pairs(GOOD_PAIRS)),
+        Case("causal on a masked model", score_pairs(metric="causal"), "causal needs a causal or seq2seq model",
+             pairs(GOOD_PAIRS)),
+        Case("output under a file", ["score", "pairs", "--model", "{masked}", "--metric", "pll", "--input",
+                                     "{tmp}/in.csv", "--output", "{tmp}/earlier/scores.csv/x.csv"],
+             "cannot write", pairs(GOOD_PAIRS)),
+        Case("output is a folder", ["score", "pairs", "--model", "{masked}", "--metric", "pll", "--input",
+                                    "{tmp}/in.csv", "--output", "{tmp}/earlier"], "it is a folder", pairs(GOOD_PAIRS)),
+        Case("sentences: empty sentence", ["score", "sentences", "--model", "{masked}", "--metric", "pll", "--input",
+                                           "{tmp}/s.csv", "--output", "{tmp}/earlier/scores.csv"],
+             "line 3, column sentence: empty sentence", {"s.csv": "sentence\nA fine one.\n\"  \"\n"}),
+        Case("batch tokens not positive", score_pairs(extra=("--batch-tokens", "0")), "--batch-tokens must be positive",
+             pairs(GOOD_PAIRS)),
+        # --- annotation agreement
+        Case("empty annotator id", AGREE, "line 3, column annotator_id: empty annotator_id",
+             judgements("item_id,annotator_id,label\nt1,a1,1\nt1,,2\nt2,a2,3\n")),
+        Case("duplicate (item, annotator)", AGREE, "line 4: duplicate row for item_id 't1', annotator_id 'a1' "
+             "(first at line 2)", judgements("item_id,annotator_id,label\nt1,a1,1\nt1,a2,2\nt1,a1,3\n")),
+        Case("label off the scale", [*AGREE, "--scale", "likert5"], "j.csv line 3, column label (item 't1', annotator 'a2'): label 9 is not one of",
+             judgements("item_id,annotator_id,label\nt1,a1,1\nt1,a2,9\n")),
+        Case("single annotator", AGREE, "at least two annotators",
+             judgements("item_id,annotator_id,label\nt1,a1,1\nt2,a1,2\n")),
+        Case("judgements missing column", AGREE, "missing column(s) annotator_id",
+             judgements("item_id,annotatr_id,label\nt1,a1,1\n")),
+    ]
+    # --- pcs analyze
+    for name, edit, expect in [
+        ("pcs score 9", lambda d: d.assign(score=d["score"].where(d.index != 1, 9.0)),
+         "line 3, column score: score outside 1..7, got 9.0"),
+        ("pcs score -2", lambda d: d.assign(score=d["score"].where(d.index != 0, -2.0)),
+         "line 2, column score: score outside 1..7"),
+        ("pcs unknown dimension", lambda d: d.assign(dimension=d["dimension"].where(d.index != 2, "XYZ")),
+         "line 4, column dimension: dimension is not one of PDI, IDV, UAI"),
+        ("pcs unknown feature", lambda d: d.assign(feature=d["feature"].where(d.index != 4, "charisma")),
+         "line 6: feature is not one of its dimension's rubric features"),
+        ("pcs without condition C", lambda d: d.loc[d["condition"] != "C"],
+         "has no condition C rows"),
+        ("pcs condition D", lambda d: d.assign(condition=d["condition"].where(d.index != 5, "D")),
+         "line 7, column condition: condition is not one of A, B, C"),
+    ]:
+        argv, files = pcs(edit)
+        cases.append(Case(name, argv, expect, files))
+    # --- leakage fit
+    for name, files, target, expect in [
+        ("leakage target without its H matrix", {}, "XX", "no H_XX.csv in"),
+        ("leakage unknown trait", {"human/H_EN.csv": h_matrix(traits=("powerless", "mighty"))}, "HI",
+         "H_EN.csv line 3, column Traits: unknown trait 'mighty'"),
+        ("leakage unknown group", {"human/H_HI.csv": h_matrix(groups=("woman", "martians"))}, "HI",
+         "column martians: unknown group 'martians'"),
+        ("leakage model scores missing groups", {"model.csv": h_matrix(groups=("woman",))}, "HI",
+         "no column for group(s) immigrant"),
+    ]:
+        argv, all_files = leakage(files, target)
+        cases.append(Case(name, argv, expect, all_files))
+    # --- config
+    cases += [
+        Case("unknown key in an override", ["config", "compose", "study.crows.limitt=5", "--output",
+                                            "{tmp}/earlier/params.yaml"], "limitt", {}),
+        Case("unknown group option", ["config", "compose", "model=no_such_model", "--output",
+                                      "{tmp}/earlier/params.yaml"], "no_such_model", {}),
+        Case("typed config value", ["config", "compose", "study.crows.limit=abc", "--output",
+                                    "{tmp}/earlier/params.yaml"], "study.crows.limit", {}),
+        Case("unknown metric", ["config", "compose", "metric=nope", "--output", "{tmp}/earlier/params.yaml"],
+             "nope", {}),
+    ]
+    return cases
+
+
+CASES = _cases()
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _fill(arg: str, tmp: Path, models: dict[str, str]) -> str:
+    return arg.format(tmp=tmp, **models)
+
+
+@pytest.fixture(scope="module")
+def earlier(tmp_path_factory, tiny_masked_lm_dir):
+    """Outputs of an earlier good run of every command, copied into each case's folder."""
+    root = tmp_path_factory.mktemp("earlier")
+    (root / "in.csv").write_text(GOOD_PAIRS, encoding="utf-8")
+    assert main(["score", "pairs", "--model", str(tiny_masked_lm_dir), "--metric", "pll", "--input",
+                 str(root / "in.csv"), "--output", str(root / "earlier/scores.csv"), "--no-cache"]) == 0
+    for name, text in pcs_scores().items():
+        (root / name).write_text(text, encoding="utf-8")
+    assert main(["pcs", "analyze", "--scores", str(root / "scores.csv"), "--output", str(root / "earlier/pcs")]) == 0
+    (root / "earlier/params.yaml").write_text("# an earlier params.yaml\nseed: 0\n", encoding="utf-8")
+    return root / "earlier"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_nothing_lost(case, earlier, tmp_path, tiny_masked_lm_dir,
+                                                         tiny_causal_lm_dir, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # conf/ and data/seed are read from the repository, as a user runs it
+    shutil.copytree(earlier, tmp_path / "earlier")
+    before = _digest(tmp_path / "earlier")
+    for name, content in case.files.items():
+        dest = tmp_path / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    models = {"masked": str(tiny_masked_lm_dir), "causal": str(tiny_causal_lm_dir)}
+    capsys.readouterr()
+    rc = main([_fill(a, tmp_path, models) for a in case.argv])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert rc == 2, captured
+    assert len(lines) == 1 and lines[0].startswith("stereolens: error: "), captured.err
+    assert case.expect in lines[0], lines[0]
+    assert _digest(tmp_path / "earlier") == before
+    assert not list((tmp_path / "earlier").rglob(".*.tmp")), "a temporary file was left behind"
+
+
+def test_table_covers_the_issues():
+    assert len(CASES) >= 25 + 8  # #17 item 4 asks for 25 kinds; #18 adds its own
+
+
+def test_bom_prefixed_csv_is_read_as_its_columns(tmp_path, tiny_masked_lm_dir, capsys):
+    """A spreadsheet's UTF-8 byte-order mark is not part of the first column's name."""
+    (tmp_path / "in.csv").write_bytes(b"\xef\xbb\xbf" + GOOD_PAIRS.encode("utf-8"))
+    (tmp_path / "plain.csv").write_bytes(GOOD_PAIRS.encode("utf-8"))
+    for name in ("in", "plain"):
+        assert main(["score", "pairs", "--model", str(tiny_masked_lm_dir), "--metric", "pll", "--input",
+                     str(tmp_path / f"{name}.csv"), "--output", str(tmp_path / f"{name}.out.csv"), "--no-cache"]) == 0
+    assert (tmp_path / "in.out.csv").read_bytes() == (tmp_path / "plain.out.csv").read_bytes()
+
+
+def test_outputs_are_valid_json_and_group_readable(tmp_path, tiny_masked_lm_dir):
+    (tmp_path / "in.csv").write_text(GOOD_PAIRS, encoding="utf-8")
+    old = os.umask(0o022)
+    try:
+        assert main(["score", "pairs", "--model", str(tiny_masked_lm_dir), "--metric", "pll", "--input",
+                     str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv"), "--no-cache"]) == 0
+    finally:
+        os.umask(old)
+    from stereolens.io import FILE_MODE
+
+    for name in ("o.csv", "o.summary.json"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == FILE_MODE
+    assert FILE_MODE & 0o044 == 0o044  # group and others can read under the usual umask
+    json.loads((tmp_path / "o.summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+
+
+def test_nan_scores_are_refused_by_the_report_stage(tmp_path, monkeypatch, capsys):
+    """Scored pairs with a NaN score: crows-report stops at the line instead of averaging around it."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    scores = tmp_path / "data/processed/crows/scores.csv"
+    scores.parent.mkdir(parents=True)
+    scores.write_text("id,sent_stereo,sent_anti,bias_type,score_stereo,score_anti\n"
+                      "0,a b,c b,gender,-3.5,-4.0\n1,d e,f e,gender,,-2.0\n", encoding="utf-8")
+    (tmp_path / "data/processed/crows/scoring.json").write_text('{"skipped": null}', encoding="utf-8")
+    params = {"model": {"id": "m", "name": "m", "kind": "causal"}, "metric": {"name": "causal"},
+              "tracking": {"enabled": False}, "language": {"include": None}, "seed": 0,
+              "study": {"crows": {"dataset": "crows_pairs", "limit": None, "bootstrap_resamples": 10}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    assert main(["stage", "crows-report"]) == 2
+    assert "scores.csv line 3, column score_stereo: empty cell" in capsys.readouterr().err
+    assert not (tmp_path / "reports/crows/summary.json").exists()
