@@ -44,7 +44,7 @@ def test_probe_and_report_stages_write_every_output(tmp_path, monkeypatch, tiny_
                     "--output", "params.yaml", f"model.name={tiny_causal_lm_dir}",
                     "model.id=tiny-causal", "model.source=null", "study.heads.shapley.permutations=4",
                     "study.heads.probe.epochs=5", "study.heads.pruning.stereoset_items_per_country=4",
-                    "tracking=disabled"],
+                    "study.heads.countries=null", "tracking=disabled"],
                    check=True, capture_output=True)
     args = argparse.Namespace(params="params.yaml")
     heads_probe(args)

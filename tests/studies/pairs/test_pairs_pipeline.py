@@ -101,7 +101,8 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
                  "pairs-evaluate", "pairs-report"):
         assert main(["stage", name]) == 0, name
     attributes = pd.read_csv(tmp_path / "data/interim/pairs/attributes.csv")
-    assert len(attributes) == 2 * 4  # fenced list, duplicate dropped, for the 4 default groups
+    groups = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))["study"]["pairs"]["construct_groups"]
+    assert len(attributes) == 2 * len(groups)  # fenced list, duplicate dropped, for each default group
     removed = pd.read_csv(tmp_path / "data/interim/pairs/sentences_removed.csv")
     assert removed["reason"].str.startswith("restates the attribute").any()
     assert removed["reason"].str.startswith("longer than 15 words").any()

@@ -101,7 +101,7 @@ def test_import_refuses_an_annotator_of_another_panel(tmp_path, prompts):
     with pytest.raises(DataError, match=r"j.csv row 3: annotator 'h1' belongs to panel 'Mexico/age'"):
         v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
     pd.DataFrame({"item_id": ["Mexico-age-0"], "annotator_id": ["h1"], "label": [7]}).to_csv(tmp_path / "j.csv", index=False)
-    with pytest.raises(DataError, match="row 2"):
+    with pytest.raises(DataError, match="line 2"):
         v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
     pd.DataFrame({"item_id": ["Mexico-age-0"], "annotator_id": ["h1"], "label": [4]}).to_csv(tmp_path / "j.csv", index=False)
     j, a = v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
