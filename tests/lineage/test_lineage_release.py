@@ -184,3 +184,17 @@ def test_a_failed_gate_blocks_the_release(repo, tmp_path):
                             "gates": ["reports/quality/toy__*.json"]}, tmp_path / "out", root=repo)
     finally:
         gate.unlink()
+
+
+def test_qualified_provenance_values_are_still_flagged():
+    """Studies qualify a status ("authored, not native-reviewed", "machine translation:gemma3-270m");
+    the audit must read the status word, not require the bare value."""
+    from stereolens.lineage.provenance import is_unreviewed, status_word
+
+    assert status_word("Authored, not native-reviewed") == "authored"
+    assert is_unreviewed("translation_status", "authored, not native-reviewed")
+    assert is_unreviewed("source", "machine translation:gemma3-270m")
+    assert is_unreviewed("source", "generator")
+    assert not is_unreviewed("translation_status", "reviewed")
+    assert not is_unreviewed("source", "CrowS-Pairs")
+    assert not is_unreviewed("translation_status", "source")

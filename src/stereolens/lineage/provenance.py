@@ -20,10 +20,27 @@ PROVENANCE_COLUMNS = ("source", "annotation_source", "translation_status")
 INGEST_RECORD = "PROVENANCE.json"
 # values of a provenance column that a release must not pass off as reviewed human work
 UNREVIEWED = {
-    "source": {"simulated", "generated", "llm", "llm_panel", "machine", "model"},
+    "source": {"simulated", "generated", "generator", "llm", "llm_panel", "machine", "model"},
     "annotation_source": {"simulated", "llm_panel"},
     "translation_status": {"authored", "machine", "machine_translated", "unreviewed", "draft"},
 }
+_LEADING_WORD = r"^\s*([a-z_]+)"
+
+
+def status_word(value: str) -> str:
+    """The status a provenance value starts with: studies qualify it ("authored, not native-reviewed",
+    "machine translation:gemma3-270m"), and the qualifier must not hide the status from an audit."""
+    import re
+
+    match = re.match(_LEADING_WORD, str(value).lower())
+    return match.group(1) if match else ""
+
+
+def is_unreviewed(column: str, value: str) -> bool:
+    """Whether a provenance column's value marks the item simulated, machine output or unreviewed."""
+    return column in UNREVIEWED and status_word(value) in UNREVIEWED[column]
+
+
 _MAX_SCAN_BYTES = 50 << 20  # a provenance scan must stay quick; bigger tables are named, not read
 
 
@@ -103,7 +120,7 @@ def unreviewed_rows(table: str | os.PathLike, id_columns: list[str] | None = Non
     reasons = pd.Series("", index=frame.index)
     for column, bad in UNREVIEWED.items():
         if column in frame.columns:
-            hit = frame[column].str.strip().str.lower().isin(bad)
+            hit = frame[column].map(lambda v, c=column: is_unreviewed(c, v)).astype(bool)
             reasons = reasons.where(~hit, reasons + f"{column}=" + frame[column] + "; ")
     flagged = frame.loc[reasons != ""]
     ids = [c for c in (id_columns or []) if c in frame.columns]

@@ -33,7 +33,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError, StereolensError
 from stereolens.io import sha256_file, write_json, write_text
-from stereolens.lineage.provenance import UNREVIEWED, files_under, unreviewed_rows
+from stereolens.lineage.provenance import files_under, is_unreviewed, unreviewed_rows
 from stereolens.lineage.trace import trace
 
 DATASHEET_SECTIONS = (
@@ -101,7 +101,7 @@ def _json_flags(document: Path, root: Path) -> list[dict[str, str]]:
     def walk(node: Any, where: str) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
-                if key in UNREVIEWED and isinstance(value, str) and value.strip().lower() in UNREVIEWED[key]:
+                if isinstance(value, str) and is_unreviewed(key, value):
                     flags.append({"file": os.path.relpath(document, root), "row": "", "item": f"{where}{key}",
                                   "reason": f"{key}={value}"})
                 else:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stereolens.lineage.provenance import UNREVIEWED, provenance_of
+from stereolens.lineage.provenance import is_unreviewed, provenance_of, status_word
 
 
 @dataclass
@@ -79,26 +79,26 @@ def _banner(summary: dict[str, Any], tables: dict[str, dict[str, dict[str, int]]
         statuses.update({str(k): int(v) if isinstance(v, (int, float)) else 0 for k, v in status.items()})
     elif status:
         statuses[str(status)] = 0
-    declared = set(statuses)  # the summary's own counts win; tables only add statuses it did not declare
+    declared = {status_word(s) for s in statuses}  # the summary's own counts win; tables only add statuses it did not declare
     generated = bool(prov.get("machine_generated"))
     for table, counts in tables.items():
         for column, values in counts.items():
             for value, n in values.items():
-                v = value.strip().lower()
-                if column in ("source", "annotation_source") and v in UNREVIEWED[column]:
+                v = status_word(value)
+                if column in ("source", "annotation_source") and is_unreviewed(column, value):
                     if v == "simulated":
                         sources.add("simulated")
                     elif v == "llm_panel":
                         sources.add("llm_panel")
                     else:
                         generated = True
-                if column == "translation_status" and v in UNREVIEWED["translation_status"] and v not in declared:
+                if column == "translation_status" and is_unreviewed(column, value) and v not in declared:
                     statuses[v] = statuses.get(v, 0) + n
     if "simulated" in sources:
         reasons.append("rests on SIMULATED judgements (seeded simulated annotators, not people)")
     if "llm_panel" in sources:
         reasons.append("rests on judgements by language models (llm_panel), not people")
-    unreviewed = {k: v for k, v in statuses.items() if k.lower() in UNREVIEWED["translation_status"]}
+    unreviewed = {k: v for k, v in statuses.items() if is_unreviewed("translation_status", k)}
     if unreviewed:
         counted = ", ".join(f"{k}" + (f" ({v})" if v else "") for k, v in unreviewed.items())
         reasons.append(f"uses UNREVIEWED translations: {counted}")

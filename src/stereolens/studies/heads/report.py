@@ -152,10 +152,17 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
 
     sources = probe.get("instance_sources", [])
     metrics = {f"{r['country']}.{k}": v for r in per_country for k, v in r.items() if isinstance(v, (int, float))}
-    headline = "; ".join(f"{r['country']}: probe {r[f'probe_test_{value}']:.2f}, top {r['top_heads'].split(' (')[0]}"
-                         for r in per_country)
+    headline = {}
+    for r in per_country:
+        headline[f"{r['country']}: probe held-out {value}"] = round(float(r[f"probe_test_{value}"]), 3)
+        headline[f"{r['country']}: top head"] = r["top_heads"].split(" (")[0]
+    # the report contract's provenance block: the probe rests on the stereo study's instances
+    provenance = {"machine_generated": "machine" in sources,
+                  "notes": [f"probe instances from the stereo study, sources: {', '.join(sources) or 'none'}"]}
+    if "authored" in sources:
+        provenance["translation_status"] = "authored"
     summary = {"model": model_id, "value": value, "countries": per_country, "metrics": metrics,
-               "instance_sources": sources, "config": cfg, "headline": headline,
+               "instance_sources": sources, "config": cfg, "headline": headline, "provenance": provenance,
                "correlation": corr.round(4).to_dict(), "seconds": probe.get("seconds")}
     write_json(out / "summary.json", summary)
 

@@ -491,6 +491,17 @@ def report(args: argparse.Namespace) -> None:
             empty = {"n": 0, "note": f"no {name} pairs were scored", "provenance": {"source": provenance_by_set[name]}}
             write_json(REPORTS / name / "summary.json", empty)
             overall["sets"][name] = empty
+    headline: dict[str, Any] = {}
+    for name in ("starter", "constructed", "crows"):
+        for r in overall["sets"][name].get("runs", []):
+            headline[f"{name} bias score ({r['language']})"] = round(float(r["bias_score"]), 3)
+    statuses = scores["translation_status"].dropna().astype(str).value_counts() if "translation_status" in scores else []
+    overall["headline"] = headline
+    overall["provenance"] = {
+        "annotation_source": p["annotation.source"], "machine_generated": "constructed" in set(scores["set"]),
+        "translation_status": {str(k): int(v) for k, v in dict(statuses).items()},
+        "notes": [provenance_by_set[n] for n in ("starter", "constructed") if n in set(scores["set"])],
+    }
     write_json(REPORTS / "summary.json", overall)
     index = ["# pairs (seed 002, AmchiBias)", ""]
     for name, s in overall["sets"].items():

@@ -355,8 +355,16 @@ def evaluate(args: argparse.Namespace) -> None:
               f"in {time.perf_counter() - started:.0f}s")
     write_csv(PROCESSED / "scores.csv", pd.concat(all_scores, ignore_index=True))
     first = summaries[_label(models[0])]
+    sources = {str(k): int(v) for k, v in instances["source"].value_counts().items()}
+    provenance = {"machine_generated": sources.get("machine", 0) > 0,
+                  "notes": ["instances by source: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))]}
+    if sources.get("authored"):
+        provenance["translation_status"] = {"authored": sources["authored"]}
+    headline = {"ss": round(first["ss"], 2), "lms": round(first["lms"], 2), "icat": round(first["icat"], 2),
+                "instances": int(first["n"])}
     write_json(REPORTS / "summary.json", {**{k: first[k] for k in ("ss", "lms", "icat", "n", "by_country", "method")},
-                                          "model": _label(models[0]), "models": summaries})
+                                          "model": _label(models[0]), "models": summaries, "headline": headline,
+                                          "provenance": provenance})
 
 
 # ---------------------------------------------------------------- report
