@@ -7,7 +7,7 @@ Measures, each on a model loaded once, with the response cache switched off:
 - ``generation``: greedy generation of ``--new-tokens`` tokens for a batch of short prompts
   through the model layer (``HFCausalLM.generate``): generated tokens/s;
 
-for the Gemma 3 270M directory given with ``--model`` (default ``/work/main/models/gemma3-270m``)
+for the Gemma 3 270M directory given with ``--model`` (default ``models/gemma3-270m``)
 and for the tiny test models (``--tiny``: built on the fly by ``tests/tiny_models.py``).
 Prints one JSON document and writes it to ``benchmarks/results/scaling_rates.json``.
 
@@ -65,7 +65,7 @@ def measure(model_dir: str, *, n_sentences: int, n_prompts: int, new_tokens: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="/work/main/models/gemma3-270m")
+    ap.add_argument("--model", default="models/gemma3-270m")
     ap.add_argument("--tiny", action="store_true", help="also measure the tiny test causal model")
     ap.add_argument("--sentences", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=4)
