@@ -22,8 +22,9 @@ from stereolens.io import read_csv_checked
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("pairs", help="seed 002 (AmchiBias) minimal-pair benchmark")
-    sub = parser.add_subparsers(dest="pairs_command", required=True)
+    from stereolens.cli import get_or_create_subparser
+
+    sub = get_or_create_subparser(subparsers, "pairs", help="seed 002 (AmchiBias) minimal-pair benchmark")
     analyze = sub.add_parser("analyze", help="bias score, BCa, binomial, LMS and tables of a scored pairs file")
     analyze.add_argument("--scores", required=True, help="CSV: id,dimension,group_class,score_stereo,score_anti[,score_control]")
     analyze.add_argument("--output", required=True, help="output folder")

@@ -137,9 +137,9 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("pcs", help="pragmatic context sensitivity (seed 004) tools")
-    sub = parser.add_subparsers(dest="pcs_command", metavar="COMMAND")
-    sub.required = True
+    from stereolens.cli import get_or_create_subparser
+
+    sub = get_or_create_subparser(subparsers, "pcs", help="pragmatic context sensitivity (seed 004) tools")
     analyze = sub.add_parser("analyze", help="LDI, PCS, capability utilisation, HUD and tests from judged scores")
     analyze.add_argument("--scores", required=True, help="CSV: model,language,scenario_id,dimension,feature,condition,score[,judge,sample]")
     analyze.add_argument("--output", required=True, help="output directory")

@@ -15,9 +15,9 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("stereo", help="country-specific StereoSet benchmark (seed 003) tools")
-    sub = parser.add_subparsers(dest="stereo_command", metavar="COMMAND")
-    sub.required = True
+    from stereolens.cli import get_or_create_subparser
+
+    sub = get_or_create_subparser(subparsers, "stereo", help="country-specific StereoSet benchmark (seed 003) tools")
     ev = sub.add_parser("evaluate", help="ss, lms and icat overall and per country from candidate scores")
     ev.add_argument("--scores", required=True, help="CSV: id,country,category,target,score_stereo,score_anti,score_unrelated")
     ev.add_argument("--output", required=True, help="output directory")
