@@ -93,6 +93,8 @@ class FakeOpenAI:
         self.bodies: list[dict] = []
         self.log: list[tuple[str, str]] = []  # (request_key, action) per request, in arrival order
         self.base_url = ""
+        # scripted answers: ``script(last_user_message, body) -> reply`` replaces the toy model's chat answer
+        self.script = None
 
     def pick_action(self) -> str:
         # called with the lock held
@@ -195,6 +197,12 @@ def make_handler(state: FakeOpenAI):
 
         def _chat(self, body: dict) -> dict:
             last = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+            if state.script is not None:
+                text, finish = state.script(last, body), "stop"
+                return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
+                                     "logprobs": None}],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
             text, finish = truncate(
                 toy_answer(last, body.get("temperature", 1), body.get("seed", 0)),
                 body.get("max_tokens", 16), body.get("stop") or [],

@@ -3,13 +3,17 @@
 The paper does not define "present".  Ours: two stereotypes are the same when
 they are of the same category, their target groups are of the same class
 (equal after normalisation, or trigram similarity >= ``target_threshold``)
-and their statements mean the same (equal after normalisation, or trigram
-similarity >= ``threshold``).  An adjudication file (``left_id, right_id,
-decision`` with decision ``present`` / ``absent``) overrides any decision.
+and their statements mean the same.  "Same meaning" is decided in three
+steps: statements equal after normalisation are the same; the others go to
+the configured similarity model (:mod:`stereolens.studies.stereo.similarity`:
+``lexical`` trigrams, ``embedding`` cosine, or the model layer as ``judge``)
+and are the same when its score is >= ``threshold``; finally an adjudication
+file (``left_id, right_id, decision`` with decision ``present`` / ``absent``)
+overrides any decision (adjudicated pairs are not sent to the model).
 
 Between countries the matched pairs form a one-to-one matching (greedy by
-similarity, ties broken by the ids, the same whichever country is first), so
-the shared count of A and B is the same number in A's table and in B's; the
+score, ties broken by the ids, the same whichever country is first), so the
+shared count of A and B is the same number in A's table and in B's; the
 shares divide it by each country's own validated count.  Against an external
 dataset, a stereotype is present when it matches any external item.
 """
@@ -18,13 +22,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from stereolens.errors import DataError
 from stereolens.io import read_csv_checked
+from stereolens.studies.stereo.similarity import LexicalSimilarity, SimilarityModel
 from stereolens.studies.stereo.text import normalise, similarity
 
 CROWS_CATEGORIES = {"race-color": "race", "religion": "religion", "gender": "gender",
@@ -34,17 +40,21 @@ STEREOSET_CATEGORIES = {"race": "race", "religion": "religion", "gender": "gende
 
 @dataclass(frozen=True)
 class Matcher:
+    """Thresholds and the similarity model of the "present" decision."""
+
     threshold: float = 0.6
     target_threshold: float = 0.8
-
-    def statement_similarity(self, a: str, b: str) -> float:
-        return 1.0 if normalise(a) == normalise(b) else similarity(a, b)
+    model: SimilarityModel = field(default_factory=LexicalSimilarity)
 
     def same_target_class(self, a: str, b: str, *, required: bool = True) -> bool:
         if not required:
             return True
         na, nb = normalise(a or ""), normalise(b or "")
         return bool(na) and bool(nb) and (na == nb or similarity(na, nb) >= self.target_threshold)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.model.describe(), "threshold": self.threshold if self.model.method != "judge" else None,
+                "target_threshold": self.target_threshold}
 
 
 def load_adjudication(path: str | Path | None) -> dict[frozenset, bool]:
@@ -60,33 +70,44 @@ def load_adjudication(path: str | Path | None) -> dict[frozenset, bool]:
     return out
 
 
-def _decision(matcher: Matcher, a, b, adjudication: dict, *, target_required: bool) -> tuple[bool, float, str]:
-    key = frozenset((a.stereotype_id, b.stereotype_id))
-    sim = matcher.statement_similarity(a.stereotype, b.stereotype)
-    if key in adjudication:
-        return adjudication[key], sim, "adjudicated"
-    same = (a.category == b.category and matcher.same_target_class(a.target, b.target, required=target_required)
-            and sim >= matcher.threshold)
-    return same, sim, "automatic"
+def decide_pairs(matcher: Matcher, pairs: Sequence[tuple[Any, Any]], adjudication: dict, *,
+                 target_required: bool) -> list[tuple[bool, float, str]]:
+    """(present, score, decided_by) per pair: class check, normalised match, the similarity model (batched), adjudication."""
+    out: list[tuple[bool, float, str] | None] = [None] * len(pairs)
+    pending = []
+    for i, (a, b) in enumerate(pairs):
+        key = frozenset((a.stereotype_id, b.stereotype_id))
+        if key in adjudication:
+            present = adjudication[key]
+            out[i] = (present, 1.0 if present else 0.0, "adjudicated")
+        elif a.category != b.category or not matcher.same_target_class(a.target, b.target, required=target_required):
+            out[i] = (False, 0.0, "other class")
+        elif normalise(a.stereotype) == normalise(b.stereotype):
+            out[i] = (True, 1.0, "normalised")
+        else:
+            pending.append(i)
+    scores = matcher.model.scores([pairs[i] for i in pending])
+    for i, score in zip(pending, scores):
+        out[i] = (score >= matcher.threshold, float(score), matcher.model.method)
+    return out  # type: ignore[return-value]
 
 
 def matched_pairs(left: pd.DataFrame, right: pd.DataFrame, matcher: Matcher, adjudication: dict | None = None) -> pd.DataFrame:
     """One-to-one matching of ``present`` pairs between two countries' stereotypes (symmetric in the two)."""
     adjudication = adjudication or {}
+    pairs = [(a, b) for a in left.itertuples(index=False) for b in right.itertuples(index=False)]
     cands = []
-    for a in left.itertuples(index=False):
-        for b in right.itertuples(index=False):
-            ok, sim, how = _decision(matcher, a, b, adjudication, target_required=True)
-            if ok:
-                lo, hi = sorted((a.stereotype_id, b.stereotype_id))
-                cands.append((-sim, lo, hi, a.stereotype_id, b.stereotype_id, sim, how))
+    for (a, b), (ok, score, how) in zip(pairs, decide_pairs(matcher, pairs, adjudication, target_required=True)):
+        if ok:
+            lo, hi = sorted((a.stereotype_id, b.stereotype_id))
+            cands.append((-score, lo, hi, a.stereotype_id, b.stereotype_id, score, how))
     cands.sort()
     used, rows = set(), []
-    for _, _, _, ia, ib, sim, how in cands:
+    for _, _, _, ia, ib, score, how in cands:
         if ia in used or ib in used:
             continue
         used.update((ia, ib))
-        rows.append({"left_id": ia, "right_id": ib, "similarity": sim, "decided_by": how})
+        rows.append({"left_id": ia, "right_id": ib, "similarity": score, "decided_by": how})
     return pd.DataFrame(rows, columns=["left_id", "right_id", "similarity", "decided_by"])
 
 
@@ -126,12 +147,11 @@ def external_overlap(validated: pd.DataFrame, external: pd.DataFrame, countries:
     meaning are matched there (``target_required`` off).
     """
     adjudication = adjudication or {}
-    present = {}
-    for a in validated.itertuples(index=False):
-        ext = external[external["category"] == a.category]
-        present[a.stereotype_id] = any(
-            _decision(matcher, a, b, adjudication, target_required=False)[0] for b in ext.itertuples(index=False)
-        )
+    by_category = {k: list(part.itertuples(index=False)) for k, part in external.groupby("category", sort=False)}
+    pairs = [(a, b) for a in validated.itertuples(index=False) for b in by_category.get(a.category, [])]
+    present = dict.fromkeys(validated["stereotype_id"], False)
+    for (a, _), (ok, _, _) in zip(pairs, decide_pairs(matcher, pairs, adjudication, target_required=False)):
+        present[a.stereotype_id] = present[a.stereotype_id] or ok
     v = validated.assign(present=validated["stereotype_id"].map(present).astype(bool))
     rows = []
     for c in [*countries, "overall"]:

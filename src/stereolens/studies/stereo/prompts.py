@@ -26,6 +26,10 @@ class PromptSet:
     instantiation: tuple[str, ...]
     instance_labels: dict[str, tuple[str, ...]]
     likert_display: tuple[str, ...]
+    # optional: only the model-based extraction and the overlap judge need them
+    extraction: str = ""
+    overlap_judge: str = ""
+    validation_panel: str = ""
 
     def country(self, key: str) -> dict[str, str]:
         if key not in self.countries:
@@ -82,4 +86,7 @@ def load_prompts(path: str | Path, language: str) -> PromptSet:
         instantiation=tuple(d["instantiation"]),
         instance_labels={k: tuple(v) for k, v in d["instance_labels"].items()},
         likert_display=tuple(d["likert_display"]),
+        extraction=str(d.get("extraction") or ""),
+        overlap_judge=str(d.get("overlap_judge") or ""),
+        validation_panel=str(d.get("validation_panel") or ""),
     )

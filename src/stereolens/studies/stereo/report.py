@@ -114,8 +114,15 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
               f"Irrelevant sentence: {ins.get('unrelated_criterion')}. Human review: {ins.get('human_review') or 'no annotator import'}.",
               "", "## Overlap (Tables 1-5, 11-12)", ""]
     method = ovl.get("method", {})
-    lines += [f"Method: \"present\" = {method.get('present')}. Similarity model: {method.get('similarity_model')}. "
-              f"Adjudication file: {method.get('adjudication') or 'none'} ({method.get('n_adjudicated', 0)} decisions).", ""]
+    sim = method.get("similarity", {})
+    threshold = sim.get("threshold")
+    answers = sim.get("answers")
+    lines += [f"Method: \"present\" = {method.get('present')}.", "",
+              f"Similarity model: **{sim.get('method')}** ({sim.get('model')}); threshold "
+              f"{threshold if threshold is not None else 'none (the judge answers yes or no)'}; target-class threshold "
+              f"{sim.get('target_threshold')}."
+              + (f" Judge answers: {answers} (unparseable answers and refusals count as not present)." if answers else "")
+              + f" Adjudication file: {method.get('adjudication') or 'none'} ({method.get('n_adjudicated', 0)} decisions).", ""]
     bc = reports / "overlap" / "tables1_5_between_countries.csv"
     if bc.exists():
         t = pd.read_csv(bc)
@@ -124,7 +131,8 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
     for name, info in (ovl.get("external") or {}).items():
         extra = f": {info.get('present')} of {info.get('n')} validated stereotypes present" if info.get("status") == "computed" else ""
         lines.append(f"- {name}: {info.get('status')}{extra}" + (" (CrowS-Pairs is English: a lexical similarity finds "
-                                                                   "cross-language matches only through the adjudication file)" if name == "crows_pairs" else ""))
+                                                                   "cross-language matches only through the adjudication file)"
+                                                                   if name == "crows_pairs" and sim.get("method") == "lexical" else ""))
     lines += ["", "## Evaluation (StereoSet ss / lms / icat)", ""]
     if ev.get("status"):
         lines.append(f"Not evaluated: {ev['status']}.")

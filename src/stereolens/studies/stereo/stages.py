@@ -267,18 +267,26 @@ def instantiate(args: argparse.Namespace) -> None:
 @stage("stereo-overlap")
 def overlap(args: argparse.Namespace) -> None:
     """Tables 1-5 (between countries) and 11-12 (CrowS-Pairs, StereoSet)."""
+    from stereolens.models import ResponseCache
     from stereolens.studies.stereo import overlap as ov
+    from stereolens.studies.stereo.similarity import JudgeSimilarity, build_similarity
 
-    p = _params(args, ("tracking",), ("language", "countries", "categories", "overlap"))
+    p = _params(args, ("model", "seed", "tracking"), ("language", "seed_dir", "countries", "categories", "overlap"))
     cfg = p["study.stereo"]
     ocfg = cfg["overlap"]
+    scfg = dict(ocfg.get("similarity") or {})
     validated = read_csv_checked(INTERIM / "validation" / "validated.csv", ["stereotype_id", "country", "category", "target", "stereotype"],
                                  what="validated stereotypes", dtype=str, keep_default_na=False)
-    matcher = ov.Matcher(float(ocfg.get("threshold", 0.6)), float(ocfg.get("target_threshold", 0.8)))
+    method = scfg.get("method", "lexical")
+    sim_model_cfg = None if method == "lexical" else dict(scfg.get("model") or p["model"])
+    sim = build_similarity(scfg, model_cfg=sim_model_cfg, cache=ResponseCache(model_cache_dir()),
+                           prompts=_prompts(cfg) if method == "judge" else None, seed=int(p["seed"]))
+    matcher = ov.Matcher(float(scfg.get("threshold", 0.6)), float(ocfg.get("target_threshold", 0.8)), sim)
     adjudication = ov.load_adjudication(ocfg.get("adjudication"))
     rep = REPORTS / "overlap"
+    started = time.perf_counter()
     shares, pairs = ov.country_overlap(validated, cfg["countries"], cfg["categories"], matcher, adjudication)
-    write_csv(rep / "tables1_5_between_countries.csv", shares)
+    write_csv(rep / "tables1_5_between_countries.csv", shares.assign(similarity_method=method))
     write_csv(rep / "matched_pairs.csv", pairs)
     external = {}
     for name, key, loader in (("crows_pairs", "crows", ov.load_crows), ("stereoset", "stereoset", ov.load_stereoset)):
@@ -287,19 +295,24 @@ def overlap(args: argparse.Namespace) -> None:
             external[name] = {"status": "not available", "path": path}
             continue
         table = ov.external_overlap(validated, loader(path), cfg["countries"], cfg["categories"], matcher, adjudication)
-        write_csv(rep / f"table_{name}.csv", table)
+        write_csv(rep / f"table_{name}.csv", table.assign(similarity_method=method))
         overall = table[(table["country"] == "overall") & (table["category"] == "overall")].iloc[0]
         external[name] = {"status": "computed", "path": path, "present": int(overall["present"]), "n": int(overall["n"])}
-    method = {"present": "same category, same target-group class (normalised match or target trigram cosine >= "
-                         f"{matcher.target_threshold}) and same meaning (normalised match or statement trigram cosine >= "
-                         f"{matcher.threshold}); external datasets: category and meaning only",
-              "similarity_model": "character-trigram cosine of accent-folded, lower-cased text (lexical; does not cross languages)",
-              "adjudication": ocfg.get("adjudication"), "n_adjudicated": len(adjudication)}
-    write_json(rep / "summary.json", {"method": method, "external": external, "n_validated": len(validated)})
-    with _run(p, "overlap") as run:
+    described = matcher.describe()
+    rule = ("judge answers sí" if method == "judge" else f"{method} score >= {matcher.threshold}")
+    summary_method = {
+        "present": "same category, same target-group class (normalised match or target trigram cosine >= "
+                   f"{matcher.target_threshold}) and same meaning (normalised match, else {rule}); adjudication overrides; "
+                   "external datasets: category and meaning only",
+        "similarity": described, "adjudication": ocfg.get("adjudication"), "n_adjudicated": len(adjudication)}
+    if isinstance(sim, JudgeSimilarity):
+        write_csv(rep / "judge_answers.csv", pd.DataFrame(sim.answers, columns=["left_id", "right_id", "answer", "verdict", "cached"]))
+    write_json(rep / "summary.json", {"method": summary_method, "external": external, "n_validated": len(validated)})
+    with _run(p, "overlap", model=described.get("model") if method != "lexical" else None,
+              tags={"similarity_method": method}) as run:
         run.log_artifact(rep / "tables1_5_between_countries.csv")
-    print(f"stereo-overlap: {len(pairs)} shared pairs between countries; CrowS-Pairs {external['crows_pairs']['status']}, "
-          f"StereoSet {external['stereoset']['status']}")
+    print(f"stereo-overlap: {len(pairs)} shared pairs between countries ({method}); CrowS-Pairs {external['crows_pairs']['status']}, "
+          f"StereoSet {external['stereoset']['status']} in {time.perf_counter() - started:.0f}s")
 
 
 # ---------------------------------------------------------------- evaluate
