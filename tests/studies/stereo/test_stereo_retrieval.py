@@ -161,3 +161,55 @@ def test_positive_then_negative_reads_the_last_turn(tmp_path, scripted_server):
         result = retrieve(server.model(tmp_path / "c"), prompts, settings, model_label="scripted")
     assert list(result.stereotypes["target"]) == ["viejos"]
     assert len(result.responses) == 2 * 3  # two rounds (the second adds nothing) x three turns
+
+
+def test_parse_extraction_is_strict():
+    from stereolens.studies.stereo.retrieval import parse_extraction
+
+    assert parse_extraction('{"target": "Los Chilangos", "stereotype": "Son arrogantes."}') == ("los chilangos", "Son arrogantes.")
+    assert parse_extraction('```json\n{"target": "", "stereotype": "Nadie trabaja."}\n```') == ("", "Nadie trabaja.")
+    for bad in ('{"target": "x"}', '{"target": "x", "stereotype": ""}', "Claro: {\"target\": \"x\", \"stereotype\": \"y\"}",
+                '["x", "y"]', '{"target": 3, "stereotype": "y"}', "{target: x}"):
+        assert parse_extraction(bad) is None, bad
+
+
+EXTRACTION_POSTS = ("1. Los chilangos son arrogantes con todos.\n2. Las mujeres de Monterrey solo piensan en dinero.\n"
+                    "3. Los viejos no saben usar el celular.")
+
+
+def extraction_script(message: str, body: dict) -> str:
+    if "Responde solo con JSON" in message:
+        if "chilangos" in message:
+            return '{"target": "chilangos", "stereotype": "Los chilangos son arrogantes."}'
+        if "Monterrey" in message:
+            return '{"target": "mujeres de Monterrey", "stereotype": '  # invalid JSON: the rule reads this post
+        return "El grupo es los viejos."  # prose, not JSON: the rule again
+    if "publicaciones" in message:
+        return EXTRACTION_POSTS if body.get("seed") == 1 else "Nada."  # round 2 adds nothing: saturated
+    return "Claro."
+
+
+def test_model_extraction_on_the_loopback_server_with_rule_fallback(tmp_path):
+    from loopback_openai import LoopbackServer
+
+    from stereolens.models import ModelSpec, ResponseCache, load_model
+
+    prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
+    settings = RetrievalSettings(countries=("Mexico",), categories=("age",), points_of_view=("social_media_user",),
+                                 seed=0, rule=SaturationRule(1, 1, 3), extraction="model")
+    with LoopbackServer() as state:
+        state.script = extraction_script
+        spec = ModelSpec(name="scripted", kind="chat", backend="openai", base_url=state.base_url, retry_base_s=0.01, max_retries=0)
+        result = retrieve(load_model(spec, cache=ResponseCache(tmp_path / "cache")), prompts, settings, model_label="scripted")
+        asked = [b["messages"][-1]["content"] for b in state.bodies if "Responde solo con JSON" in b["messages"][-1]["content"]]
+    t = result.stereotypes.set_index("target")
+    assert t.loc["chilangos", "extraction"] == "model" and t.loc["chilangos", "stereotype"] == "Los chilangos son arrogantes."
+    # the two unparseable answers fell back to the rule extractor
+    assert t.loc["mujeres de monterrey", "extraction"] == "rule"
+    assert t.loc["viejos", "extraction"] == "rule" and t.loc["viejos", "stereotype"] == "Los viejos no saben usar el celular."
+    e = result.extractions
+    assert len(e) == 3 and int((e["parsed"] == False).sum()) == 2  # noqa: E712
+    assert list(e["extraction"]) == ["model", "rule", "rule"]
+    assert len(asked) == 3 and "sobre edad" in asked[0]  # one request per post, the prompt filled in
+    with pytest.raises(ConfigError, match="extraction must be one of rule, model"):
+        RetrievalSettings(countries=("Mexico",), categories=("age",), points_of_view=("passerby",), extraction="llm")

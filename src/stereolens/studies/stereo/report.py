@@ -67,6 +67,13 @@ def _md(df: pd.DataFrame, floatfmt: str = ".2f") -> str:
     return "\n".join([head, rule, *body]) + "\n"
 
 
+def _extraction_line(ext: dict[str, Any]) -> str:
+    if ext.get("method") == "model":
+        return (f"the generator answered JSON for each of {ext.get('posts_read')} posts, {ext.get('parse_failures')} answers "
+                f"did not parse and fell back to the rule; stereotypes by method {ext.get('stereotypes_by_method')}.")
+    return "rule-based (first plural noun phrase after los/las; the statement is the sentence naming it)."
+
+
 def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
     ret = _read_json(reports / "retrieval" / "summary.json") or {}
     val = _read_json(reports / "validation" / "summary.json") or {}
@@ -94,7 +101,7 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
         f"k={ret.get('rule', {}).get('k')}, m={ret.get('rule', {}).get('m')}, cap {ret.get('rule', {}).get('max_rounds')} rounds: "
         f"{ret.get('saturated_cells')} point-of-view runs saturated, {ret.get('round_cap_cells')} hit the cap, "
         f"{ret.get('mean_rounds_per_pov', float('nan')):.1f} rounds on average (paper: about 3). Extraction of (target group, "
-        "stereotype) is ours (rule-based; the paper does not describe it). Curve: `retrieval/saturation_curve.png`; refusals "
+        f"stereotype) is ours (the paper does not describe it): {_extraction_line(ret.get('extraction') or {})} Curve: `retrieval/saturation_curve.png`; refusals "
         "per model, country and category: `retrieval/refusals.csv`; raw responses: `data/interim/stereo/retrieval/responses.csv`.",
         "",
         "## Validation (Table 7)",

@@ -7,10 +7,18 @@ request with a new seed; a round's *new* stereotypes are those that are not a
 near-duplicate of one already collected for the same country and category.
 
 Extraction of (target group, stereotype statement) from a post is ours (the
-paper does not describe it): the target is the first plural noun phrase
-introduced by "los/las", with a following "de ..." complement ("las mujeres
-de Monterrey"), else empty; the statement is the post's first sentence naming
-it.
+paper does not describe it), in one of two ways (``extraction``):
+
+* ``rule``: the target is the first plural noun phrase introduced by
+  "los/las", with a following "de ..." complement ("las mujeres de
+  Monterrey"), else empty; the statement is the post's first sentence naming
+  it.
+* ``model``: the generator reads each post (the ``extraction`` template of
+  ``prompts.yaml``) and answers with one JSON object ``{"target": ...,
+  "stereotype": ...}``; an answer that is not exactly that (a code fence
+  aside) is a parse failure, counted, and the post falls back to the rule.
+
+Each stereotype records which method produced it (``extraction``).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ _HASHTAG = re.compile(r"#\w+")
 _SENTENCE = re.compile(r"(?<=[.!?¡¿])\s+")
 _TARGET = re.compile(r"\b(?:los|las)\s+([a-záéíóúüñ]+(?:\s+de\s+(?:la\s+|los\s+|las\s+)?[a-záéíóúüñ]+)?)", re.IGNORECASE)
 # words after los/las that are not a group
+EXTRACTION_METHODS = ("rule", "model")
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _NOT_GROUPS = {"que", "cuales", "demas", "otros", "otras", "mismos", "mismas", "dos", "tres", "mas", "menos", "cosas",
                "calles", "dias", "anos", "veces", "ejemplos", "sesgos", "estereotipos", "redes", "publicaciones"}
 
@@ -99,6 +109,49 @@ def extract(post: str) -> tuple[str, str]:
     return target.lower(), statement
 
 
+def parse_extraction(text: str) -> tuple[str, str] | None:
+    """(target, statement) from a model's answer that is exactly one JSON object with string ``target`` and non-empty
+    ``stereotype`` (a surrounding code fence is tolerated); None for anything else."""
+    raw = str(text).strip()
+    fenced = _FENCE.match(raw)
+    if fenced:
+        raw = fenced.group(1)
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("target"), str) or not isinstance(obj.get("stereotype"), str):
+        return None
+    statement = obj["stereotype"].strip()
+    return (obj["target"].strip().lower(), statement) if statement else None
+
+
+def extract_with_model(model: Any, prompts: PromptSet, items: Sequence[tuple[str, str, str]], *, max_tokens: int, seed: int,
+                       stop: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Model extraction for ``(country, category, post)`` items, one batch; the rule extractor where the answer does not parse.
+
+    Returns per item ``target, statement, extraction (model|rule), answer, parsed``.
+    """
+    from stereolens.models import ChatMessage, GenerationRequest
+
+    if not prompts.extraction:
+        raise ConfigError("extraction: model needs an `extraction` template in the study's prompts.yaml")
+    reqs = []
+    for country, category, post in items:
+        text = prompts.extraction.format(post=post, country=prompts.country(country)["name"],
+                                         category_adj=prompts.category(category))
+        reqs.append(GenerationRequest(messages=(ChatMessage("user", text),), max_tokens=max_tokens, temperature=0.0, seed=seed,
+                                      stop=tuple(stop)))
+    gens = model.generate(reqs) if reqs else []
+    out = []
+    for (_, _, post), gen in zip(items, gens):
+        parsed = parse_extraction(gen.text)
+        target, statement = parsed if parsed else extract(post)
+        out.append({"target": target, "statement": statement, "extraction": "model" if parsed else "rule",
+                    "answer": gen.text, "parsed": parsed is not None, "cached": bool(gen.cached)})
+    return out
+
+
 # ---------------------------------------------------------------- the pool of stereotypes
 
 
@@ -113,6 +166,7 @@ class Stereotype:
     first_round: int
     examples: list[str] = field(default_factory=list)
     mentions: int = 1
+    extraction: str = "rule"
 
 
 class StereotypePool:
@@ -122,9 +176,13 @@ class StereotypePool:
         self.threshold = threshold
         self.items: list[Stereotype] = []
 
-    def add(self, country: str, category: str, pov: str, round_no: int, post: str) -> bool:
-        """Add the post's stereotype; True when it is new (no near-duplicate in its country x category)."""
-        target, statement = extract(post)
+    def add(self, country: str, category: str, pov: str, round_no: int, post: str,
+            extracted: tuple[str, str, str] | None = None) -> bool:
+        """Add the post's stereotype; True when it is new (no near-duplicate in its country x category).
+
+        ``extracted`` is ``(target, statement, method)`` from the model extractor; without it the rule extracts.
+        """
+        target, statement, method = extracted if extracted else (*extract(post), "rule")
         if not normalise(statement):
             return False
         for item in self.items:
@@ -137,16 +195,17 @@ class StereotypePool:
                 return False
         n = sum(1 for i in self.items if i.country == country and i.category == category)
         sid = f"{country}-{category}-{n + 1:03d}"  # the full name: two countries may share a prefix
-        self.items.append(Stereotype(sid, country, category, target, statement, pov, round_no, [post]))
+        self.items.append(Stereotype(sid, country, category, target, statement, pov, round_no, [post], extraction=method))
         return True
 
     def table(self) -> pd.DataFrame:
         cols = ["stereotype_id", "country", "category", "target", "stereotype", "normalised", "first_pov", "first_round",
-                "mentions", "examples", "source"]
+                "mentions", "examples", "extraction", "source"]
         rows = [
             {**{k: getattr(s, k) for k in ("stereotype_id", "country", "category", "target", "stereotype")},
              "normalised": normalise(s.stereotype), "first_pov": s.first_pov, "first_round": s.first_round,
-             "mentions": s.mentions, "examples": json.dumps(s.examples, ensure_ascii=False), "source": "machine"}
+             "mentions": s.mentions, "examples": json.dumps(s.examples, ensure_ascii=False), "extraction": s.extraction,
+             "source": "machine"}
             for s in self.items
         ]
         return pd.DataFrame(rows, columns=cols)
@@ -171,6 +230,13 @@ class RetrievalSettings:
     min_words: int = 4
     # a base model continues a plain chat transcript with the next "User:" turn: cut it there
     stop: tuple[str, ...] = ()
+    extraction: str = "rule"  # rule | model (the generator answers JSON; rule as the fallback)
+    extraction_max_tokens: int = 96
+
+    def __post_init__(self) -> None:
+        if self.extraction not in EXTRACTION_METHODS:
+            raise ConfigError(f"study.stereo.retrieval.extraction must be one of {', '.join(EXTRACTION_METHODS)}, "
+                              f"got {self.extraction!r}")
 
 
 @dataclass
@@ -179,6 +245,7 @@ class RetrievalResult:
     stereotypes: pd.DataFrame
     curve: pd.DataFrame
     refusals: pd.DataFrame
+    extractions: pd.DataFrame  # one row per post read: its method, and the model's raw answer where it was asked
 
 
 def _preamble(model: Any, prompts: PromptSet, s: RetrievalSettings) -> list[Any]:
@@ -206,7 +273,7 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
     pool = StereotypePool(s.near_duplicate_threshold)
     new_counts: dict[tuple, list[int]] = {cell: [] for cell in cells}
     active = list(cells)
-    responses, curve = [], []
+    responses, curve, extractions = [], [], []
     bar = tqdm(total=len(cells) * s.rule.max_rounds, desc="stereo retrieval", disable=not progress, unit="round")
     round_no = 0
     while active:
@@ -224,12 +291,26 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
                 convo[cell].append(ChatMessage("assistant", gen.text))
                 replies[cell].append(gen)
         still = []
+        posts_of = {}
+        for cell in active:
+            refused = any(is_refusal(g.text, prompts.refusals) for g in replies[cell])
+            posts_of[cell] = (refused, [] if refused else parse_posts(replies[cell][-1].text, min_words=s.min_words))
+        # every post of the round in one batch of extraction requests
+        items = [(cell, post) for cell in active for post in posts_of[cell][1]]
+        if s.extraction == "model":
+            read = extract_with_model(model, prompts, [(c[0], c[1], post) for c, post in items],
+                                      max_tokens=s.extraction_max_tokens, seed=s.seed, stop=s.stop)
+        else:
+            read = [{"target": t, "statement": st, "extraction": "rule", "answer": None, "parsed": None, "cached": None}
+                    for t, st in (extract(post) for _, post in items)]
+        extracted: dict[tuple, list[tuple[str, tuple[str, str, str]]]] = {cell: [] for cell in active}
+        for (cell, post), r in zip(items, read):
+            extracted[cell].append((post, (r["target"], r["statement"], r["extraction"])))
+            extractions.append({"country": cell[0], "category": cell[1], "pov": cell[2], "round": round_no, "post": post, **r})
         for cell in active:
             country, category, pov = cell
-            last = replies[cell][-1]
-            refused = any(is_refusal(g.text, prompts.refusals) for g in replies[cell])
-            posts = [] if refused else parse_posts(last.text, min_words=s.min_words)
-            n_new = sum(pool.add(country, category, pov, round_no, post) for post in posts)
+            refused, posts = posts_of[cell]
+            n_new = sum(pool.add(country, category, pov, round_no, post, ext) for post, ext in extracted[cell])
             for step, gen in enumerate(replies[cell]):
                 responses.append({
                     "model": model_label, "country": country, "category": category, "pov": pov, "round": round_no,
@@ -256,4 +337,6 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
     )
     refusals[["n_refusals", "n_empty"]] = refusals[["n_refusals", "n_empty"]].astype(int)
     refusals["refusal_rate"] = refusals["n_refusals"] / refusals["n_requests"]
-    return RetrievalResult(resp, pool.table(), pd.DataFrame(curve), refusals)
+    ext = pd.DataFrame(extractions, columns=["country", "category", "pov", "round", "post", "target", "statement", "extraction",
+                                             "answer", "parsed", "cached"])
+    return RetrievalResult(resp, pool.table(), pd.DataFrame(curve), refusals, ext)

@@ -100,7 +100,8 @@ def retrieve(args: argparse.Namespace) -> None:
         preamble_max_tokens=int(r.get("preamble_max_tokens", 64)), temperature=float(r.get("temperature", 0.8)),
         seed=int(p["seed"]), rule=SaturationRule(int(sat.get("k", 1)), int(sat.get("m", 1)), int(sat.get("max_rounds", 10))),
         near_duplicate_threshold=float(r.get("near_duplicate_threshold", 0.8)), min_words=int(r.get("min_words", 4)),
-        stop=tuple(r.get("stop") or ()),
+        stop=tuple(r.get("stop") or ()), extraction=str(r.get("extraction", "rule")),
+        extraction_max_tokens=int(r.get("extraction_max_tokens", 96)),
     )
     prompts = _prompts(cfg)
     for c in settings.countries:  # refuse unknown names before loading a model
@@ -117,10 +118,12 @@ def retrieve(args: argparse.Namespace) -> None:
     write_csv(out / "responses.csv", result.responses)
     write_csv(out / "stereotypes.csv", result.stereotypes)
     write_csv(out / "saturation_curve.csv", result.curve)
+    write_csv(out / "extractions.csv", result.extractions)
     write_csv(REPORTS / "retrieval" / "refusals.csv", result.refusals)
     write_csv(REPORTS / "retrieval" / "saturation_curve.csv", result.curve)
     saturation_figure(result.curve, REPORTS / "retrieval" / "saturation_curve")
     rounds = result.curve.groupby(["country", "category", "pov"])["round"].max()
+    ext = result.extractions
     summary = {"generator": _label(gen_cfg), "generator_source": "machine", "n_requests": len(result.responses),
                "n_refusals": int(result.responses["refusal"].sum()), "n_empty": int(result.responses["empty"].sum()),
                "n_stereotypes": len(result.stereotypes),
@@ -128,11 +131,19 @@ def retrieve(args: argparse.Namespace) -> None:
                "mean_rounds_per_pov": float(rounds.mean()), "saturated_cells": int((result.curve["stop"] == "saturated").sum()),
                "round_cap_cells": int((result.curve["stop"] == "round_cap").sum()), "mode": settings.mode,
                "rule": {"k": settings.rule.k, "m": settings.rule.m, "max_rounds": settings.rule.max_rounds},
-               "cached_responses": int(result.responses["cached"].sum())}
+               "cached_responses": int(result.responses["cached"].sum()),
+               # the extraction step is ours (the paper does not describe it)
+               "extraction": {"method": settings.extraction, "posts_read": len(ext),
+                              "model_answers_parsed": int((ext["extraction"] == "model").sum()),
+                              "parse_failures": int((ext["parsed"] == False).sum()),  # noqa: E712 (None = not asked)
+                              "stereotypes_by_method": {k: int((result.stereotypes["extraction"] == k).sum())
+                                                        for k in ("model", "rule")}}}
     write_json(REPORTS / "retrieval" / "summary.json", summary)
-    with _run(p, "retrieve", model=_label(gen_cfg), tags={"generator_source": "machine", "extraction": "rule-based (ours)"}) as run:
+    tag = "model (ours), rule fallback" if settings.extraction == "model" else "rule-based (ours)"
+    with _run(p, "retrieve", model=_label(gen_cfg), tags={"generator_source": "machine", "extraction": tag}) as run:
         run.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-        for f in ("responses.csv", "stereotypes.csv", "saturation_curve.csv"):
+        run.log_metrics({"extraction_parse_failures": summary["extraction"]["parse_failures"]})
+        for f in ("responses.csv", "stereotypes.csv", "saturation_curve.csv", "extractions.csv"):
             run.log_artifact(out / f)
         run.log_artifact(REPORTS / "retrieval" / "refusals.csv")
     print(f"stereo-retrieve: {summary['n_stereotypes']} stereotypes from {summary['n_requests']} responses "
