@@ -10,6 +10,7 @@ import pytest
 
 from stereolens.errors import DataError
 from stereolens.studies.stereo import instantiation as ins
+from stereolens.studies.stereo import validation
 from stereolens.studies.stereo.prompts import load_prompts
 from stereolens.studies.stereo.text import content_words, load_stopwords
 
@@ -68,22 +69,86 @@ def test_starter_set_is_about_forty_authored_triples_over_five_countries(stop):
     assert (prov["unrelated_source"] == "authored").all()
 
 
-def test_human_import_keeps_rows_accepted_by_distributor_and_authors(tmp_path):
-    validated = pd.DataFrame([{"stereotype_id": "MX-age-001", "country": "Mexico", "category": "age", "target": "viejos"}])
-    rows = [
+TRIPLE_COLUMNS = ["stereotype_id", "annotator_id", "context", "sent_stereo", "sent_anti", "distributor_review", "author_review"]
+DEMOGRAPHICS = {"country": "Mexico", "ethnicity": "mestizo", "gender": "female", "religion": "catholic",
+                "sexual_orientation": "heterosexual", "age_band": "22-40", "education": "college", "area": "urban"}
+VALIDATED_MX = pd.DataFrame([{"stereotype_id": "MX-age-001", "country": "Mexico", "category": "age", "target": "viejos"},
+                             {"stereotype_id": "MX-gender-001", "country": "Mexico", "category": "gender", "target": "mujeres"}])
+
+
+def human_rows():
+    return [
         ["MX-age-001", "a1", "Juan tiene 70 años.", "Juan olvida todo.", "Juan recuerda todo.", "accepted", "accepted"],
         ["MX-age-001", "a2", "Ana tiene 70 años.", "Ana olvida todo.", "Ana recuerda todo.", "accepted", "rejected"],
         ["MX-age-001", "a3", "Luis tiene 70 años.", "Luis olvida todo.", "Luis recuerda todo.", "rejected", "accepted"],
+        ["MX-gender-001", "a1", "Marta maneja un taxi.", "Marta choca siempre.", "Marta maneja muy bien.", "accepted", "accepted"],
     ]
-    cols = ["stereotype_id", "annotator_id", "context", "sent_stereo", "sent_anti", "distributor_review", "author_review"]
-    pd.DataFrame(rows, columns=cols).to_csv(tmp_path / "h.csv", index=False)
-    out, counts = ins.import_human_triples(tmp_path / "h.csv", validated)
-    assert counts == {"submitted": 3, "accepted_by_distributor": 2, "accepted_by_authors": 1}
-    assert out["context"].tolist() == ["Juan tiene 70 años."] and out["source"].tolist() == ["human"]
+
+
+def annotators_file(path, **changes):
+    rows = [{"annotator_id": a, **DEMOGRAPHICS} for a in ("a1", "a2", "a3")]
+    rows[1].update(gender="male", age_band="41-60")
+    for (i, col), value in changes.items():
+        rows[i][col] = value
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_human_import_keeps_rows_accepted_by_distributor_and_authors(tmp_path):
+    rows = human_rows()
+    pd.DataFrame(rows, columns=TRIPLE_COLUMNS).to_csv(tmp_path / "h.csv", index=False)
+    out, counts, annotators = ins.import_human_triples(tmp_path / "h.csv", VALIDATED_MX, annotators_file(tmp_path / "a.csv"))
+    assert counts == {"submitted": 4, "accepted_by_distributor": 3, "accepted_by_authors": 2}
+    assert out["context"].tolist() == ["Juan tiene 70 años.", "Marta maneja un taxi."] and set(out["source"]) == {"human"}
+    # one row per annotator and category they wrote for: a1 wrote for age and gender
+    assert sorted(map(tuple, annotators[["annotator_id", "panel"]].values)) == [
+        ("a1", "Mexico/age"), ("a1", "Mexico/gender"), ("a2", "Mexico/age"), ("a3", "Mexico/age")]
+    table = validation.demographics_table(annotators, "Mexico", ["age", "gender"]).set_index(["field", "value"])
+    assert table.loc[("gender", "female"), "age"] == 2 and table.loc[("gender", "male"), "age"] == 1
+    assert table.loc[("gender", "female"), "gender"] == 1 and table.loc[("age_band", "41-60"), "gender"] == 0
     rows[1][5] = "maybe"
-    pd.DataFrame(rows, columns=cols).to_csv(tmp_path / "h.csv", index=False)
+    pd.DataFrame(rows, columns=TRIPLE_COLUMNS).to_csv(tmp_path / "h.csv", index=False)
     with pytest.raises(DataError, match="h.csv row 3, column distributor_review"):
-        ins.import_human_triples(tmp_path / "h.csv", validated)
+        ins.import_human_triples(tmp_path / "h.csv", VALIDATED_MX, tmp_path / "a.csv")
+
+
+def test_human_import_demographics_inline_in_the_triples_file(tmp_path):
+    df = pd.DataFrame(human_rows(), columns=TRIPLE_COLUMNS).assign(**DEMOGRAPHICS)
+    df.to_csv(tmp_path / "h.csv", index=False)
+    _, _, annotators = ins.import_human_triples(tmp_path / "h.csv", VALIDATED_MX)
+    assert sorted(annotators["annotator_id"].unique()) == ["a1", "a2", "a3"] and set(annotators["source"]) == {"human"}
+    df.loc[3, "religion"] = "atheist"  # a1 again, with another religion than on line 2
+    df.to_csv(tmp_path / "h.csv", index=False)
+    with pytest.raises(DataError, match=r"h.csv line 5, column religion: annotator 'a1' has 'atheist' here but 'catholic'"):
+        ins.import_human_triples(tmp_path / "h.csv", VALIDATED_MX)
+
+
+@pytest.mark.parametrize("case, message", [
+    ("no demographics", r"h.csv line 1: no annotator demographics \(missing column\(s\) country, ethnicity"),
+    ("empty cell", r"instantiation annotators .*a.csv line 3, column education: empty education"),
+    ("missing column", r"a.csv line 1: missing column\(s\) area"),
+    ("unknown annotator", r"h.csv line 4, column annotator_id: 'a3' is not in .*a.csv"),
+    ("other country", r"h.csv line 2, column annotator_id: annotator 'a1' is from 'Spain', stereotype 'MX-age-001' from 'Mexico'"),
+    ("duplicate annotator", r"a.csv line 4, column annotator_id: duplicate value 'a1'"),
+])
+def test_human_import_refuses_bad_demographics_with_one_line(tmp_path, case, message):
+    pd.DataFrame(human_rows(), columns=TRIPLE_COLUMNS).to_csv(tmp_path / "h.csv", index=False)
+    annotators = annotators_file(tmp_path / "a.csv")
+    a = pd.read_csv(annotators, dtype=str)
+    if case == "empty cell":
+        a.loc[1, "education"] = ""
+    elif case == "missing column":
+        a = a.drop(columns=["area"])
+    elif case == "unknown annotator":
+        a = a[a["annotator_id"] != "a3"]
+    elif case == "other country":
+        a.loc[0, "country"] = "Spain"
+    elif case == "duplicate annotator":
+        a.loc[2, "annotator_id"] = "a1"
+    a.to_csv(annotators, index=False)
+    with pytest.raises(DataError, match=message) as info:
+        ins.import_human_triples(tmp_path / "h.csv", VALIDATED_MX, None if case == "no demographics" else annotators)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.slow

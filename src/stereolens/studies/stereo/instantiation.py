@@ -105,8 +105,41 @@ def generate_triples(model: Any, prompts: PromptSet, stereotypes: pd.DataFrame, 
 # ---------------------------------------------------------------- annotators and the starter set
 
 
-def import_human_triples(path: str | Path, stereotypes: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Annotator triples with the two-stage review; only rows accepted by distributor and authors are kept."""
+def load_instantiation_annotators(triples_path: str | Path, triples: pd.DataFrame,
+                                  annotators_path: str | Path | None) -> pd.DataFrame:
+    """Demographics of the annotators who wrote triples: a separate table (``annotator_id, country, <demographics>``)
+    or the same columns in the triples file (one set of values per annotator), checked by the same schema."""
+    from stereolens.studies.stereo.validation import DEMOGRAPHIC_COLUMNS, annotators_schema
+    from stereolens.tables import read_table, validate_table
+
+    schema = annotators_schema("country", what="instantiation annotator")
+    if annotators_path:
+        return read_table(annotators_path, schema, what="instantiation annotators", allow_empty=False)
+    inline = ["country", *DEMOGRAPHIC_COLUMNS]
+    missing = [c for c in inline if c not in triples.columns]
+    if missing:
+        raise DataError(f"{triples_path} line 1: no annotator demographics (missing column(s) {', '.join(missing)}); add them, "
+                        "or set study.stereo.instantiation.annotators to a CSV annotator_id,country,"
+                        + ",".join(DEMOGRAPHIC_COLUMNS))
+    # inline, an annotator's row repeats once per triple: unique per annotator, not per row
+    per = validate_table(triples[["annotator_id", *inline]], schema.update_column("annotator_id", unique=False),
+                         f"instantiation import {triples_path}")
+    first = per.drop_duplicates("annotator_id", keep="first").set_index("annotator_id")
+    for pos, row in per.iterrows():
+        for col in inline:
+            if str(row[col]) != str(first.at[row["annotator_id"], col]):
+                raise DataError(f"{triples_path} line {pos + 2}, column {col}: annotator {row['annotator_id']!r} has "
+                                f"{row[col]!r} here but {first.at[row['annotator_id'], col]!r} on an earlier line")
+    return first.reset_index()
+
+
+def import_human_triples(path: str | Path, stereotypes: pd.DataFrame, annotators_path: str | Path | None = None
+                         ) -> tuple[pd.DataFrame, dict[str, int], pd.DataFrame]:
+    """Annotator triples with the two-stage review, and the demographics of their annotators.
+
+    Only rows accepted by distributor and authors are kept.  Every annotator needs demographics (a separate table or
+    columns of the same file) from the country of the stereotypes they instantiate.
+    """
     cols = ["stereotype_id", "annotator_id", "context", "sent_stereo", "sent_anti", "distributor_review", "author_review"]
     df = read_csv_checked(path, cols, what="instantiation import", dtype=str)
     known = stereotypes.set_index("stereotype_id")
@@ -120,6 +153,15 @@ def import_human_triples(path: str | Path, stereotypes: pd.DataFrame) -> tuple[p
         for col in ("context", "sent_stereo", "sent_anti"):
             if not isinstance(row[col], str) or not row[col].strip():
                 raise DataError(f"{path} row {line}, column {col}: empty sentence")
+    annotators = load_instantiation_annotators(path, df, annotators_path)
+    country_of = annotators.set_index("annotator_id")["country"]
+    for pos, row in df.iterrows():
+        if row["annotator_id"] not in country_of.index:
+            raise DataError(f"{path} line {pos + 2}, column annotator_id: {row['annotator_id']!r} is not in {annotators_path}")
+        if country_of[row["annotator_id"]] != known.at[row["stereotype_id"], "country"]:
+            raise DataError(f"{path} line {pos + 2}, column annotator_id: annotator {row['annotator_id']!r} is from "
+                            f"{country_of[row['annotator_id']]!r}, stereotype {row['stereotype_id']!r} from "
+                            f"{known.at[row['stereotype_id'], 'country']!r} (instantiation annotators are in-country)")
     dist = df["distributor_review"].str.strip().str.lower() == "accepted"
     auth = df["author_review"].str.strip().str.lower() == "accepted"
     counts = {"submitted": len(df), "accepted_by_distributor": int(dist.sum()), "accepted_by_authors": int((dist & auth).sum())}
@@ -132,7 +174,12 @@ def import_human_triples(path: str | Path, stereotypes: pd.DataFrame) -> tuple[p
         "context": kept["context"], "sent_stereo": kept["sent_stereo"], "sent_anti": kept["sent_anti"], "source": "human",
         "review": "distributor+authors accepted",
     })
-    return out, counts
+    # the panel of an instantiation annotator is the country x category of the stereotypes they wrote for (Tables D shape)
+    wrote = df.assign(category=df["stereotype_id"].map(known["category"]))[["annotator_id", "category"]].drop_duplicates()
+    annotators = annotators.merge(wrote, on="annotator_id", how="inner")
+    annotators["panel"] = annotators["country"] + "/" + annotators["category"]
+    annotators["source"] = "human"
+    return out, counts, annotators
 
 
 def load_starter(path: str | Path) -> pd.DataFrame:

@@ -119,7 +119,18 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
               f"{ins.get('n_instances')} StereoSet inter-sentence instances: {ins.get('by_source')}. Generator requests "
               f"{ins.get('generator_requests')}, of which {ins.get('generator_unparsed')} gave no parseable triple. "
               f"Irrelevant sentence: {ins.get('unrelated_criterion')}. Human review: {ins.get('human_review') or 'no annotator import'}.",
-              "", "## Overlap (Tables 1-5, 11-12)", ""]
+              ""]
+    tables_d = sorted((reports / "instantiation").glob("tableD_demographics_*_instantiation.csv"))
+    if tables_d:
+        lines += [f"Instantiation annotators per country: {ins.get('instantiation_annotators')} (Tables D1-D10 shape; "
+                  "counts of annotators per demographic value and category they wrote for):", ""]
+        for path in tables_d:
+            country = path.stem.removeprefix("tableD_demographics_").removesuffix("_instantiation")
+            t = pd.read_csv(path, keep_default_na=False)
+            cats = [c for c in t.columns if c not in ("field", "value", "annotation_source")]
+            t = t[t[cats].sum(axis=1) > 0]  # values nobody has are left out of the page (kept in the CSV)
+            lines += [f"*{country}*", "", _md(t.drop(columns=["annotation_source"])), ""]
+    lines += ["## Overlap (Tables 1-5, 11-12)", ""]
     method = ovl.get("method", {})
     sim = method.get("similarity", {})
     threshold = sim.get("threshold")

@@ -247,8 +247,9 @@ def instantiate(args: argparse.Namespace) -> None:
                                              stop=tuple(icfg.get("stop") or ()))
         machine, raw = ins.generate_triples(_load(gen_cfg), _prompts(cfg), validated, settings, progress=_progress())
         parts.append(machine)
+    annotators = pd.DataFrame()
     if icfg.get("human"):
-        human, review = ins.import_human_triples(icfg["human"], validated)
+        human, review, annotators = ins.import_human_triples(icfg["human"], validated, icfg.get("annotators"))
         parts.append(human)
     if icfg.get("starter"):
         starter = ins.load_starter(icfg["starter"])
@@ -265,6 +266,16 @@ def instantiate(args: argparse.Namespace) -> None:
                "generator_requests": len(raw), "generator_unparsed": int((raw["n_triples"] == 0).sum()) if len(raw) else 0,
                "human_review": review, "unrelated_corpus": icfg["corpus"],
                "unrelated_criterion": "no shared content word with the context (ours)"}
+    if len(annotators):
+        # Tables D1-D10 shape for the annotators who wrote triples (one column per category they wrote for)
+        from stereolens.studies.stereo.validation import demographics_table
+
+        write_csv(INTERIM / "instantiation" / "annotators.csv", annotators)
+        for c in sorted(annotators["country"].unique()):
+            write_csv(REPORTS / "instantiation" / f"tableD_demographics_{c}_instantiation.csv",
+                      demographics_table(annotators, c, sorted(annotators["category"].unique())).assign(annotation_source="human"))
+        summary["instantiation_annotators"] = {str(k): int(n) for k, n in
+                                               annotators.drop_duplicates("annotator_id").groupby("country").size().items()}
     write_json(REPORTS / "instantiation" / "summary.json", summary)
     with _run(p, "instantiate", model=label, tags={"instance_sources": ",".join(k for k, n in summary["by_source"].items() if n)}) as run:
         run.log_metrics({"n_instances": len(instances), **{f"n_{k}": n for k, n in summary["by_source"].items()}})

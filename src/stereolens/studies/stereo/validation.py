@@ -39,6 +39,18 @@ DEMOGRAPHIC_VALUES: dict[str, tuple[str, ...]] = {
 }
 
 
+def annotators_schema(group_column: str, *, what: str):
+    """Annotator demographics (Tables D1-D10): one row per annotator, its group (panel or country) and every
+    demographic column filled in (a value outside :data:`DEMOGRAPHIC_VALUES` is kept and reported as given)."""
+    import pandera.pandas as pa
+
+    from stereolens.tables import text_column
+
+    columns = {"annotator_id": text_column(unique=True, what="annotator_id"), group_column: text_column(what=group_column)}
+    columns.update({col: text_column(what=f"{col} (every {what} needs all demographic columns)") for col in DEMOGRAPHIC_COLUMNS})
+    return pa.DataFrameSchema(columns, name=f"{what} demographics")
+
+
 def likert_scale(display_texts: Sequence[str]) -> Scale:
     """The Figure D1 scale: options listed in display order, each labelled with its score."""
     if len(display_texts) != len(DISPLAY_SCORES):
@@ -96,7 +108,9 @@ def import_panels(judgements_path: str | Path, annotators_path: str | Path, scal
     from stereolens.annotation.tasks import import_judgements
 
     judgements = import_judgements(judgements_path, scale, known_items=items["item_id"], source="human")
-    annotators = read_csv_checked(annotators_path, ["annotator_id", "panel", *DEMOGRAPHIC_COLUMNS], what="annotator demographics", dtype=str)
+    from stereolens.tables import read_table
+
+    annotators = read_table(annotators_path, annotators_schema("panel", what="validation annotator"), what="annotator demographics")
     known = set(annotators["annotator_id"])
     unknown = ~judgements["annotator_id"].isin(known)
     if unknown.any():
