@@ -24,7 +24,7 @@ def script(message: str, seed: int) -> str:
     return "Claro."
 
 
-def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script) -> None:
+def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script, annotation=None) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
@@ -41,9 +41,11 @@ def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, s
         cfg["evaluation"]["models"] = [{"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}]
         cfg["evaluation"]["bootstrap"] = 50
         cfg["evaluation"]["include_starter"] = False  # keeps the test fast; the starter rows are checked in instances.csv
+        annotation = annotation or {"source": "simulated", "simulator": {"n_annotators": 5, "reliability": 1.0}}
+        if annotation["source"] == "llm_panel":  # the panel is the scripted chat model
+            annotation = {**annotation, "panel": {**annotation.get("panel", {}), "models": [cfg["generator"]]}}
         params = {"model": {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}, "seed": 0,
-                  "tracking": {"enabled": False}, "annotation": {"source": "simulated", "simulator": {"n_annotators": 5, "reliability": 1.0}},
-                  "study": {"stereo": cfg}}
+                  "tracking": {"enabled": False}, "annotation": annotation, "study": {"stereo": cfg}}
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
         for name in ("retrieve", "validate", "instantiate", "overlap", "evaluate", "report"):
             assert main(["stage", f"stereo-{name}"]) == 0, name
@@ -83,3 +85,34 @@ def test_a_generator_that_returns_nothing_still_flows_to_the_report(tmp_path, mo
     assert list(inst.columns) == CONTRACT and set(inst["source"]) == {"authored"}
     report = Path("reports/stereo/report.md").read_text()
     assert "0 distinct stereotypes" in report
+
+
+def panel_script(message: str, seed: int) -> str:
+    """The generator of ``script``, and as the one-model validation panel: chilangos 4, viejos 1, Monterrey unreadable."""
+    if message.startswith("Eres una persona"):
+        for word, answer in (("chilangos", "4"), ("viejos", "1"), ("Monterrey", "no lo sé")):
+            if f"Estereotipo: Los {word}" in message or f"Estereotipo: Las mujeres de {word}" in message:
+                return answer
+        return "?"
+    return script(message, seed)
+
+
+@pytest.mark.slow
+def test_llm_panel_validation_is_labelled_everywhere(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
+    import yaml as _yaml
+
+    annotation = _yaml.safe_load(open(Path(__file__).resolve().parents[3] / "conf" / "annotation" / "llm_panel.yaml"))
+    run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, panel_script, annotation)
+    judgements = pd.read_csv("data/interim/stereo/validation/judgements.csv")
+    assert (judgements["source"] == "llm_panel").all() and len(judgements) == 3
+    validated = pd.read_csv("data/interim/stereo/validation/validated.csv")
+    assert validated["target"].tolist() == ["chilangos"] and set(validated["validation_source"]) == {"llm_panel"}
+    for table in ("table7_validation_rates.csv", "tableE_vote_ratios_Mexico.csv"):
+        assert set(pd.read_csv(f"reports/stereo/validation/{table}")["annotation_source"]) == {"llm_panel"}
+    assert not list(Path("reports/stereo/validation").glob("tableD_*"))  # models have no demographics
+    val = json.loads(Path("reports/stereo/validation/summary.json").read_text())
+    assert val["annotation_source"] == "llm_panel" and val["n_unanswered"] == 1 and val["panel_models"] == ["scripted"]
+    summary = json.loads(Path("reports/stereo/summary.json").read_text())
+    assert summary["provenance"]["annotation_source"] == "llm_panel"
+    first = Path("reports/stereo/report.md").read_text().splitlines()[0]
+    assert "**llm_panel**" in first and "language models" in first

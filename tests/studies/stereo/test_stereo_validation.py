@@ -106,3 +106,47 @@ def test_import_refuses_an_annotator_of_another_panel(tmp_path, prompts):
     pd.DataFrame({"item_id": ["Mexico-age-0"], "annotator_id": ["h1"], "label": [4]}).to_csv(tmp_path / "j.csv", index=False)
     j, a = v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
     assert j["source"].tolist() == ["human"] and a["source"].tolist() == ["human"]
+
+
+# three panel members on the loopback server; answers per (model, stereotype): medians 4, 2 and 2.5 (one reply unreadable)
+PANEL_ANSWERS = {
+    "Estereotipo 0": {"judge-a": "4", "judge-b": "5", "judge-c": "3"},
+    "Estereotipo 1": {"judge-a": "1", "judge-b": "2", "judge-c": "Respuesta: 5"},
+    "Estereotipo 2": {"judge-a": "3", "judge-b": "no sé", "judge-c": "2"},
+}
+
+
+def panel_script(message: str, body: dict) -> str:
+    for statement, answers in PANEL_ANSWERS.items():
+        if f"Estereotipo: {statement}\n" in message:
+            return answers[body["model"]]
+    return "?"
+
+
+def test_llm_panel_judgements_and_the_median_rule_on_the_loopback_server(tmp_path, prompts, monkeypatch):
+    from loopback_openai import LoopbackServer
+
+    from stereolens.models import ModelSpec, ResponseCache, load_model
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    st = stereotypes(3)
+    items = v.questionnaire(st[(st["country"] == "Mexico") & (st["category"] == "age")], prompts)
+    with LoopbackServer() as state:
+        state.script = panel_script
+        models = {name: load_model(ModelSpec(name=name, kind="chat", backend="openai", base_url=state.base_url, max_retries=0),
+                                   cache=ResponseCache(tmp_path / "cache")) for name in ("judge-a", "judge-b", "judge-c")}
+        judgements, members = v.llm_panel_panels(models, items, prompts, template="{instructions}\n\n{text}\n\nRespuesta ({options}):")
+        asked = state.bodies[0]["messages"][-1]["content"]
+    assert (judgements["source"] == "llm_panel").all() and len(judgements) == 9
+    assert set(members["annotator_id"]) == {"judge-a", "judge-b", "judge-c"} and set(members["panel"]) == {"Mexico/age"}
+    # the prompt: the country in the instructions, the options numbered by score, the answer asked as a score
+    assert "vive en México" in asked and "5. Casi todo el mundo en México" in asked and "1. Este estereotipo no existe en México" in asked
+    assert "(5, 4, 3, 2, 1)" in asked
+    labels = judgements.set_index(["item_id", "annotator_id"])["label"]
+    assert labels[("Mexico-age-1", "judge-c")] == 5  # the first in-range number of the reply
+    assert labels.isna().sum() == 1 and pd.isna(labels[("Mexico-age-2", "judge-b")])
+    decisions = v.decide(judgements.dropna(subset=["label"])).set_index("item_id")
+    assert decisions["median"].to_dict() == {"Mexico-age-0": 4.0, "Mexico-age-1": 2.0, "Mexico-age-2": 2.5}
+    assert decisions["validated"].to_dict() == {"Mexico-age-0": True, "Mexico-age-1": False, "Mexico-age-2": True}
+    assert decisions.loc["Mexico-age-2", "vote_ratio"] == "1:1"

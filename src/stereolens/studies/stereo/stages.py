@@ -160,7 +160,7 @@ def validate(args: argparse.Namespace) -> None:
     from stereolens.annotation.tasks import export_tasks
     from stereolens.studies.stereo import validation as v
 
-    p = _params(args, ("annotation", "seed", "tracking"), ("language", "seed_dir", "countries", "categories", "validation"))
+    p = _params(args, ("annotation", "model", "seed", "tracking"), ("language", "seed_dir", "countries", "categories", "validation"))
     cfg = p["study.stereo"]
     vcfg = cfg.get("validation", {})
     source = p["annotation"].get("source", "simulated")
@@ -188,9 +188,23 @@ def validate(args: argparse.Namespace) -> None:
             raise ConfigError("annotation=human: set study.stereo.validation.judgements and .annotators to the completed CSVs "
                               f"(tasks are in {out / 'tasks'})")
         judgements, annotators = v.import_panels(vcfg["judgements"], vcfg["annotators"], scale, items)
+    elif source == "llm_panel":
+        from stereolens.annotation.llm_panel import DEFAULT_TEMPLATE
+
+        panel = p["annotation"].get("panel") or {}
+        specs = panel.get("models") or [p["model"]]  # empty = the study's own (top-level) model
+        members = {_label(dict(m)): _load(dict(m)) for m in specs}
+        if items.empty:
+            judgements = pd.DataFrame(columns=["item_id", "annotator_id", "label", "source", "panel"])
+            annotators = pd.DataFrame(columns=["annotator_id", "panel", "model_identity", "country", "category", "source"])
+        else:
+            judgements, annotators = v.llm_panel_panels(members, items, prompts, template=panel.get("template", DEFAULT_TEMPLATE),
+                                                        method=panel.get("method", "auto"), seed=int(panel.get("seed", 0)))
     else:
-        raise ConfigError(f"study stereo validates with annotation=simulated or annotation=human, not {source!r}")
-    decisions = v.decide(judgements) if len(judgements) else pd.DataFrame(
+        raise ConfigError(f"study stereo validates with annotation=simulated, human or llm_panel, not {source!r}")
+    unanswered = int(pd.to_numeric(judgements["label"], errors="coerce").isna().sum()) if len(judgements) else 0
+    answered = judgements[pd.to_numeric(judgements["label"], errors="coerce").notna()] if len(judgements) else judgements
+    decisions = v.decide(answered) if len(answered) else pd.DataFrame(
         columns=["item_id", "median", "n_annotators", "valid_votes", "invalid_votes", "validated", "vote_ratio"])
     decisions["source"] = source
     validated = stereotypes.merge(decisions[["item_id", "median", "vote_ratio", "validated"]], left_on="stereotype_id",
@@ -207,12 +221,15 @@ def validate(args: argparse.Namespace) -> None:
     write_csv(rep / "table7_validation_rates.csv", t7)
     for c in cfg["countries"]:
         write_csv(rep / f"tableE_vote_ratios_{c}.csv", v.vote_ratio_table(stereotypes, decisions, c, cfg["categories"]).assign(annotation_source=source))
-        if len(annotators):
+        if len(annotators) and source != "llm_panel":  # models have no demographics
             write_csv(rep / f"tableD_demographics_{c}_validation.csv", v.demographics_table(annotators, c, cfg["categories"]).assign(annotation_source=source))
     summary = {"annotation_source": source, "n_items": len(items), "n_judgements": len(judgements),
+               "n_unanswered": unanswered,  # labels no one could read (an LLM panel's unparseable replies): out of the median
                "n_validated": len(validated), "validation_rate": len(validated) / len(items) if len(items) else None,
                # the paper has five validators per panel; an import with another count is reported, not refused
                "annotators_per_panel": {str(k): int(n) for k, n in annotators.groupby("panel").size().items()} if len(annotators) else {}}
+    if source == "llm_panel":
+        summary["panel_models"] = sorted(annotators["annotator_id"].unique().tolist()) if len(annotators) else []
     write_json(rep / "summary.json", summary)
     with _run(p, "validate", annotation_source=source) as run:
         run.log_metrics({k: float(v_) for k, v_ in summary.items() if isinstance(v_, (int, float))})
@@ -258,6 +275,10 @@ def instantiate(args: argparse.Namespace) -> None:
     corpus = ins.load_corpus(icfg["corpus"])
     instances, prov = ins.assemble(triples, corpus, load_stopwords(icfg["stopwords"]))
     write_csv(PROCESSED / "instances.csv", instances)
+    # who validated the stereotype each instance comes from (simulated / human / llm_panel), carried to the evaluation
+    validated_by = validated.set_index("stereotype_id")["validation_source"] if "validation_source" in validated else pd.Series(dtype=str)
+    prov["validation_source"] = (instances["stereotype_id"].map(validated_by).fillna("none (authored starter set)")
+                                 if len(instances) else pd.Series(dtype=str))
     write_csv(PROCESSED / "instances_provenance.csv", prov)
     write_csv(INTERIM / "instantiation" / "responses.csv", raw if len(raw) else pd.DataFrame(columns=["stereotype_id", "response", "n_triples", "cached"]))
     counts = instances["source"].value_counts().to_dict() if len(instances) else {}
@@ -391,7 +412,13 @@ def evaluate(args: argparse.Namespace) -> None:
     write_csv(PROCESSED / "scores.csv", pd.concat(all_scores, ignore_index=True))
     first = summaries[_label(models[0])]
     sources = {str(k): int(v) for k, v in instances["source"].value_counts().items()}
+    validated_by = read_csv_checked(PROCESSED / "instances_provenance.csv", ["id"], what="instance provenance", dtype=str,
+                                    keep_default_na=False)
+    validated_by = validated_by[validated_by["id"].isin(instances["id"])].get("validation_source", pd.Series(dtype=str))
+    annotation_sources = sorted({str(x) for x in validated_by if str(x) in ("simulated", "human", "llm_panel")})
     provenance = {"machine_generated": sources.get("machine", 0) > 0,
+                  # the validators of the stereotypes behind the evaluated instances (the starter set has none)
+                  "annotation_source": ", ".join(annotation_sources),
                   "notes": ["instances by source: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))]}
     if sources.get("authored"):
         provenance["translation_status"] = {"authored": sources["authored"]}

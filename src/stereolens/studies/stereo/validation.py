@@ -129,6 +129,41 @@ def import_panels(judgements_path: str | Path, annotators_path: str | Path, scal
     return judgements, annotators
 
 
+def panel_scale() -> Scale:
+    """The Figure D1 scores as a model answers them: the option sentences are in the item text, numbered by score,
+    and the answer is the score (so a log-likelihood panel scores the five short continuations " 5" .. " 1")."""
+    return Scale("figure_d1_scores", "ordinal", options=DISPLAY_SCORES, option_texts=tuple(map(str, DISPLAY_SCORES)))
+
+
+def llm_panel_panels(models, items: pd.DataFrame, prompts, *, template: str, method: str = "auto",
+                     seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Figure D1 judgements by a panel of language models (``source=llm_panel``) and the panel's members per panel.
+
+    Every model answers every item, reading the instructions of ``prompts.validation_panel`` for the item's country
+    and the item with its options numbered by score.  Unanswerable replies keep a NaN label (counted by the stage,
+    left out of the median).  Members have no demographics: they are models, named with their identity.
+    """
+    from stereolens.annotation.llm_panel import llm_panel_annotations
+
+    if not prompts.validation_panel:
+        raise DataError("annotation=llm_panel: the prompt templates lack `validation_panel`")
+    scale = panel_scale()
+    frames = []
+    for country, part in items.groupby("country", sort=True):
+        name = prompts.country(country)["name"]
+        texts = [t.format(country=name) for t in prompts.likert_display]
+        options = "\n".join(f"{score}. {t}" for score, t in zip(DISPLAY_SCORES, texts))
+        shown = part.assign(text=part["text"] + "\nOpciones:\n" + options)
+        frames.append(llm_panel_annotations(models, shown, scale, prompts.validation_panel.format(country=name),
+                                            template=template, method=method, seed=seed))
+    judgements = pd.concat(frames, ignore_index=True)
+    judgements["panel"] = judgements["item_id"].map(items.set_index("item_id")["panel"])
+    members = judgements[["annotator_id", "panel", "model_identity"]].drop_duplicates()
+    members = members.assign(country=members["panel"].str.split("/").str[0], category=members["panel"].str.split("/").str[1],
+                             source="llm_panel")
+    return judgements, members.reset_index(drop=True)
+
+
 def decide(judgements: pd.DataFrame) -> pd.DataFrame:
     """Per item: median score, valid votes (score >= 3), invalid votes (<= 2), and ``validated`` = median > 2."""
     g = judgements.assign(label=pd.to_numeric(judgements["label"])).groupby("item_id")["label"]
