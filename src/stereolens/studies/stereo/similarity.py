@@ -237,13 +237,10 @@ class JudgeSimilarity:
         from stereolens.studies.stereo.retrieval import is_refusal
 
         chat = getattr(getattr(self.model, "spec", None), "kind", None) == "chat"
-        reqs = []
-        for a, b in pairs:
-            text = self.prompt(a, b)
-            reqs.append(GenerationRequest(messages=(ChatMessage("user", text),), max_tokens=self.max_tokens, temperature=0.0,
-                                          seed=self.seed) if chat else
-                        GenerationRequest(messages=(ChatMessage("user", text),), max_tokens=self.max_tokens, temperature=0.0,
-                                          seed=self.seed, stop=("\n",)))
+        # a base model would go on past its one-word answer: cut it at the line end
+        stop = () if chat else ("\n",)
+        reqs = [GenerationRequest(messages=(ChatMessage("user", self.prompt(a, b)),), max_tokens=self.max_tokens,
+                                  temperature=0.0, seed=self.seed, stop=stop) for a, b in pairs]
         gens = self.model.generate(reqs) if reqs else []
         out = []
         for (a, b), gen in zip(pairs, gens):

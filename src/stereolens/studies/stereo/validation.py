@@ -21,7 +21,6 @@ import pandas as pd
 
 from stereolens.annotation.scales import Scale
 from stereolens.errors import DataError
-from stereolens.io import read_csv_checked
 
 # display position (0 = first shown) -> score; Figure D1 shows the pervasive option first
 DISPLAY_SCORES: tuple[int, ...] = (5, 4, 3, 2, 1)
