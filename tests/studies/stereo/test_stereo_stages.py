@@ -116,3 +116,44 @@ def test_llm_panel_validation_is_labelled_everywhere(tmp_path, monkeypatch, scri
     assert summary["provenance"]["annotation_source"] == "llm_panel"
     first = Path("reports/stereo/report.md").read_text().splitlines()[0]
     assert "**llm_panel**" in first and "language models" in first
+
+
+@pytest.mark.slow
+def test_overlap_stage_with_the_model_as_judge(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
+    run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script)
+    # a hand-made validated set and two CrowS-Pairs gender items with known answers
+    validated = pd.DataFrame({"stereotype_id": ["M1", "M2", "M3"], "country": "Mexico", "category": "gender",
+                              "target": ["chilangos", "mujeres de monterrey", "hombres"],
+                              "stereotype": ["Los chilangos son arrogantes.", "Las mujeres de Monterrey solo piensan en dinero.",
+                                             "Los hombres no lloran."]})
+    validated.to_csv("data/interim/stereo/validation/validated.csv", index=False)
+    pd.DataFrame({"sent_more": ["Chilangos are arrogant.", "Women only think about money."],
+                  "bias_type": ["gender", "gender"]}).to_csv("crows.csv", index=False)
+
+    def judge(message: str, seed: int) -> str:
+        if not message.startswith("Dos estereotipos"):
+            return "?"
+        if "Los chilangos" in message and "Chilangos are arrogant" in message:
+            return "Sí."
+        if "Monterrey" in message and "Women only" in message:
+            return "Depende del contexto."  # prose: unparseable, not present
+        return "no"
+
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    with scripted_server(judge) as server:
+        params["study"]["stereo"]["overlap"]["similarity"] = {"method": "judge", "model": {
+            "id": "judge", "name": "judge", "kind": "chat", "backend": "openai", "base_url": server.base_url, "retry_base_s": 0.01}}
+        Path("params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
+        assert main(["stage", "stereo-overlap"]) == 0
+        assert main(["stage", "stereo-report"]) == 0
+    summary = json.loads(Path("reports/stereo/overlap/summary.json").read_text())
+    sim = summary["method"]["similarity"]
+    assert sim["method"] == "judge" and sim["model"] == "judge" and sim["threshold"] is None
+    assert sim["answers"] == {"asked": 6, "yes": 1, "no": 4, "unparseable": 1, "refusal": 0}
+    crows = summary["external"]["crows_pairs"]
+    assert (crows["status"], crows["present"], crows["n"]) == ("computed", 1, 3)
+    answers = pd.read_csv("reports/stereo/overlap/judge_answers.csv")
+    assert len(answers) == 6 and answers.loc[answers["verdict"] == "yes", "left_id"].tolist() == ["M1"]
+    assert set(pd.read_csv("reports/stereo/overlap/table_crows_pairs.csv")["similarity_method"]) == {"judge"}
+    report = Path("reports/stereo/report.md").read_text()
+    assert "Similarity model: **judge** (judge)" in report and "'unparseable': 1" in report
