@@ -157,3 +157,30 @@ def test_overlap_stage_with_the_model_as_judge(tmp_path, monkeypatch, scripted_s
     assert set(pd.read_csv("reports/stereo/overlap/table_crows_pairs.csv")["similarity_method"]) == {"judge"}
     report = Path("reports/stereo/report.md").read_text()
     assert "Similarity model: **judge** (judge)" in report and "'unparseable': 1" in report
+
+
+@pytest.mark.slow
+def test_instantiation_annotators_demographics_reach_the_report(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, capsys):
+    run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script)
+    sid = pd.read_csv("data/interim/stereo/validation/validated.csv")["stereotype_id"].iloc[0]
+    demo = {"country": "Mexico", "ethnicity": "mestizo", "religion": "catholic", "sexual_orientation": "heterosexual",
+            "age_band": "22-40", "education": "college", "area": "urban"}
+    pd.DataFrame([{"stereotype_id": sid, "annotator_id": a, "context": "Lupita vive en Monterrey.", "sent_stereo": "Lupita solo piensa en dinero.",
+                   "sent_anti": "Lupita dona su sueldo.", "distributor_review": "accepted", "author_review": "accepted", "gender": g, **demo}
+                  for a, g in (("w1", "female"), ("w2", "male"))]).to_csv("human.csv", index=False)
+    params = yaml.safe_load(Path("params.yaml").read_text())
+    params["study"]["stereo"]["instantiation"].update(human="human.csv", generate=False)
+    Path("params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
+    assert main(["stage", "stereo-instantiate"]) == 0 and main(["stage", "stereo-report"]) == 0
+    table = pd.read_csv("reports/stereo/instantiation/tableD_demographics_Mexico_instantiation.csv").set_index(["field", "value"])
+    assert table.loc[("gender", "female"), "gender"] == 1 and table.loc[("gender", "male"), "gender"] == 1
+    assert set(table["annotation_source"]) == {"human"}
+    assert json.loads(Path("reports/stereo/instantiation/summary.json").read_text())["instantiation_annotators"] == {"Mexico": 2}
+    report = Path("reports/stereo/report.md").read_text()
+    assert "Instantiation annotators per country: {'Mexico': 2}" in report and "| gender | female | 1 |" in report
+    # a bad import is one line naming the file, line and column
+    pd.read_csv("human.csv").assign(area=["urban", ""]).to_csv("human.csv", index=False)
+    capsys.readouterr()
+    assert main(["stage", "stereo-instantiate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stereolens: error: instantiation import human.csv line 3, column area: empty area")
