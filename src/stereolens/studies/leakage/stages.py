@@ -20,6 +20,16 @@ from stereolens.errors import ConfigError, DataError
 from stereolens.io import write_csv, write_json, write_text
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
+from stereolens.tracking import declare_run
+
+# every association method of seed 001: a model kind runs some of them, the others are NaN in its runs
+ALL_METHODS = ("set", "ilps", "choice")
+HUMAN_RUN = declare_run("leakage", "human", params=("study",),
+                        metrics=("max_abs_diff_{language}", "annotators_passed_{language}"))
+SCORES_RUN = declare_run("leakage", "scores", params=("model", "study"), metrics=("{method}_seconds",))
+FIT_RUN = declare_run("leakage", "fit", params=("fit", "method"),
+                      metrics=("alpha_{term}", "p_{term}", "n_edges", "n_obs"))
+REPORT_RUN = declare_run("leakage", "report", params=("study",), metrics=("n_edges", "n_fits"))
 
 HUMAN_DIR = Path("data/processed/leakage/human")
 SCORES_DIR = Path("data/processed/leakage/scores")
@@ -60,7 +70,12 @@ def leakage_human(args: argparse.Namespace) -> None:
             f"and not in study.leakage.judgements.path ({judg.get('path') or 'not set'})"
         )
     source = least_human_source(survey_qc.sources.values() if survey_qc else [])
-    with stage_run(tracking, study="leakage", stage="human", params={"study": study}, annotation_source=source) as run:
+    with stage_run(tracking, HUMAN_RUN, params={"study": study}, annotation_source=source,
+                   axes={"language": langs}) as run:
+        # a language's matrix comes either from the published survey or from new judgements: the other's
+        # metric is NaN in its run
+        run.log_metrics({f"max_abs_diff_{lang}": None for lang in from_judgements}
+                        | {f"annotators_passed_{lang}": None for lang in published})
         provenance: dict[str, Any] = {}
         if published:
             provenance.update(_published_matrices(Path(study["survey"]), published, run))
@@ -111,7 +126,8 @@ def _published_matrices(survey: Path, langs: list[str], run: Any) -> dict[str, A
             Expectation("expect_column_max_to_be_between", column="max_abs_diff", min_value=0, max_value=1e-6),
             Expectation("expect_column_max_to_be_between", column="missing_mismatch", min_value=0, max_value=0),
         ], study="leakage", artefact=str(HUMAN_DIR), suite="leakage_human_reproduces_published")
-        run.log_metrics({f"max_abs_diff_{r['language']}": r["max_abs_diff"] for r in rows})
+    checked = {r["language"]: r["max_abs_diff"] for r in rows}
+    run.log_metrics({f"max_abs_diff_{lang}": checked.get(lang) for lang in langs})
     return {lang: {"source": "published survey", "path": str(survey_file(survey, lang))} for lang in matrices}
 
 
@@ -263,8 +279,8 @@ def leakage_scores(args: argparse.Namespace) -> None:
                                 "translation_status": lex.translation_status(language)}
     for model_cfg in model_configs(p):
         methods = list((study.get("methods") or {}).get(model_cfg["kind"]) or A.methods_for_kind(model_cfg["kind"]))
-        with stage_run(tracking, study="leakage", stage="scores", model=model_cfg["id"], language=language,
-                       params={"model": model_cfg, "study": study},
+        with stage_run(tracking, SCORES_RUN, model=model_cfg["id"], language=language,
+                       params={"model": model_cfg, "study": study}, axes={"method": ALL_METHODS},
                        tags={"translation_status": "authored" if language != "en" else "original+authored"}) as run:
             t0 = time.time()
             lm = load_model(spec_from_config(model_cfg), cache=cache, executor=executor)
@@ -273,7 +289,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
             manifest["models"][model_cfg["id"]] = {"kind": model_cfg["kind"], "methods": done,
                                                    "identity": getattr(lm, "identity", None),
                                                    "seconds": round(time.time() - t0, 1)}
-            run.log_metrics({f"{m}_seconds": d["seconds"] for m, d in done.items()})
+            run.log_metrics({f"{m}_seconds": done[m]["seconds"] if m in done else None for m in ALL_METHODS})
             for m in done:
                 run.log_artifact(out_dir / f"{m}.csv")
     baseline = (study.get("baselines") or {}).get(language)
@@ -296,7 +312,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
 @stage("leakage-fit", configure=_lang_arg)
 def leakage_fit(args: argparse.Namespace) -> None:
     """Mixed-effects leakage fit for every (model, method) scored in one target language."""
-    from stereolens.studies.leakage.fit import fit_leakage, leakage_edges
+    from stereolens.studies.leakage.fit import fit_leakage, human_term, leakage_edges
     from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
     from stereolens.tracking import stage_run
 
@@ -314,13 +330,15 @@ def leakage_fit(args: argparse.Namespace) -> None:
     human, source = read_human_dir(HUMAN_DIR), _human_source(_read_human_provenance())
     baseline_path = SCORES_DIR / language / "baseline.csv"
     baseline = read_score_matrix(baseline_path, "baseline matrix") if manifest.get("baseline") else None
+    terms = [human_term(lang) for lang in sorted(study["languages"], key=str.upper)]
     for model_id, info in manifest["models"].items():
         for method in info["methods"]:
             if method not in (fit_cfg.get("methods") or [method]):
                 continue
             target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
-            with stage_run(tracking, study="leakage", stage="fit", model=model_id, language=language,
-                           variant=method, params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
+            with stage_run(tracking, FIT_RUN, model=model_id, language=language, variant=method,
+                           params={"fit": fit_cfg, "method": method}, annotation_source=source,
+                           axes={"term": terms}) as run:
                 fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
                                   missing=fit_cfg.get("missing", "drop"), alpha=float(fit_cfg.get("alpha", 0.05)))
                 edges = leakage_edges(fit, alpha=float(fit_cfg.get("alpha", 0.05)), model=f"{model_id}/{method}")
@@ -328,8 +346,10 @@ def leakage_fit(args: argparse.Namespace) -> None:
                 write_csv(out / "coefficients.csv", fit.coefficients)
                 write_json(out / "edges.json", edges)
                 write_json(out / "fit.json", fit.summary())
-                run.log_metrics({f"alpha_{r.term}": r.estimate for r in fit.coefficients.itertuples() if r.term.startswith("H_")}
-                                | {f"p_{r.term}": r.p for r in fit.coefficients.itertuples() if r.term.startswith("H_")}
+                # a human term the fit left out (constant in this language) is NaN, not absent
+                by_term = fit.coefficients.set_index("term")
+                run.log_metrics({f"alpha_{t}": by_term["estimate"].get(t) for t in terms}
+                                | {f"p_{t}": by_term["p"].get(t) for t in terms}
                                 | {"n_edges": len(edges), "n_obs": fit.n_obs})
                 run.log_artifact(out / "coefficients.csv")
                 summary["fits"].append({"model": model_id, "method": method, "dir": str(out), "n_edges": len(edges)})
@@ -422,7 +442,7 @@ def leakage_report(args: argparse.Namespace) -> None:
     nonmatching = pd.concat(nonmatch, ignore_index=True) if nonmatch else pd.DataFrame(
         columns=["model", "language", "group", "n_generations", "n_nonmatching", "share_nonmatching"])
     human_provenance = _read_human_provenance()
-    with stage_run(tracking, study="leakage", stage="report", model=p["model.id"], params={"study": study},
+    with stage_run(tracking, REPORT_RUN, model=p["model.id"], params={"study": study},
                    annotation_source=_human_source(human_provenance)) as run:
         write_csv(REPORT_DIR / "coefficients.csv", coefficients)
         write_json(REPORT_DIR / "edges.json", edges)
