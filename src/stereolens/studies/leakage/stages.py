@@ -35,6 +35,8 @@ HUMAN_DIR = Path("data/processed/leakage/human")
 SCORES_DIR = Path("data/processed/leakage/scores")
 FIT_DIR = Path("data/processed/leakage/fit")
 REPORT_DIR = Path("reports/leakage")
+# the leakage-human gate reports: a declared output of that stage (dvc.yaml), so `dvc checkout` restores them
+HUMAN_GATES_DIR = REPORT_DIR / "quality"
 STUDY_KEY = "study.leakage"
 
 
@@ -70,6 +72,7 @@ def leakage_human(args: argparse.Namespace) -> None:
             f"and not in study.leakage.judgements.path ({judg.get('path') or 'not set'})"
         )
     source = least_human_source(survey_qc.sources.values() if survey_qc else [])
+    HUMAN_GATES_DIR.mkdir(parents=True, exist_ok=True)  # a declared output, even when no gate applies
     with stage_run(tracking, HUMAN_RUN, params={"study": study}, annotation_source=source,
                    axes={"language": langs}) as run:
         # a language's matrix comes either from the published survey or from new judgements: the other's
@@ -125,7 +128,8 @@ def _published_matrices(survey: Path, langs: list[str], run: Any) -> dict[str, A
         run_gate(check, [
             Expectation("expect_column_max_to_be_between", column="max_abs_diff", min_value=0, max_value=1e-6),
             Expectation("expect_column_max_to_be_between", column="missing_mismatch", min_value=0, max_value=0),
-        ], study="leakage", artefact=str(HUMAN_DIR), suite="leakage_human_reproduces_published")
+        ], study="leakage", artefact=str(HUMAN_DIR), suite="leakage_human_reproduces_published",
+           report_dir=HUMAN_GATES_DIR)
     checked = {r["language"]: r["max_abs_diff"] for r in rows}
     run.log_metrics({f"max_abs_diff_{lang}": checked.get(lang) for lang in langs})
     return {lang: {"source": "published survey", "path": str(survey_file(survey, lang))} for lang in matrices}
@@ -167,7 +171,7 @@ def _write_judgement_matrices(survey_qc: Any, judg: dict[str, Any], run: Any) ->
     summary = survey_qc.per_language.set_index("language").join(kept).reset_index()
     # a language whose every group fell below the minimum would enter the fit as an all-missing term
     run_gate(summary, [Expectation("expect_column_min_to_be_between", column="n_groups_kept", min_value=1)],
-             study="leakage", artefact=str(qc_dir), suite="leakage_human_judgements_qc")
+             study="leakage", artefact=str(qc_dir), suite="leakage_human_judgements_qc", report_dir=HUMAN_GATES_DIR)
     run.log_metrics({f"annotators_passed_{r.language}": int(r.n_passed) for r in summary.itertuples()})
     provenance = {}
     for r in summary.itertuples():
