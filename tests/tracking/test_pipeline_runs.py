@@ -68,7 +68,7 @@ PAIRS_STAGES = ("pairs-attributes", "pairs-validate", "pairs-sentences", "pairs-
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory, repo_root, tiny_causal_lm_dir, tiny_masked_lm_dir):
-    """Runs the stages once; returns (root, tracking uri)."""
+    """Runs the stages once; yields (root, tracking uri, {dvc stage name: files it wrote})."""
     root = tmp_path_factory.mktemp("pipeline")
     mp = pytest.MonkeyPatch()
     mp.chdir(root)
@@ -86,18 +86,37 @@ def pipeline(tmp_path_factory, repo_root, tiny_causal_lm_dir, tiny_masked_lm_dir
                                       "backend": "hf", "dtype": "float32"},
                   "metric": {"name": "pll", "batch_tokens": 4096, "truncate": False}}
         (root / "masked.yaml").write_text(yaml.safe_dump(masked, allow_unicode=True), encoding="utf-8")
-        assert main(["stage", "crows-score", "--params", "masked.yaml"]) == 0
-        assert main(["stage", "crows-report", "--params", "masked.yaml"]) == 0
-        assert main(["stage", "crows-score"]) == 0
-        assert main(["stage", "crows-report"]) == 0
+        written: dict[str, set[str]] = defaultdict(set)
+
+        def run_stage(name, *extra):
+            before = _snapshot(root)
+            assert main(["stage", name, *extra]) == 0, name
+            after = _snapshot(root)
+            written[name.replace("-", "_")] |= {path for path, stamp in after.items() if before.get(path) != stamp}
+
+        run_stage("crows-score", "--params", "masked.yaml")
+        run_stage("crows-report", "--params", "masked.yaml")
+        run_stage("crows-score")
+        run_stage("crows-report")
         for name in PAIRS_STAGES:
-            assert main(["stage", name]) == 0, name
+            run_stage(name)
         # the repository's pipeline definition, so that lineage reads the real stage graph (no dvc.lock: not reproduced)
         shutil.copy(repo_root / "dvc.yaml", root / "dvc.yaml")
         subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=root, check=True,
                        env={**os.environ, "DVC_NO_ANALYTICS": "1"})
-        yield root, uri
+        yield root, uri, dict(written)
     mp.undo()
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file a stage may write (data/interim, data/processed, reports) with its mtime and size."""
+    found = {}
+    for top in ("data/interim", "data/processed", "reports"):
+        for path in (root / top).rglob("*"):
+            if path.is_file():
+                stat = path.stat()
+                found[path.relative_to(root).as_posix()] = (stat.st_mtime_ns, stat.st_size)
+    return found
 
 
 def _runs(uri):
@@ -134,10 +153,24 @@ def test_runs_of_one_stage_carry_the_declared_keys(pipeline):
     assert "bias_score.race-color" in names  # declared and absent from the tiny data: NaN, still a key
 
 
+def test_every_file_a_stage_wrote_is_an_output_it_declares(pipeline):
+    """What `dvc repro` would leave undeclared (uncached, not restored by `dvc checkout`, not removed before a
+    rerun): each file a stage wrote must lie at or under one of that stage's outs in dvc.yaml."""
+    from stereolens.lineage.graph import contains, load_stages
+
+    root, _, written = pipeline
+    stages = {record.name: record for record in load_stages(root)}
+    assert set(written) == {"crows_score", "crows_report", *(n.replace("-", "_") for n in PAIRS_STAGES)}
+    undeclared = {name: sorted(path for path in paths if not any(contains(out.path, path) for out in stages[name].outs))
+                  for name, paths in written.items()}
+    assert {name: paths for name, paths in undeclared.items() if paths} == {}
+    assert all(written.values())
+
+
 def test_compare_lines_the_runs_up(pipeline, capsys):
     import io
 
-    root, uri = pipeline
+    root, uri, _ = pipeline
     assert main(["compare", "--study", "crows", "--stage", "report", "--csv", "--tracking-uri", uri]) == 0
     table = pd.read_csv(io.StringIO(capsys.readouterr().out))
     assert sorted(table["model"]) == ["tiny", "tiny-masked"]
@@ -155,7 +188,7 @@ def test_release_pairs_on_the_stage_outputs(pipeline, tmp_path, repo_root):
 
     from stereolens.io import sha256_file
 
-    root, uri = pipeline
+    root, uri, _ = pipeline
     err = io.StringIO()
     with redirect_stderr(err):
         code = main(["release", "pairs", "--output", str(tmp_path / "refused"), "--tracking-uri", uri])

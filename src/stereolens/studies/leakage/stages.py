@@ -308,6 +308,10 @@ def leakage_scores(args: argparse.Namespace) -> None:
         write_csv(out_root / "baseline.csv", A.to_matrix(long, lex.trait_order, lex.group_order).reset_index())
         manifest["baseline"] = spec.name
     write_json(out_root / "manifest.json", manifest)
+    runs = [f"{m}/{method}" for m, info in manifest["models"].items() for method in info["methods"]]
+    print(f"leakage-scores {language}: {len(runs)} matrices ({', '.join(runs)}"
+          + (f", baseline {manifest['baseline']}" if manifest["baseline"] else "")
+          + f") in {sum(info['seconds'] for info in manifest['models'].values()):.0f}s -> {out_root}")
 
 
 # --------------------------------------------------------------------------- fits
@@ -359,6 +363,8 @@ def leakage_fit(args: argparse.Namespace) -> None:
                 summary["fits"].append({"model": model_id, "method": method, "dir": str(out), "n_edges": len(edges)})
             print(f"  fit {model_id}/{method} -> {language.upper()}: {len(edges)} edge(s); terms {fit.terms}")
     write_json(out_root / "summary.json", summary)
+    print(f"leakage-fit {language}: {len(summary['fits'])} fit(s), "
+          f"{sum(f['n_edges'] for f in summary['fits'])} edge(s) -> {out_root}")
 
 
 # --------------------------------------------------------------------------- report
