@@ -4,20 +4,18 @@ What it checks on the MLflow store those stages wrote (names and keys generated 
 none listed here): no two runs of the pipeline run share a name; every run of one stage carries the
 same params keys and metric names (across two models for the crows stages, across the three
 evaluation sets for the pairs report), equal to the stage's declared run schema; `stereolens compare`
-lines the runs up.  Then `stereolens release pairs` on the outputs the stages wrote.
+lines the runs up; every file a stage wrote is an output that stage declares in dvc.yaml.  Then
+`stereolens release pairs` on the outputs the stages wrote.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
@@ -28,39 +26,9 @@ from stereolens.cli import main
 from stereolens.tracking import RUN_SCHEMAS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "pairs"))
-from test_pairs_pipeline import _setup, generator_answer  # noqa: E402  (the pairs tests' set-up and generator)
+from test_pairs_pipeline import _setup, chat_server  # noqa: E402  (the pairs tests' set-up and generator)
 
 pytestmark = pytest.mark.slow
-
-@contextlib.contextmanager
-def chat_server():
-    """An OpenAI-compatible chat endpoint answering as :func:`generator_answer` does."""
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            text = generator_answer(body["messages"][-1]["content"])
-            data = json.dumps({"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                               "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                                            "message": {"role": "assistant", "content": text}}],
-                               "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
 
 PAIRS_STAGES = ("pairs-attributes", "pairs-validate", "pairs-sentences", "pairs-pairs", "pairs-translate",
                 "pairs-evaluate", "pairs-report")

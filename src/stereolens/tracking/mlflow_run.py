@@ -2,11 +2,11 @@
 
 Runs are named ``<study>/<stage>/<model>/<language>/<variant>`` (the parts that
 apply; ``variant`` tells apart runs of one stage that share model and language,
-such as the two methods of a leakage fit), and carry the same name as tags,
-carry the flattened params, metrics, tables and figures as artifacts, and the
-datasets they read as inputs whose digest is the DVC md5 of the file, so a run
-in the UI points at the exact versioned artefact.  ``annotation_source`` is a
-tag wherever annotations feed the result (human / llm_panel / simulated).
+such as the two methods of a leakage fit), carry the same name parts as tags,
+the params (a config mapping as one compact-JSON param), metrics, tables and
+figures as artifacts, and the datasets they read as inputs whose digest is the
+DVC md5 of the file, so a run in the UI points at the exact versioned artefact.
+``annotation_source`` is a tag wherever annotations feed the result (human / llm_panel / simulated).
 
 Comparable runs by construction: every stage that logs declares its run schema once
 (:func:`declare_run`: the params keys and the metric names, the latter as templates
