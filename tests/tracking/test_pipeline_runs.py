@@ -30,6 +30,9 @@ from test_pairs_pipeline import _setup, chat_server  # noqa: E402  (the pairs te
 
 pytestmark = pytest.mark.slow
 
+# the public leakage survey (the data mirror); without it the leakage stages are left out
+SURVEY = Path(os.environ.get("STEREOLENS_DATA_MIRROR") or Path(__file__).resolve().parents[3] / "shared" / "data") \
+    / "stereotype_leakage"
 PAIRS_STAGES = ("pairs-attributes", "pairs-validate", "pairs-sentences", "pairs-pairs", "pairs-translate",
                 "pairs-evaluate", "pairs-report")
 
@@ -45,6 +48,11 @@ def pipeline(tmp_path_factory, repo_root, tiny_causal_lm_dir, tiny_masked_lm_dir
     with chat_server() as url:
         _setup(root, repo_root, tiny_causal_lm_dir, url)
         params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
+        # the leakage study small: two languages, one template each, three groups for the choice method
+        leakage = params["study"]["leakage"]
+        leakage.update({"languages": ["en", "hi"], "seed_dir": str(repo_root / "data/seed/leakage"),
+                        "survey": str(SURVEY), "templates": {"en": ["are"], "hi": ["hote"]}, "baselines": {}})
+        leakage["choice"].update({"design": "matching", "groups": ["woman", "man", "Texan"]})
         uri = f"sqlite:///{root}/mlruns/mlflow.db"
         params["tracking"] = {"enabled": True, "tracking_uri": uri, "artifact_location": str(root / "mlruns/artifacts"),
                               "experiment": "stereolens"}
@@ -56,11 +64,12 @@ def pipeline(tmp_path_factory, repo_root, tiny_causal_lm_dir, tiny_masked_lm_dir
         (root / "masked.yaml").write_text(yaml.safe_dump(masked, allow_unicode=True), encoding="utf-8")
         written: dict[str, set[str]] = defaultdict(set)
 
-        def run_stage(name, *extra):
+        def run_stage(name, *extra, item=None):
             before = _snapshot(root)
-            assert main(["stage", name, *extra]) == 0, name
+            assert main(["stage", name, *extra, *(["--language", item] if item else [])]) == 0, name
             after = _snapshot(root)
-            written[name.replace("-", "_")] |= {path for path, stamp in after.items() if before.get(path) != stamp}
+            dvc_name = name.replace("-", "_") + (f"@{item}" if item else "")  # a foreach stage's DVC name
+            written[dvc_name] |= {path for path, stamp in after.items() if before.get(path) != stamp}
 
         run_stage("crows-score", "--params", "masked.yaml")
         run_stage("crows-report", "--params", "masked.yaml")
@@ -68,6 +77,12 @@ def pipeline(tmp_path_factory, repo_root, tiny_causal_lm_dir, tiny_masked_lm_dir
         run_stage("crows-report")
         for name in PAIRS_STAGES:
             run_stage(name)
+        if SURVEY.is_dir():
+            run_stage("leakage-human")
+            for language in ("en", "hi"):
+                run_stage("leakage-scores", item=language)
+                run_stage("leakage-fit", item=language)
+            run_stage("leakage-report")
         # the repository's pipeline definition, so that lineage reads the real stage graph (no dvc.lock: not reproduced)
         shutil.copy(repo_root / "dvc.yaml", root / "dvc.yaml")
         subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=root, check=True,
@@ -98,8 +113,13 @@ def _runs(uri):
 def test_no_two_runs_of_one_pipeline_run_share_a_name(pipeline):
     runs = _runs(pipeline[1])
     names = [r.info.run_name for r in runs]
-    assert len(runs) == 2 * 2 + 6 + 3  # crows score+report per model, six pairs stages, one report per set
+    # crows score + report per model, six pairs stages, one pairs report per set; leakage: human, scores and
+    # fit (ilps, choice) per language, report
+    assert len(runs) == 2 * 2 + 6 + 3 + (1 + 2 + 4 + 1 if SURVEY.is_dir() else 0)
     assert len(set(names)) == len(names), sorted(names)
+    if SURVEY.is_dir():
+        assert {"leakage/fit/tiny/en/ilps", "leakage/fit/tiny/en/choice", "leakage/fit/tiny/hi/ilps",
+                "leakage/fit/tiny/hi/choice"} <= set(names)
     assert {"pairs/report/tiny/starter", "pairs/report/tiny/constructed", "pairs/report/tiny/crows",
             "crows/score/tiny/en", "crows/score/tiny-masked/en"} <= set(names)
 
@@ -109,6 +129,8 @@ def test_runs_of_one_stage_carry_the_declared_keys(pipeline):
     for run in _runs(pipeline[1]):
         by_stage[(run.data.tags["study"], run.data.tags["stage"])].append(run)
     assert len(by_stage[("crows", "score")]) == 2 and len(by_stage[("pairs", "report")]) == 3
+    if SURVEY.is_dir():  # the fits of two languages and two methods line up
+        assert len(by_stage[("leakage", "fit")]) == 4 and len(by_stage[("leakage", "scores")]) == 2
     for key, runs in by_stage.items():
         schema = RUN_SCHEMAS[key]
         params = {frozenset(r.data.params) for r in runs}
@@ -128,7 +150,9 @@ def test_every_file_a_stage_wrote_is_an_output_it_declares(pipeline):
 
     root, _, written = pipeline
     stages = {record.name: record for record in load_stages(root)}
-    assert set(written) == {"crows_score", "crows_report", *(n.replace("-", "_") for n in PAIRS_STAGES)}
+    assert {"crows_score", "crows_report", *(n.replace("-", "_") for n in PAIRS_STAGES)} <= set(written)
+    if SURVEY.is_dir():
+        assert "reports/leakage/quality/leakage__leakage_human_reproduces_published.json" in written["leakage_human"]
     undeclared = {name: sorted(path for path in paths if not any(contains(out.path, path) for out in stages[name].outs))
                   for name, paths in written.items()}
     assert {name: paths for name, paths in undeclared.items() if paths} == {}

@@ -100,7 +100,9 @@ def test_release_of_what_the_stages_wrote(tmp_path, monkeypatch, scripted_server
     run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script)
     # the repository's params around this run's, and its dvc.yaml, so that lineage reads the real stage graph
     params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
-    params.update(yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8")))
+    this_run = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    params["study"].update(this_run.pop("study"))
+    params.update(this_run)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
     (tmp_path / "dvc.yaml").write_text((repo / "dvc.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True,
@@ -117,7 +119,13 @@ def test_release_of_what_the_stages_wrote(tmp_path, monkeypatch, scripted_server
     first = validated.iloc[0]
     assert (f"data/interim/stereo/validation/validated.csv line 2: {first['stereotype_id']}: source=machine; "
             "validation_source=simulated") in message
-    assert "data/processed/stereo/instances_provenance.csv line 2: " in message and "review=not_native_reviewed" in message
+    inst = pd.read_csv("data/processed/stereo/instances.csv")
+    machine = inst.index[inst["source"] == "machine"][0]
+    assert f"data/processed/stereo/instances.csv line {machine + 2}: {inst.loc[machine, 'id']}: source=machine" in message
+    provenance = pd.read_csv("data/processed/stereo/instances_provenance.csv")
+    starter = provenance.index[provenance["review"] == "not_native_reviewed"][0]
+    assert (f"data/processed/stereo/instances_provenance.csv line {starter + 2}: {provenance.loc[starter, 'id']}: "
+            "review=not_native_reviewed") in message
     assert "reports/quality/stereo__*.json: gate report: gate report missing" in message
     out = tmp_path / "released"
     assert main(["release", "stereo", "--output", str(out), "--allow-unreviewed"]) == 0
