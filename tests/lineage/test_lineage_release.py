@@ -198,3 +198,42 @@ def test_qualified_provenance_values_are_still_flagged():
     assert not is_unreviewed("translation_status", "reviewed")
     assert not is_unreviewed("source", "CrowS-Pairs")
     assert not is_unreviewed("translation_status", "source")
+
+
+def test_a_table_with_nothing_flagged_gives_no_rows_even_with_id_columns(tmp_path):
+    """The stereo release crashed here: an empty selection joined its id columns into a frame, not a column."""
+    from stereolens.lineage.provenance import unreviewed_rows
+
+    table = tmp_path / "instances.csv"
+    table.write_text("id,source\na1,authored\na2,human\n", encoding="utf-8")
+    assert unreviewed_rows(table, ["id"]).empty
+    table.write_text("id,review,validation_source\na1,not_native_reviewed,human\na2,native,simulated\n",
+                     encoding="utf-8")
+    flagged = unreviewed_rows(table, ["id"])
+    assert flagged[["row", "item", "reason"]].values.tolist() == [
+        [2, "a1", "review=not_native_reviewed"], [3, "a2", "validation_source=simulated"]]
+
+
+def test_a_declared_gate_without_a_report_blocks_and_a_missing_agreement_file_is_refused(repo, tmp_path):
+    from stereolens.errors import ConfigError
+
+    clean = {**RELEASE, "dataset": ["data/raw/bank/PROVENANCE.json"], "items": []}
+    with pytest.raises(ReleaseRefused, match=r"reports/quality/toy__\*\.json: gate report: gate report missing"):
+        release("toy", {**clean, "gates": ["reports/quality/toy__*.json"]}, tmp_path / "out", root=repo)
+    with pytest.raises(ConfigError, match=r"release.toy.agreement: \['reports/toy/agreement.json'\] match"):
+        release("toy", {**clean, "agreement": ["reports/toy/agreement.json"]}, tmp_path / "out", root=repo)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_refusal_names_every_file_with_flagged_items(repo, tmp_path):
+    """A long first table must not hide the items of the next one (the pairs starter set hid the constructed pairs)."""
+    from stereolens.lineage.release import _describe_problems
+
+    import pandas as pd
+
+    problems = pd.DataFrame([{"file": "a.csv", "row": i + 2, "item": f"a{i}", "reason": "source=simulated"}
+                             for i in range(100)]
+                            + [{"file": "b.csv", "row": 2, "item": "b0", "reason": "translation_status=machine"}])
+    text = _describe_problems(problems)
+    assert "a.csv: 100 item(s) (source=simulated: 100)" in text and "b.csv line 2: b0: translation_status=machine" in text
+    assert "... and 80 more in a.csv" in text

@@ -9,11 +9,15 @@ import sys
 import pandas as pd
 import pytest
 
-from stereolens.tracking import stage_run
+from stereolens.tracking import declare_run, stage_run
 from stereolens.tracking.compare import compare_runs
 from stereolens.tracking.mlflow_run import run_name
 
 pytestmark = pytest.mark.slow  # creating an MLflow SQLite store takes several seconds
+
+# the study names are the real ones (compare filters on them); the stages are this test's own
+FIT_RUN = declare_run("leakage", "test_fit", params=("method",), metrics=("alpha_H_EN", "n_obs"))
+REPORT_RUN = declare_run("crows", "test_report", metrics=("bias_score",))
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +30,15 @@ def store(tmp_path_factory):
            "experiment": "stereolens"}
     ids = {}
     for model, lang, method, alpha in (("m1", "hi", "ilps", 0.1), ("m1", "hi", "choice", 0.2), ("m2", "hi", "ilps", 0.3)):
-        with stage_run(cfg, study="leakage", stage="fit", model=model, language=lang, variant=method,
+        with stage_run(cfg, FIT_RUN, model=model, language=lang, variant=method,
                        params={"method": method}) as run:
             run.log_metrics({"alpha_H_EN": alpha, "n_obs": 100})
             ids[(model, method)] = run.run_id
     # a rerun of one name: the newer run replaces the older in the table
-    with stage_run(cfg, study="leakage", stage="fit", model="m2", language="hi", variant="ilps") as run:
+    with stage_run(cfg, FIT_RUN, model="m2", language="hi", variant="ilps", params={"method": "ilps"}) as run:
         run.log_metrics({"alpha_H_EN": 0.35, "n_obs": 100})
         ids[("m2", "ilps")] = run.run_id
-    with stage_run(cfg, study="crows", stage="report", model="m1", language="en") as run:
+    with stage_run(cfg, REPORT_RUN, model="m1", language="en") as run:
         run.log_metrics({"bias_score": 0.6})
     return uri, ids
 
@@ -44,12 +48,13 @@ def test_the_compare_table_is_what_mlflow_holds(store):
 
     uri, ids = store
     table = compare_runs("leakage", metric="alpha_H_EN", tracking_uri=uri)
-    assert list(table["run_name"]) == ["leakage/fit/m1/hi/choice", "leakage/fit/m1/hi/ilps", "leakage/fit/m2/hi/ilps"]
+    assert list(table["run_name"]) == ["leakage/test_fit/m1/hi/choice", "leakage/test_fit/m1/hi/ilps",
+                                     "leakage/test_fit/m2/hi/ilps"]
     client = mlflow.tracking.MlflowClient(uri)
     for row in table.itertuples():
         assert row.run_id == ids[(row.model, row.variant)]
         assert row.alpha_H_EN == client.get_run(row.run_id).data.metrics["alpha_H_EN"]
-    assert table.loc[table["run_name"] == "leakage/fit/m2/hi/ilps", "alpha_H_EN"].item() == 0.35
+    assert table.loc[table["run_name"] == "leakage/test_fit/m2/hi/ilps", "alpha_H_EN"].item() == 0.35
     assert len(compare_runs("leakage", all_runs=True, tracking_uri=uri)) == 4
     assert set(compare_runs("leakage", tracking_uri=uri).columns) >= {"alpha_H_EN", "n_obs"}
 
@@ -87,5 +92,5 @@ def test_the_leakage_fit_stage_names_its_runs_by_method():
 
     tree = ast.parse(Path(stages.__file__).read_text(encoding="utf-8"))
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "stage_run"
-             and any(k.arg == "stage" and getattr(k.value, "value", None) == "fit" for k in n.keywords)]
+             and len(n.args) > 1 and getattr(n.args[1], "id", None) == "FIT_RUN"]
     assert calls and all(any(k.arg == "variant" for k in c.keywords) for c in calls)

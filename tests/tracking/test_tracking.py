@@ -1,17 +1,59 @@
-"""MLflow runs: name, flattened params, metrics, artifacts, dataset input with the file's md5."""
+"""MLflow runs: name, params, metrics, artifacts, dataset input with the file's md5; the run schema."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+import pytest
 
 from stereolens.io import md5_file
-from stereolens.tracking import flatten_params, stage_run
+from stereolens.tracking import RunSchemaError, declare_run, stage_run
+from stereolens.tracking.mlflow_run import param_value
+
+REPORT_RUN = declare_run("test_tracking", "report", params=("model",),
+                         metrics=("bias_score", "skipped", "bias_score.{bias_type}"))
+SCORE_RUN = declare_run("test_tracking", "score", metrics=("x",))
 
 
-def test_flatten_params():
-    assert flatten_params({"model": {"id": "x", "dims": [1, 2]}, "seed": 0}) == {
-        "model.id": "x", "model.dims": "[1, 2]", "seed": "0",
-    }
+def test_a_config_mapping_is_one_param_whatever_its_inner_keys():
+    assert param_value({"id": "x", "dims": [1, 2], "source": None}) == '{"dims":[1,2],"id":"x","source":null}'
+    assert param_value("gemma") == "gemma" and param_value(0.5) == "0.5"
+
+
+def test_templates_expand_over_the_axes_given():
+    assert REPORT_RUN.metric_names({"bias_type": ["age", "gender"]}) == {
+        "bias_score", "skipped", "bias_score.age", "bias_score.gender"}
+    with pytest.raises(RunSchemaError, match="axes"):
+        REPORT_RUN.metric_names({})
+
+
+def test_an_undeclared_metric_or_param_is_refused():
+    with pytest.raises(RunSchemaError, match=r"metric\(s\) \['y'\] not declared"):
+        with stage_run({"enabled": False}, SCORE_RUN) as run:
+            run.log_metrics({"x": 1.0, "y": 2.0})
+    with pytest.raises(RunSchemaError, match="params keys"):
+        with stage_run({"enabled": False}, SCORE_RUN, params={"seed": 0}):
+            pass
+
+
+def test_a_declared_metric_left_out_is_refused_and_none_keeps_the_key():
+    with pytest.raises(RunSchemaError, match=r"\['x'\] were not logged"):
+        with stage_run({"enabled": False}, SCORE_RUN):
+            pass
+    with stage_run({"enabled": False}, SCORE_RUN) as run:
+        run.log_metrics({"x": None})
+    assert run.logged_metrics == {"x"}
+
+
+def test_a_schema_not_declared_is_refused():
+    from stereolens.tracking import RunSchema
+
+    with pytest.raises(RunSchemaError, match="not the one declared"):
+        with stage_run({"enabled": False}, RunSchema("test_tracking", "other", metrics=("x",))):
+            pass
+    with pytest.raises(RunSchemaError, match="declared twice"):
+        declare_run("test_tracking", "score", metrics=("x", "z"))
 
 
 def test_stage_run_records_everything(tmp_path, monkeypatch):
@@ -20,9 +62,9 @@ def test_stage_run_records_everything(tmp_path, monkeypatch):
     pd.DataFrame({"id": ["a", "b"], "score": [0.1, 0.2]}).to_csv(table, index=False)
     cfg = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
            "experiment": "stereolens-test"}
-    with stage_run(cfg, study="crows", stage="report", model="tiny", language="en",
+    with stage_run(cfg, REPORT_RUN, model="tiny", language="en", axes={"bias_type": ["age"]},
                    params={"model": {"id": "tiny"}}, annotation_source="simulated") as run:
-        run.log_metrics({"bias_score": 0.6, "skipped": None})
+        run.log_metrics({"bias_score": 0.6, "skipped": None, "bias_score.age": 0.5})
         run.log_artifact(table)
         run.log_dataset(table, name="crows_scores")
         run_id = run.run_id
@@ -31,9 +73,11 @@ def test_stage_run_records_everything(tmp_path, monkeypatch):
 
     mlflow.set_tracking_uri("sqlite:///mlruns/mlflow.db")
     got = mlflow.get_run(run_id)
-    assert got.info.run_name == "crows/report/tiny/en"
-    assert got.data.params["model.id"] == "tiny"
+    assert got.info.run_name == "test_tracking/report/tiny/en"
+    assert got.data.params == {"model": '{"id":"tiny"}'}
     assert got.data.metrics["bias_score"] == 0.6
+    # a value that does not exist is NaN in the store: the key is there, so runs line up
+    assert math.isnan(got.data.metrics["skipped"])
     assert got.data.tags["annotation_source"] == "simulated"
     (dataset_input,) = got.inputs.dataset_inputs
     assert dataset_input.dataset.name == "crows_scores"
@@ -44,7 +88,7 @@ def test_stage_run_records_everything(tmp_path, monkeypatch):
 
 def test_disabled_tracking_is_a_no_op(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with stage_run({"enabled": False}, study="crows", stage="score") as run:
+    with stage_run({"enabled": False}, SCORE_RUN) as run:
         run.log_metrics({"x": 1.0})
         assert run.run_id is None
     assert not (tmp_path / "mlruns").exists()

@@ -10,12 +10,14 @@ import pytest
 
 def _write_runs(root: str, worker: int, n: int) -> None:
     os.chdir(root)
-    from stereolens.tracking import stage_run
+    from stereolens.tracking import declare_run, stage_run
 
+    schema = declare_run("crows", "test_concurrent", params=("worker", "i", "nested"),
+                         metrics=("value", *(f"m{k}" for k in range(20))))
     tracking = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db",
                 "artifact_location": "mlruns/artifacts", "experiment": "concurrent"}
     for i in range(n):
-        with stage_run(tracking, study="crows", stage="score", model=f"w{worker}", language=f"l{i}",
+        with stage_run(tracking, schema, model=f"w{worker}", language=f"l{i}",
                        params={"worker": worker, "i": i, "nested": {"a": list(range(20))}}) as run:
             run.log_metrics({"value": worker * 100 + i, **{f"m{k}": k for k in range(20)}})
 

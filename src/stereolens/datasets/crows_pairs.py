@@ -10,6 +10,9 @@ from stereolens.datasets.ingest import verify_ingested
 from stereolens.io import read_csv_checked
 
 CROWS_COLUMNS = ("sent_more", "sent_less", "bias_type")
+# the nine bias types of CrowS-Pairs (Nangia et al. 2020, Table 1)
+CROWS_BIAS_TYPES = ("race-color", "socioeconomic", "gender", "disability", "nationality", "sexual-orientation",
+                    "physical-appearance", "religion", "age")
 
 
 def crows_pairs_table(raw_csv: str | os.PathLike, limit: int | None = None) -> pd.DataFrame:

@@ -23,6 +23,11 @@ UNREVIEWED = {
     "source": {"simulated", "generated", "generator", "llm", "llm_panel", "machine", "model"},
     "annotation_source": {"simulated", "llm_panel"},
     "translation_status": {"authored", "machine", "machine_translated", "unreviewed", "draft"},
+    # review columns: the stereo study's instances_provenance.csv (``review``), the pairs sentences (``review_status``)
+    "review": {"not_native_reviewed", "unreviewed"},
+    "review_status": {"unreviewed"},
+    # who validated a retrieved stereotype (the stereo study's validated.csv)
+    "validation_source": {"simulated", "llm_panel"},
 }
 _LEADING_WORD = r"^\s*([a-z_]+)"
 
@@ -125,6 +130,7 @@ def unreviewed_rows(table: str | os.PathLike, id_columns: list[str] | None = Non
     flagged = frame.loc[reasons != ""]
     ids = [c for c in (id_columns or []) if c in frame.columns]
     out = pd.DataFrame({"file": str(table), "row": flagged.index + 2})  # +2: header line, 1-based
-    out["item"] = flagged[ids].astype(str).agg("/".join, axis=1).to_numpy() if ids else ""
+    # (an empty selection aggregates to a frame, not a column: nothing flagged has no ids to join)
+    out["item"] = flagged[ids].astype(str).agg("/".join, axis=1).to_numpy() if ids and len(flagged) else ""
     out["reason"] = reasons.loc[flagged.index].str.rstrip("; ").to_numpy()
     return out.reset_index(drop=True)

@@ -8,7 +8,7 @@ editing a declaration makes no measuring stage stale)::
       dataset: [data/processed/leakage/human]        # files or folders released as they are
       items:                                         # the id columns that name an item of a table
         - {path: data/seed/pcs/scenarios.csv, id: [scenario_id, language]}
-      gates: [reports/quality/leakage__*.json]       # gate reports (globs); a failed one blocks the release
+      gates: [reports/leakage/quality/leakage__*.json]  # gate reports (globs); a failed or missing one blocks it
       agreement: [reports/pcs/human_validation/summary.json]  # agreement figures shipped beside the data
       datasheet: {motivation: ..., uses: ...}        # the answers no recorded metadata can give
 
@@ -134,6 +134,11 @@ def audit(spec: ReleaseSpec, root: Path) -> tuple[pd.DataFrame, list[dict[str, A
             if document.name != "PROVENANCE.json":
                 problems.append(pd.DataFrame(_json_flags(document, root), columns=["file", "row", "item", "reason"]))
     gates = []
+    for pattern in spec.gates:
+        if not _expand([pattern], root):
+            # a declared gate that left no report did not run: the release cannot claim it passed
+            problems.append(pd.DataFrame([{"file": pattern, "row": "", "item": "gate report",
+                                           "reason": "gate report missing"}]))
     for report_path in _expand(spec.gates, root):
         report = json.loads(report_path.read_text(encoding="utf-8"))
         passed = _gate_passed(report)
@@ -148,12 +153,20 @@ def audit(spec: ReleaseSpec, root: Path) -> tuple[pd.DataFrame, list[dict[str, A
 
 
 def _describe_problems(problems: pd.DataFrame) -> str:
+    """Every file with flagged items, each with its first items: a long first file must not hide the others."""
     lines = []
-    for row in problems.head(_SHOWN_PROBLEMS).itertuples():
-        where = f"{row.file}" + (f" line {row.row}" if str(row.row) else "")
-        lines.append(f"  {where}: {row.item or '(row)'}: {row.reason}")
-    if len(problems) > _SHOWN_PROBLEMS:
-        lines.append(f"  ... and {len(problems) - _SHOWN_PROBLEMS} more (all listed in AUDIT.csv with --allow-unreviewed)")
+    files = list(dict.fromkeys(problems["file"]))
+    per_file = max(3, _SHOWN_PROBLEMS // max(len(files), 1))
+    for name in files:
+        part = problems[problems["file"] == name]
+        if len(files) > 1:
+            lines.append(f"  {name}: {len(part)} item(s) ({_summary_counts(part)})")
+        for row in part.head(per_file).itertuples():
+            where = f"{row.file}" + (f" line {row.row}" if str(row.row) else "")
+            lines.append(f"    {where}: {row.item or '(row)'}: {row.reason}")
+        if len(part) > per_file:
+            lines.append(f"    ... and {len(part) - per_file} more in {name} (all listed in AUDIT.csv with "
+                         "--allow-unreviewed)")
     return "\n".join(lines)
 
 
@@ -212,6 +225,9 @@ def release(study: str, block: Any, output: str | os.PathLike, *, allow_unreview
     """Assemble the release of ``study`` in ``output`` or raise :class:`ReleaseRefused` naming the items."""
     root = Path(root).resolve()
     spec = ReleaseSpec.from_config(study, block)
+    absent = [pattern for pattern in spec.agreement if not _expand([pattern], root)]
+    if absent:
+        raise ConfigError(f"release.{study}.agreement: {absent} match(es) no file (a path the study no longer writes?)")
     problems, gates = audit(spec, root)
     if len(problems) and not allow_unreviewed:
         raise ReleaseRefused(

@@ -10,7 +10,8 @@ Under ``reports/<study>/``:
   ``notes``: list of sentences), ``model`` and ``skipped``.
 - figures ``**/*.png`` (their ``.svg`` twins are linked), tables ``**/*.csv``,
   optional ``report.md`` (rendered, its relative links resolved), optional
-  ``gates.json``; gate reports ``reports/quality/<study>__*.json`` are shown too.
+  ``gates.json``; gate reports ``reports/quality/<study>__*.json`` and
+  ``reports/<study>/**/quality/*.json`` are shown too.
 
 The banner of a page is raised from the provenance block and, independently, from
 the provenance columns of the study's tables, so a study that forgets to declare
@@ -54,7 +55,9 @@ class StudyReport:
 
 def _gate_reports(study: str, folder: Path, quality: Path) -> list[dict[str, Any]]:
     found = []
-    candidates = [folder / "gates.json", *sorted(quality.glob(f"{study}__*.json"))] if quality.is_dir() else [folder / "gates.json"]
+    candidates = [folder / "gates.json", *(sorted(quality.glob(f"{study}__*.json")) if quality.is_dir() else [])]
+    # gate reports a study keeps in its own declared outputs (reports/<study>/**/quality/)
+    candidates += sorted(folder.glob("**/quality/*.json"))
     for path in candidates:
         if not path.is_file():
             continue

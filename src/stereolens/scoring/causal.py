@@ -83,7 +83,7 @@ def run_causal(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(items), unit="seq", desc="causal")
+        bar = tqdm(total=len(items), unit="seq", desc="causal", disable=None)  # None: quiet when not on a terminal
     lock = threading.Lock()
 
     def done(i: int, lps: list[float]) -> None:

@@ -122,7 +122,7 @@ def run_masked(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=sum(remaining), unit="tok", desc="masked copies")
+        bar = tqdm(total=sum(remaining), unit="tok", desc="masked copies", disable=None)  # None: quiet off a terminal
     id_rows = [torch.tensor(it.enc.ids, dtype=torch.long) for it in items]
     lock = threading.Lock()
 

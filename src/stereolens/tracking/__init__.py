@@ -1,5 +1,5 @@
-"""MLflow tracking: one run per execution of a measuring stage."""
+"""MLflow tracking: one run per execution of a measuring stage, held to the stage's declared run schema."""
 
-from stereolens.tracking.mlflow_run import StageRun, flatten_params, stage_run
+from stereolens.tracking.mlflow_run import RUN_SCHEMAS, RunSchema, RunSchemaError, StageRun, declare_run, stage_run
 
-__all__ = ["StageRun", "flatten_params", "stage_run"]
+__all__ = ["RUN_SCHEMAS", "RunSchema", "RunSchemaError", "StageRun", "declare_run", "stage_run"]

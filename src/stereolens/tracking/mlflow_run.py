@@ -2,20 +2,36 @@
 
 Runs are named ``<study>/<stage>/<model>/<language>/<variant>`` (the parts that
 apply; ``variant`` tells apart runs of one stage that share model and language,
-such as the two methods of a leakage fit), and carry the same name as tags,
-carry the flattened params, metrics, tables and figures as artifacts, and the
-datasets they read as inputs whose digest is the DVC md5 of the file, so a run
-in the UI points at the exact versioned artefact.  ``annotation_source`` is a
-tag wherever annotations feed the result (human / llm_panel / simulated).
+such as the two methods of a leakage fit), carry the same name parts as tags,
+the params (a config mapping as one compact-JSON param), metrics, tables and
+figures as artifacts, and the datasets they read as inputs whose digest is the
+DVC md5 of the file, so a run in the UI points at the exact versioned artefact.
+``annotation_source`` is a tag wherever annotations feed the result (human / llm_panel / simulated).
+
+Comparable runs by construction: every stage that logs declares its run schema once
+(:func:`declare_run`: the params keys and the metric names, the latter as templates
+over axes such as ``alpha_{term}`` whose values come from the configuration, never
+from results).  The handle refuses a params key or metric the schema does not
+declare, and a run that closes without every declared metric, so two runs of one
+stage (another model, another language, another method) carry the same key set
+and the MLflow UI's compare view lines them up.  A declared metric with no value
+in a run (a term the fit left out, a cell with no items) is logged as NaN, not
+left out: MLflow stores NaN, the UI shows it, and the key set stays equal.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
+import math
 import os
+import string
 import subprocess
+import tempfile
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +40,80 @@ import yaml
 from stereolens.io import md5_file
 
 ANNOTATION_SOURCES = ("human", "llm_panel", "simulated")
-_MAX_PARAM_LEN = 6000
+# MLflow's limit on a param value; a longer one is cut here and logged whole as an artifact
+MAX_PARAM_LEN = 6000
 
 
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``; lists become their YAML flow form."""
-    flat: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_params(value, prefix=f"{name}."))
-        else:
-            text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
-            if text.endswith("\n..."):
-                text = text[: -len("\n...")]
-            flat[name] = text[:_MAX_PARAM_LEN]
-    return flat
+class RunSchemaError(Exception):
+    """A stage logged a key its run schema does not declare, or left a declared metric out: a bug in the
+    stage, so it keeps its traceback (it is not a :class:`~stereolens.errors.StereolensError`)."""
+
+
+@dataclass(frozen=True)
+class RunSchema:
+    """The params keys and metric names every MLflow run of one stage carries.
+
+    ``metrics`` are names or templates over axes (``"alpha_{term}"``); the axes' values are
+    given when the run opens and must come from the configuration (the languages, the methods
+    of a study), so that every run of the stage expands them to the same names.
+    """
+
+    study: str
+    stage: str
+    params: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+
+    @property
+    def axes(self) -> frozenset[str]:
+        return frozenset(field for template in self.metrics for _, field, _, _ in string.Formatter().parse(template)
+                         if field)
+
+    def metric_names(self, axes: Mapping[str, Sequence[str]] | None = None) -> frozenset[str]:
+        axes = dict(axes or {})
+        if set(axes) != self.axes:
+            raise RunSchemaError(f"run schema {self.study}/{self.stage}: axes {sorted(axes)} given, "
+                                 f"{sorted(self.axes)} declared")
+        empty = [a for a, values in axes.items() if not list(values)]
+        if empty:
+            raise RunSchemaError(f"run schema {self.study}/{self.stage}: axis {empty} has no values")
+        names: set[str] = set()
+        for template in self.metrics:
+            fields = [f for _, f, _, _ in string.Formatter().parse(template) if f]
+            for combo in itertools.product(*(list(dict.fromkeys(str(v) for v in axes[f])) for f in fields)):
+                names.add(template.format(**dict(zip(fields, combo))))
+        return frozenset(names)
+
+
+RUN_SCHEMAS: dict[tuple[str, str], RunSchema] = {}
+
+
+def declare_run(study: str, stage: str, *, params: Sequence[str] = (), metrics: Sequence[str] = ()) -> RunSchema:
+    """Declare (once, at import of the stage module) what every run of ``study``/``stage`` logs."""
+    schema = RunSchema(study, stage, tuple(params), tuple(metrics))
+    known = RUN_SCHEMAS.setdefault((study, stage), schema)
+    if known != schema:
+        raise RunSchemaError(f"run schema {study}/{stage} declared twice, differently: {known} and {schema}")
+    return schema
+
+
+def param_value(value: Any) -> str:
+    """A param as MLflow shows it: strings as they are, everything else as compact JSON (a config mapping
+    becomes one param, so that options with different inner keys still give every run the same keys)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def metric_value(name: str, value: Any) -> float:
+    """A metric as a float; a value that does not exist (None, NaN) is NaN, so the key is still logged."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise RunSchemaError(f"metric {name!r}: {value!r} is not a number") from None
 
 
 def dvc_md5(path: str | os.PathLike, lock_path: str | os.PathLike = "dvc.lock") -> str:
@@ -70,10 +144,20 @@ def _git_commit() -> str | None:
 
 
 class StageRun:
-    """Logging handle for one stage execution; a no-op when tracking is disabled."""
+    """Logging handle for one stage execution, held to the stage's :class:`RunSchema`.
 
-    def __init__(self, mlflow_module=None) -> None:
+    The schema is checked whether tracking is on or off, so a test run with tracking
+    disabled catches a stage that would log an undeclared key.
+    """
+
+    def __init__(self, mlflow_module=None, schema: RunSchema | None = None,
+                 metric_names: frozenset[str] | None = None) -> None:
         self._mlflow = mlflow_module
+        self.schema = schema
+        self.metric_names = metric_names if metric_names is not None else (
+            schema.metric_names() if schema and not schema.axes else frozenset())
+        self.logged_metrics: set[str] = set()
+        self.logged_params: set[str] = set()
 
     @property
     def enabled(self) -> bool:
@@ -86,27 +170,47 @@ class StageRun:
         run = self._mlflow.active_run()
         return run.info.run_id if run else None
 
+    def _where(self) -> str:
+        return f"{self.schema.study}/{self.schema.stage}" if self.schema else "stage run"
+
     def log_params(self, params: Mapping[str, Any]) -> None:
+        """Exactly the declared params keys; a mapping value is one param (compact JSON)."""
+        declared = set(self.schema.params) if self.schema else set(params)
+        if set(params) != declared:
+            raise RunSchemaError(f"{self._where()}: params keys {sorted(params)} differ from the declared "
+                                 f"{sorted(declared)}")
+        self.logged_params |= set(params)
         if not self._mlflow:
             return
-        flat = flatten_params(params)
-        items = list(flat.items())
+        values = {key: param_value(value) for key, value in params.items()}
+        long = {key: text for key, text in values.items() if len(text) > MAX_PARAM_LEN}
+        for key, text in long.items():
+            note = f"... (cut; whole value in artifact params/{key}.json)"
+            values[key] = text[: MAX_PARAM_LEN - len(note)] + note
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / f"{key}.json"
+                path.write_text(text, encoding="utf-8")
+                self._mlflow.log_artifact(str(path), artifact_path="params")
+        items = list(values.items())
         for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
             self._mlflow.log_params(dict(items[start : start + 100]))
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        if not self._mlflow:
-            return
-        clean = {}
-        for key, value in metrics.items():
-            if value is None:
-                continue
-            try:
-                clean[key] = float(value)
-            except (TypeError, ValueError):
-                continue
-        if clean:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Declared metrics only; None and NaN are logged as NaN (the key set stays the declared one)."""
+        undeclared = sorted(set(metrics) - self.metric_names)
+        if undeclared:
+            raise RunSchemaError(f"{self._where()}: metric(s) {undeclared} not declared in its run schema "
+                                 f"(declared: {sorted(self.metric_names)})")
+        clean = {key: metric_value(key, value) for key, value in metrics.items()}
+        self.logged_metrics |= set(clean)
+        if self._mlflow and clean:
             self._mlflow.log_metrics(clean, step=step)
+
+    def check_complete(self) -> None:
+        missing = sorted(self.metric_names - self.logged_metrics)
+        if missing:
+            raise RunSchemaError(f"{self._where()}: declared metric(s) {missing} were not logged "
+                                 "(log None for a value that does not exist in this run)")
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if self._mlflow:
@@ -200,21 +304,28 @@ def run_name(
 @contextlib.contextmanager
 def stage_run(
     tracking_cfg: Mapping[str, Any] | None,
+    schema: RunSchema,
     *,
-    study: str,
-    stage: str,
     model: str | None = None,
     language: str | None = None,
     variant: str | None = None,
     params: Mapping[str, Any] | None = None,
+    axes: Mapping[str, Sequence[str]] | None = None,
     annotation_source: str | None = None,
     tags: Mapping[str, Any] | None = None,
 ) -> Iterator[StageRun]:
-    """Open an MLflow run for one stage execution (or a no-op handle when tracking is off)."""
+    """Open an MLflow run for one stage execution (or a no-op handle when tracking is off), held to ``schema``."""
     if annotation_source is not None and annotation_source not in ANNOTATION_SOURCES:
         raise ValueError(f"annotation_source must be one of {ANNOTATION_SOURCES}, got {annotation_source!r}")
+    if RUN_SCHEMAS.get((schema.study, schema.stage)) != schema:
+        raise RunSchemaError(f"run schema {schema.study}/{schema.stage} is not the one declared with declare_run")
+    names = schema.metric_names(axes)
+    study, stage = schema.study, schema.stage
     if not tracking_cfg or not tracking_cfg.get("enabled", False):
-        yield StageRun(None)
+        handle = StageRun(None, schema, names)
+        handle.log_params(params or {})
+        yield handle
+        handle.check_complete()
         return
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import mlflow
@@ -231,8 +342,8 @@ def stage_run(
         **(tags or {}),
     }
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language, variant)):
-        handle = StageRun(mlflow)
+        handle = StageRun(mlflow, schema, names)
         handle.set_tags(all_tags)
-        if params:
-            handle.log_params(params)
+        handle.log_params(params or {})
         yield handle
+        handle.check_complete()

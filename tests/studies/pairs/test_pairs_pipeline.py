@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -41,8 +42,9 @@ def generator_answer(prompt: str) -> str:
     return f"{english.group(1)}" if english else ""
 
 
-@pytest.fixture
-def generator_server():
+@contextlib.contextmanager
+def chat_server():
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 answering as :func:`generator_answer` does."""
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -63,9 +65,17 @@ def generator_server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def generator_server():
+    with chat_server() as url:
+        yield url
 
 
 def _setup(root, repo_root, model_dir, generator_url):

@@ -184,3 +184,58 @@ def test_instantiation_annotators_demographics_reach_the_report(tmp_path, monkey
     assert main(["stage", "stereo-instantiate"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("stereolens: error: instantiation import human.csv line 3, column area: empty area")
+
+
+@pytest.mark.slow
+def test_release_of_what_the_stages_wrote(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
+    """`stereolens release stereo` (the repository's declaration) on these outputs: the refusal names the machine
+    stereotypes and their simulated validators, the starter instances not native-reviewed, and the gate no stage
+    writes; --allow-unreviewed says so on the datasheet's first line; SHA256SUMS verifies; lineage is included."""
+    import os
+    import subprocess
+    import sys
+
+    from stereolens.io import sha256_file
+
+    repo = Path(__file__).resolve().parents[3]
+    run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script)
+    # the repository's params around this run's, and its dvc.yaml, so that lineage reads the real stage graph
+    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    this_run = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    params["study"].update(this_run.pop("study"))
+    params.update(this_run)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    (tmp_path / "dvc.yaml").write_text((repo / "dvc.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True,
+                   env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    assert main(["release", "stereo", "--output", "refused"]) == 2
+    assert not Path("refused").exists()
+    validated = pd.read_csv("data/interim/stereo/validation/validated.csv")
+    assert len(validated) and (validated["validation_source"] == "simulated").all()
+    from stereolens.lineage.release import ReleaseRefused, release
+
+    with pytest.raises(ReleaseRefused) as caught:
+        release("stereo", params["release"]["stereo"], tmp_path / "refused2")
+    message = str(caught.value)
+    first = validated.iloc[0]
+    assert (f"data/interim/stereo/validation/validated.csv line 2: {first['stereotype_id']}: source=machine; "
+            "validation_source=simulated") in message
+    inst = pd.read_csv("data/processed/stereo/instances.csv")
+    machine = inst.index[inst["source"] == "machine"][0]
+    assert f"data/processed/stereo/instances.csv line {machine + 2}: {inst.loc[machine, 'id']}: source=machine" in message
+    provenance = pd.read_csv("data/processed/stereo/instances_provenance.csv")
+    starter = provenance.index[provenance["review"] == "not_native_reviewed"][0]
+    assert (f"data/processed/stereo/instances_provenance.csv line {starter + 2}: {provenance.loc[starter, 'id']}: "
+            "review=not_native_reviewed") in message
+    assert "reports/quality/stereo__*.json: gate report: gate report missing" in message
+    out = tmp_path / "released"
+    assert main(["release", "stereo", "--output", str(out), "--allow-unreviewed"]) == 0
+    audit = pd.read_csv(out / "AUDIT.csv")
+    assert (out / "DATASHEET.md").read_text(encoding="utf-8").startswith(f"**UNREVIEWED RELEASE: {len(audit)} item(s)")
+    sums = dict(reversed(line.split("  ", 1)) for line in (out / "SHA256SUMS").read_text().splitlines())
+    assert set(sums) == {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {"SHA256SUMS"}
+    assert all(sha256_file(out / name) == digest for name, digest in sums.items())
+    lineage = json.loads((out / "LINEAGE.json").read_text(encoding="utf-8"))
+    names = [s["name"] for s in lineage["data/processed/stereo/instances.csv"]["stages"]]
+    assert names[0] == "stereo_instantiate" and {"stereo_validate", "stereo_retrieve"} <= set(names)
+    assert (out / "agreement/reports/stereo/validation/summary.json").is_file()

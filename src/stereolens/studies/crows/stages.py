@@ -9,12 +9,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from stereolens.datasets.crows_pairs import crows_pairs_table
+from stereolens.datasets.crows_pairs import CROWS_BIAS_TYPES, crows_pairs_table
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.tables import scored_pairs_schema, validate_table
 from stereolens.stages.registry import stage
+from stereolens.tracking import declare_run
+
+SCORE_RUN = declare_run("crows", "score", params=("model", "metric", "study"),
+                        metrics=("pairs", "seconds", "sentences_per_second", "cache_hits", "cache_misses"))
+REPORT_RUN = declare_run("crows", "report", params=("model", "metric", "study"),
+                         metrics=("bias_score", "bias_ci_low", "bias_ci_high", "n_pairs", "bias_score.{bias_type}"))
 
 MASKED_METRICS = ("pll", "pll_word_l2r", "crows")
 
@@ -58,7 +64,7 @@ def crows_score(args: argparse.Namespace) -> None:
         # CrowS-Pairs is English only: a language filter without English leaves nothing to score
         pairs, skip_reason = pairs.head(0), skip_reason or "the language filter excludes English"
 
-    with stage_run(tracking, study="crows", stage="score", model=model_cfg["id"], language="en",
+    with stage_run(tracking, SCORE_RUN, model=model_cfg["id"], language="en",
                    params={"model": model_cfg, "metric": metric_cfg, "study": study}) as run:
         run.log_dataset(raw, name=study["dataset"])
         start = time.perf_counter()
@@ -152,13 +158,15 @@ def crows_report(args: argparse.Namespace) -> None:
     write_json(out / "summary.json", summary)
     title = f"CrowS-Pairs bias score, {model_cfg['id']} ({metric_cfg['name']})"
     bias_bar_figure(table, out / "bias_by_type", title=title if not skipped else f"{title}: skipped, {skipped}")
-    with stage_run(tracking, study="crows", stage="report", model=model_cfg["id"], language="en",
+    with stage_run(tracking, REPORT_RUN, model=model_cfg["id"], language="en", axes={"bias_type": CROWS_BIAS_TYPES},
                    params={"model": {"id": model_cfg["id"]}, "metric": {"name": metric_cfg["name"]}, "study": study},
                    tags={"skipped": skipped}) as run:
         run.log_dataset(scores_csv, name="crows_scores")
         run.log_metrics({"bias_score": summary["bias_score"], "bias_ci_low": summary["ci_low"],
                          "bias_ci_high": summary["ci_high"], "n_pairs": summary["n"]})
-        run.log_metrics({f"bias_score.{k}": v for k, v in summary["by_bias_type"].items()})
+        # every CrowS bias type, NaN where this run scored none of its pairs (a limit, a skipped model)
+        run.log_metrics({f"bias_score.{k}": summary["by_bias_type"].get(k) for k in CROWS_BIAS_TYPES}
+                        | {f"bias_score.{k}": v for k, v in summary["by_bias_type"].items()})
         run.log_artifact(out)
     if skipped:
         print(f"crows-report: nothing scored ({skipped})")

@@ -9,6 +9,16 @@ from pathlib import Path
 
 from stereolens.stages.common import load_params
 from stereolens.stages.registry import stage
+from stereolens.tracking import declare_run
+
+# the report's per-country StereoSet columns: present only when the pruning sweeps scored StereoSet
+PRUNING_STEREOSET = ("ss_before", "ss_all_pruned", "lms_before", "lms_all_pruned", "icat_before", "icat_all_pruned")
+PROBE_RUN = declare_run("heads", "probe", params=("model", "study"),
+                        metrics=("{country}.probe_test_{value}", "{country}.probe_train_accuracy",
+                                 "{country}.truncated_permutations", "seconds"))
+REPORT_RUN = declare_run("heads", "report", params=("study",),
+                         metrics=("{country}.test_instances", "{country}.probe_train_acc", "{country}.probe_test_{value}",
+                                  "{country}.truncated_perms", *(f"{{country}}.{k}" for k in PRUNING_STEREOSET)))
 
 OUT_DATA = Path("data/processed/heads")
 OUT_REPORT = Path("reports/heads")
@@ -66,7 +76,8 @@ def heads_probe(args: argparse.Namespace) -> None:
                               truncation_tolerance=shap_cfg.get("truncation_tolerance"), step=shap_cfg.get("step"),
                               max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"], seed=int(shap_cfg["seed"]))
     sources = sorted(set(instances["source"].astype(str)))
-    with stage_run(tracking, study="heads", stage="probe", model=model_cfg["id"],
+    countries = sorted(set(instances["country"].astype(str)))
+    with stage_run(tracking, PROBE_RUN, model=model_cfg["id"], axes={"country": countries, "value": [shapley.value]},
                    params={"model": model_cfg, "study": cfg}, tags={"instance_sources": ",".join(sources)}) as run:
         run.log_dataset(instances_path, name="stereo_instances")
         start = time.perf_counter()
@@ -105,10 +116,12 @@ def heads_report(args: argparse.Namespace) -> None:
                               what="heads sweeps table")
     probe = json.loads((OUT_DATA / "probe.json").read_text(encoding="utf-8"))
     summary = write_report(shap, sweeps, probe, p["study.heads"], OUT_REPORT, model_id=p["model.id"])
-    with stage_run(p["tracking"], study="heads", stage="report", model=p["model.id"],
-                   params={"study": p["study.heads"]},
+    countries = [c["country"] for c in probe["countries"]]
+    with stage_run(p["tracking"], REPORT_RUN, model=p["model.id"], params={"study": p["study.heads"]},
+                   axes={"country": countries, "value": [p["study.heads"]["shapley"]["value"]]},
                    tags={"instance_sources": ",".join(probe.get("instance_sources", []))}) as run:
         run.log_dataset(OUT_DATA / "shapley.csv", name="heads_shapley")
-        run.log_metrics({k: v for k, v in summary["metrics"].items() if isinstance(v, (int, float))})
+        # the pruning StereoSet columns exist only when the sweeps scored StereoSet: NaN otherwise
+        run.log_metrics({f"{c}.{k}": None for c in countries for k in PRUNING_STEREOSET} | summary["metrics"])
         run.log_artifact(OUT_REPORT)
     print(f"heads-report: {summary['headline']}")

@@ -20,11 +20,23 @@ from stereolens.errors import ConfigError, DataError
 from stereolens.io import write_csv, write_json, write_text
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
+from stereolens.tracking import declare_run
+
+# every association method of seed 001: a model kind runs some of them, the others are NaN in its runs
+ALL_METHODS = ("set", "ilps", "choice")
+HUMAN_RUN = declare_run("leakage", "human", params=("study",),
+                        metrics=("max_abs_diff_{language}", "annotators_passed_{language}"))
+SCORES_RUN = declare_run("leakage", "scores", params=("model", "study"), metrics=("{method}_seconds",))
+FIT_RUN = declare_run("leakage", "fit", params=("fit", "method"),
+                      metrics=("alpha_{term}", "p_{term}", "n_edges", "n_obs"))
+REPORT_RUN = declare_run("leakage", "report", params=("study",), metrics=("n_edges", "n_fits"))
 
 HUMAN_DIR = Path("data/processed/leakage/human")
 SCORES_DIR = Path("data/processed/leakage/scores")
 FIT_DIR = Path("data/processed/leakage/fit")
 REPORT_DIR = Path("reports/leakage")
+# the leakage-human gate reports: a declared output of that stage (dvc.yaml), so `dvc checkout` restores them
+HUMAN_GATES_DIR = REPORT_DIR / "quality"
 STUDY_KEY = "study.leakage"
 
 
@@ -60,7 +72,13 @@ def leakage_human(args: argparse.Namespace) -> None:
             f"and not in study.leakage.judgements.path ({judg.get('path') or 'not set'})"
         )
     source = least_human_source(survey_qc.sources.values() if survey_qc else [])
-    with stage_run(tracking, study="leakage", stage="human", params={"study": study}, annotation_source=source) as run:
+    HUMAN_GATES_DIR.mkdir(parents=True, exist_ok=True)  # a declared output, even when no gate applies
+    with stage_run(tracking, HUMAN_RUN, params={"study": study}, annotation_source=source,
+                   axes={"language": langs}) as run:
+        # a language's matrix comes either from the published survey or from new judgements: the other's
+        # metric is NaN in its run
+        run.log_metrics({f"max_abs_diff_{lang}": None for lang in from_judgements}
+                        | {f"annotators_passed_{lang}": None for lang in published})
         provenance: dict[str, Any] = {}
         if published:
             provenance.update(_published_matrices(Path(study["survey"]), published, run))
@@ -110,8 +128,10 @@ def _published_matrices(survey: Path, langs: list[str], run: Any) -> dict[str, A
         run_gate(check, [
             Expectation("expect_column_max_to_be_between", column="max_abs_diff", min_value=0, max_value=1e-6),
             Expectation("expect_column_max_to_be_between", column="missing_mismatch", min_value=0, max_value=0),
-        ], study="leakage", artefact=str(HUMAN_DIR), suite="leakage_human_reproduces_published")
-        run.log_metrics({f"max_abs_diff_{r['language']}": r["max_abs_diff"] for r in rows})
+        ], study="leakage", artefact=str(HUMAN_DIR), suite="leakage_human_reproduces_published",
+           report_dir=HUMAN_GATES_DIR)
+    checked = {r["language"]: r["max_abs_diff"] for r in rows}
+    run.log_metrics({f"max_abs_diff_{lang}": checked.get(lang) for lang in langs})
     return {lang: {"source": "published survey", "path": str(survey_file(survey, lang))} for lang in matrices}
 
 
@@ -151,7 +171,7 @@ def _write_judgement_matrices(survey_qc: Any, judg: dict[str, Any], run: Any) ->
     summary = survey_qc.per_language.set_index("language").join(kept).reset_index()
     # a language whose every group fell below the minimum would enter the fit as an all-missing term
     run_gate(summary, [Expectation("expect_column_min_to_be_between", column="n_groups_kept", min_value=1)],
-             study="leakage", artefact=str(qc_dir), suite="leakage_human_judgements_qc")
+             study="leakage", artefact=str(qc_dir), suite="leakage_human_judgements_qc", report_dir=HUMAN_GATES_DIR)
     run.log_metrics({f"annotators_passed_{r.language}": int(r.n_passed) for r in summary.itertuples()})
     provenance = {}
     for r in summary.itertuples():
@@ -263,8 +283,8 @@ def leakage_scores(args: argparse.Namespace) -> None:
                                 "translation_status": lex.translation_status(language)}
     for model_cfg in model_configs(p):
         methods = list((study.get("methods") or {}).get(model_cfg["kind"]) or A.methods_for_kind(model_cfg["kind"]))
-        with stage_run(tracking, study="leakage", stage="scores", model=model_cfg["id"], language=language,
-                       params={"model": model_cfg, "study": study},
+        with stage_run(tracking, SCORES_RUN, model=model_cfg["id"], language=language,
+                       params={"model": model_cfg, "study": study}, axes={"method": ALL_METHODS},
                        tags={"translation_status": "authored" if language != "en" else "original+authored"}) as run:
             t0 = time.time()
             lm = load_model(spec_from_config(model_cfg), cache=cache, executor=executor)
@@ -273,7 +293,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
             manifest["models"][model_cfg["id"]] = {"kind": model_cfg["kind"], "methods": done,
                                                    "identity": getattr(lm, "identity", None),
                                                    "seconds": round(time.time() - t0, 1)}
-            run.log_metrics({f"{m}_seconds": d["seconds"] for m, d in done.items()})
+            run.log_metrics({f"{m}_seconds": done[m]["seconds"] if m in done else None for m in ALL_METHODS})
             for m in done:
                 run.log_artifact(out_dir / f"{m}.csv")
     baseline = (study.get("baselines") or {}).get(language)
@@ -288,6 +308,10 @@ def leakage_scores(args: argparse.Namespace) -> None:
         write_csv(out_root / "baseline.csv", A.to_matrix(long, lex.trait_order, lex.group_order).reset_index())
         manifest["baseline"] = spec.name
     write_json(out_root / "manifest.json", manifest)
+    runs = [f"{m}/{method}" for m, info in manifest["models"].items() for method in info["methods"]]
+    print(f"leakage-scores {language}: {len(runs)} matrices ({', '.join(runs)}"
+          + (f", baseline {manifest['baseline']}" if manifest["baseline"] else "")
+          + f") in {sum(info['seconds'] for info in manifest['models'].values()):.0f}s -> {out_root}")
 
 
 # --------------------------------------------------------------------------- fits
@@ -296,7 +320,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
 @stage("leakage-fit", configure=_lang_arg)
 def leakage_fit(args: argparse.Namespace) -> None:
     """Mixed-effects leakage fit for every (model, method) scored in one target language."""
-    from stereolens.studies.leakage.fit import fit_leakage, leakage_edges
+    from stereolens.studies.leakage.fit import fit_leakage, human_term, leakage_edges
     from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
     from stereolens.tracking import stage_run
 
@@ -314,13 +338,15 @@ def leakage_fit(args: argparse.Namespace) -> None:
     human, source = read_human_dir(HUMAN_DIR), _human_source(_read_human_provenance())
     baseline_path = SCORES_DIR / language / "baseline.csv"
     baseline = read_score_matrix(baseline_path, "baseline matrix") if manifest.get("baseline") else None
+    terms = [human_term(lang) for lang in sorted(study["languages"], key=str.upper)]
     for model_id, info in manifest["models"].items():
         for method in info["methods"]:
             if method not in (fit_cfg.get("methods") or [method]):
                 continue
             target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
-            with stage_run(tracking, study="leakage", stage="fit", model=model_id, language=language,
-                           variant=method, params={"study.fit": fit_cfg, "method": method}, annotation_source=source) as run:
+            with stage_run(tracking, FIT_RUN, model=model_id, language=language, variant=method,
+                           params={"fit": fit_cfg, "method": method}, annotation_source=source,
+                           axes={"term": terms}) as run:
                 fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
                                   missing=fit_cfg.get("missing", "drop"), alpha=float(fit_cfg.get("alpha", 0.05)))
                 edges = leakage_edges(fit, alpha=float(fit_cfg.get("alpha", 0.05)), model=f"{model_id}/{method}")
@@ -328,13 +354,17 @@ def leakage_fit(args: argparse.Namespace) -> None:
                 write_csv(out / "coefficients.csv", fit.coefficients)
                 write_json(out / "edges.json", edges)
                 write_json(out / "fit.json", fit.summary())
-                run.log_metrics({f"alpha_{r.term}": r.estimate for r in fit.coefficients.itertuples() if r.term.startswith("H_")}
-                                | {f"p_{r.term}": r.p for r in fit.coefficients.itertuples() if r.term.startswith("H_")}
+                # a human term the fit left out (constant in this language) is NaN, not absent
+                by_term = fit.coefficients.set_index("term")
+                run.log_metrics({f"alpha_{t}": by_term["estimate"].get(t) for t in terms}
+                                | {f"p_{t}": by_term["p"].get(t) for t in terms}
                                 | {"n_edges": len(edges), "n_obs": fit.n_obs})
                 run.log_artifact(out / "coefficients.csv")
                 summary["fits"].append({"model": model_id, "method": method, "dir": str(out), "n_edges": len(edges)})
             print(f"  fit {model_id}/{method} -> {language.upper()}: {len(edges)} edge(s); terms {fit.terms}")
     write_json(out_root / "summary.json", summary)
+    print(f"leakage-fit {language}: {len(summary['fits'])} fit(s), "
+          f"{sum(f['n_edges'] for f in summary['fits'])} edge(s) -> {out_root}")
 
 
 # --------------------------------------------------------------------------- report
@@ -422,7 +452,7 @@ def leakage_report(args: argparse.Namespace) -> None:
     nonmatching = pd.concat(nonmatch, ignore_index=True) if nonmatch else pd.DataFrame(
         columns=["model", "language", "group", "n_generations", "n_nonmatching", "share_nonmatching"])
     human_provenance = _read_human_provenance()
-    with stage_run(tracking, study="leakage", stage="report", model=p["model.id"], params={"study": study},
+    with stage_run(tracking, REPORT_RUN, model=p["model.id"], params={"study": study},
                    annotation_source=_human_source(human_provenance)) as run:
         write_csv(REPORT_DIR / "coefficients.csv", coefficients)
         write_json(REPORT_DIR / "edges.json", edges)

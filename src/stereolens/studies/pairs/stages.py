@@ -19,8 +19,22 @@ from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json, write_text
 from stereolens.stages.common import load_params, model_cache_dir
 from stereolens.stages.registry import stage
+from stereolens.tracking import declare_run
 
 STUDY = "pairs"
+EVALUATION_SETS = ("starter", "constructed", "crows")
+ATTRIBUTES_RUN = declare_run(STUDY, "attributes", params=("attributes", "groups"),
+                             metrics=("groups", "tuples", "groups_without_attributes"))
+VALIDATE_RUN = declare_run(STUDY, "validate", params=("validation",), metrics=("fleiss_kappa", "tuples", "tuples_kept"))
+SENTENCES_RUN = declare_run(STUDY, "sentences", params=("sentences",), metrics=("generated", "kept", "removed"))
+PAIRS_RUN = declare_run(STUDY, "pairs", params=("contrast",), metrics=("pairs", "refused"))
+TRANSLATE_RUN = declare_run(STUDY, "translate", params=("translation",), metrics=("rows", "flagged_not_minimal"))
+EVALUATE_RUN = declare_run(STUDY, "evaluate", params=("metric", "evaluation"),
+                           metrics=("{set}.pairs", "{set}.cache_hits", "{set}.cache_misses", "seconds"))
+# one run per evaluation set (the variant); its cells are the set's languages x dimensions, NaN where empty
+REPORT_RUN = declare_run(STUDY, "report", params=("evaluation",),
+                         metrics=("bias_score.{language}.{dimension}", "n.{language}.{dimension}",
+                                  "lms.{language}.{dimension}"))
 SEED = Path("data/seed/pairs")
 INTERIM = Path("data/interim/pairs")
 PROCESSED = Path("data/processed/pairs")
@@ -117,7 +131,7 @@ def attributes(args: argparse.Namespace) -> None:
     write_csv(INTERIM / "attributes.csv", table)
     write_json(INTERIM / "attributes_raw.json", {"generator": gen_cfg["id"], "n_requested": n, "outputs": raw})
     empty = [r["group"] for r in raw if not r["parsed"]]
-    with stage_run(p["tracking"], study=STUDY, stage="attributes", model=gen_cfg["id"],
+    with stage_run(p["tracking"], ATTRIBUTES_RUN, model=gen_cfg["id"],
                    params={"attributes": cfg, "groups": [g.name for g in chosen]},
                    tags={"generator": gen_cfg["id"], "source": "generator"}) as run:
         run.log_metrics({"groups": len(chosen), "tuples": len(table), "groups_without_attributes": len(empty)})
@@ -175,7 +189,7 @@ def validate(args: argparse.Namespace) -> None:
                "gate_passed": bool(review.gate.success), "gate_enforced": enforce,
                "paper": {"tuples": 370, "kept": 316, "agreement": "moderate"}}
     write_json(REPORTS / "validation" / "summary.json", summary)
-    with stage_run(p["tracking"], study=STUDY, stage="validate", annotation_source=acfg.source,
+    with stage_run(p["tracking"], VALIDATE_RUN, annotation_source=acfg.source,
                    params={"validation": vcfg}, tags={"annotations_simulated": acfg.source == "simulated",
                                                       "gate_passed": bool(review.gate.success)}) as run:
         run.log_metrics({"fleiss_kappa": kappa.value, "tuples": len(kept), "tuples_kept": int(kept["keep"].sum())})
@@ -234,7 +248,7 @@ def sentences(args: argparse.Namespace) -> None:
     write_json(REPORTS / "sentences" / "filter_summary.json",
                {"generated": len(generated), "kept": len(kept), "removed": len(removed), "reasons": reasons,
                 "reviewed": bool(review_path)})
-    with stage_run(p["tracking"], study=STUDY, stage="sentences", model=gen_cfg["id"], params={"sentences": cfg},
+    with stage_run(p["tracking"], SENTENCES_RUN, model=gen_cfg["id"], params={"sentences": cfg},
                    tags={"generator": gen_cfg["id"], "sentences_reviewed": bool(review_path)}) as run:
         run.log_metrics({"generated": len(generated), "kept": len(kept), "removed": len(removed)})
     print(f"pairs-sentences: {len(generated)} generated, {len(removed)} removed by filters/review, {len(kept)} kept "
@@ -269,7 +283,7 @@ def pairs(args: argparse.Namespace) -> None:
     table = pd.DataFrame([{"dimension": d, "n": int(counts.get(d, 0)), "paper_n": n} for d, n in PAPER_TABLE2.items()])
     table.loc[len(table)] = {"dimension": "total", "n": int(counts.sum()), "paper_n": sum(PAPER_TABLE2.values())}
     write_csv(REPORTS / "construction" / "table2_pairs_per_dimension.csv", table)
-    with stage_run(p["tracking"], study=STUDY, stage="pairs", params={"contrast": contrast}) as run:
+    with stage_run(p["tracking"], PAIRS_RUN, params={"contrast": contrast}) as run:
         run.log_metrics({"pairs": len(built), "refused": len(refused)})
     print(f"pairs-pairs: {len(built)} minimal pairs, {len(refused)} refused (reasons in {INTERIM / 'pairs_refused.csv'})")
 
@@ -308,7 +322,7 @@ def translate(args: argparse.Namespace) -> None:
                {"generator": gen_cfg["id"], "machine": int((out["translation_status"] == "machine").sum()),
                 "reviewed": int((out["translation_status"] == "reviewed").sum()), "flagged_not_minimal": flagged,
                 "error_categories": error_category_counts(reviewed)})
-    with stage_run(p["tracking"], study=STUDY, stage="translate", model=gen_cfg["id"],
+    with stage_run(p["tracking"], TRANSLATE_RUN, model=gen_cfg["id"], params={"translation": cfg},
                    tags={"translation_status": "machine" if reviewed is None else "machine+reviewed"}) as run:
         run.log_metrics({"rows": len(out), "flagged_not_minimal": flagged})
     print(f"pairs-translate: {len(en)} pairs into {', '.join(t['language'] for t in cfg['targets'])} "
@@ -430,9 +444,11 @@ def evaluate(args: argparse.Namespace) -> None:
                                            "seconds": elapsed, "sets": stats,
                                            "bias_score_uses": "summed log-likelihood" if metric == "causal"
                                            else "PLL-word-l2r summed over all words (seed 002 Eq. 1)"})
-    with stage_run(p["tracking"], study=STUDY, stage="evaluate", model=model_cfg["id"],
+    with stage_run(p["tracking"], EVALUATE_RUN, model=model_cfg["id"], axes={"set": EVALUATION_SETS},
                    params={"metric": metric, "evaluation": p["study.pairs.evaluation"]}) as run:
-        run.log_metrics({f"{k}.{m}": v for k, s in stats.items() for m, v in s.items()})
+        # a set with nothing to score (crows not run, no constructed pairs) is NaN, not absent
+        run.log_metrics({f"{k}.{m}": stats.get(k, {}).get(m) for k in EVALUATION_SETS
+                         for m in ("pairs", "cache_hits", "cache_misses")})
         run.log_metrics({"seconds": elapsed})
     crows_note = f", CrowS-Pairs cache hits {stats['crows']['cache_hits']} misses {stats['crows']['cache_misses']}" \
         if "crows" in stats else ""
@@ -445,7 +461,7 @@ def evaluate(args: argparse.Namespace) -> None:
 @stage("pairs-report")
 def report(args: argparse.Namespace) -> None:
     """Bias scores, BCa, binomial, LMS, hyperlocal gap, fragmentation; tables 3-6, figures, reports/pairs/."""
-    from stereolens.studies.pairs.analysis import analyze_scores, fragmentation_correlations
+    from stereolens.studies.pairs.analysis import ALL, analyze_scores, fragmentation_correlations
     from stereolens.studies.pairs.report import write_outputs
     from stereolens.tracking import stage_run
 
@@ -475,15 +491,20 @@ def report(args: argparse.Namespace) -> None:
         write_outputs(analysis, REPORTS / name, title=f"pairs / {name}", provenance=provenance,
                       fragmentation=frag_set, fragmentation_stats=frag_stats)
         overall["sets"][name] = {**analysis.summary, "provenance": provenance}
-        with stage_run(p["tracking"], study=STUDY, stage=f"report-{name}", model=p["model.id"],
+        languages = sorted(set(part["language"].astype(str)))
+        dimensions = [ALL, *sorted(set(part["dimension"].astype(str)) - {ALL})]  # ALL: the cell over every dimension
+        with stage_run(p["tracking"], REPORT_RUN, model=p["model.id"], variant=name, params={"evaluation": ev},
+                       axes={"language": languages, "dimension": dimensions},
                        annotation_source=p["annotation.source"] if name == "constructed" else None,
                        tags={"set": name, "source": provenance["source"],
                              "translation_status": provenance["translation_status"]}) as run:
-            for r in analysis.cells.to_dict("records"):
-                key = f"{r['language']}.{r['dimension']}"
-                run.log_metrics({f"bias_score.{key}": r["bias_score"], f"n.{key}": r["n"]})
-                if r["lms_n"]:
-                    run.log_metrics({f"lms.{key}": r["lms"]})
+            cells = {f"{r['language']}.{r['dimension']}": r for r in analysis.cells.to_dict("records")}
+            for language in languages:
+                for dimension in dimensions:
+                    key = f"{language}.{dimension}"
+                    r = cells.get(key, {})
+                    run.log_metrics({f"bias_score.{key}": r.get("bias_score"), f"n.{key}": r.get("n"),
+                                     f"lms.{key}": r.get("lms") if r.get("lms_n") else None})
             run.log_artifact(REPORTS / name)
     for name in ("starter", "constructed", "crows"):
         if name not in overall["sets"]:

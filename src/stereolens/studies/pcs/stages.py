@@ -33,6 +33,7 @@ from stereolens.errors import ConfigError, DataError, GateFailed
 from stereolens.io import read_csv_checked, write_csv, write_json, write_text
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
+from stereolens.tracking import declare_run
 
 STUDY = "pcs"
 INTERIM = Path("data/interim/pcs")
@@ -40,6 +41,18 @@ REPORTS = Path("reports/pcs")
 PARAM_KEYS = ("model", "language", "tracking", "seed", "study.pcs")
 # the judge scores are annotations by a panel of models, whichever models they are
 JUDGE_SOURCE = "llm_panel"
+COLLECT_RUN = declare_run(STUDY, "collect", params=("study",),
+                          metrics=("n_responses", "validity_rate", "seconds", "cached_share"))
+JUDGE_RUN = declare_run(STUDY, "judge", params=("study",), metrics=("n_judgements", "failure_rate", "seconds"))
+VALIDATE_RUN = declare_run(STUDY, "validate", params=("study",), metrics=("gate_{gate}", "gates_passed"))
+# the agreement measures and the kept / decided counts of an annotation round (RoundReview.metrics)
+AGREEMENT_MEASURES = ("krippendorff_alpha", "fleiss_kappa", "raw_agreement")
+HUMAN_VALIDATION_RUN = declare_run(
+    STUDY, "human_validation", params=("annotation", "human_validation"),
+    metrics=("{measure}", "{measure}_ci_low", "{measure}_ci_high", "annotators", "annotators_passed",
+             "failing_annotator_share", "items", "items_kept", "items_decided", "n_decided", "n_undecided"))
+ANALYZE_RUN = declare_run(STUDY, "analyze", params=("study",),
+                          metrics=("pcs", "cap_util", "n_excluded", "pcs_{dimension}", "validity_rate"))
 
 log = logging.getLogger(__name__)
 
@@ -172,12 +185,11 @@ def configuration_label(p: dict[str, Any], scores: pd.DataFrame | None = None) -
     }
 
 
-def _tracking(p: dict[str, Any], stage_name: str, *, annotation_source: str | None, **kw: Any):
+def _tracking(p: dict[str, Any], schema: Any, *, annotation_source: str | None, **kw: Any):
     """An MLflow run tagged with the source of the annotations it rests on (None: the collect stage has none)."""
     from stereolens.tracking import stage_run
 
-    return stage_run(p["tracking"], study=STUDY, stage=stage_name, params=p["cfg"],
-                     annotation_source=annotation_source, **kw)
+    return stage_run(p["tracking"], schema, params={"study": p["cfg"]}, annotation_source=annotation_source, **kw)
 
 
 # ---------------------------------------------------------------- collect
@@ -216,7 +228,7 @@ def collect(args: argparse.Namespace) -> None:
     for model_cfg in responders(p):
         label = _label(model_cfg)
         started = time.time()
-        with _tracking(p, "collect", model=label, annotation_source=None) as run:
+        with _tracking(p, COLLECT_RUN, model=label, annotation_source=None) as run:
             model = _load(model_cfg, executor_config(args.params))
             responses = check_validity(collect_responses(model, label, prompts, settings), vsettings)
             frames.append(responses)
@@ -295,7 +307,7 @@ def judge(args: argparse.Namespace) -> None:
     score_frames, calib_frames = [], []
     for spec, model_cfg in judge_panel(p):
         started = time.time()
-        with _tracking(p, "judge", model=spec.id, annotation_source=JUDGE_SOURCE) as run:
+        with _tracking(p, JUDGE_RUN, model=spec.id, annotation_source=JUDGE_SOURCE) as run:
             model = _load(model_cfg, executor_config(args.params))
             scored = judge_items(model, spec, items)
             cal = judge_calibration(model, spec, calib, dict(bank.rubrics))
@@ -377,9 +389,9 @@ def validate(args: argparse.Namespace) -> None:
             continue  # not computable here (e.g. alpha with one judge): recorded as not applicable
         row[name] = g["observed"]
         expectations.append(Expectation("expect_column_min_to_be_between", column=name, min_value=g["threshold"]))
-    with _tracking(p, "validate", annotation_source=JUDGE_SOURCE) as run:
-        run.log_metrics({f"gate_{k}": g["observed"] for k, g in result["gates"].items() if g["observed"] is not None
-                         and not (isinstance(g["observed"], float) and math.isnan(g["observed"]))})
+    with _tracking(p, VALIDATE_RUN, annotation_source=JUDGE_SOURCE, axes={"gate": list(result["gates"])}) as run:
+        # a gate not computable here (alpha with one judge) is NaN, so every run has every gate's key
+        run.log_metrics({f"gate_{k}": g["observed"] for k, g in result["gates"].items()})
         run.log_metrics({"gates_passed": float(result["all_passed"])})
         run.set_tags({"gates_enforced": result["enforced"], "gates_passed": result["all_passed"]})
         if expectations:
@@ -514,7 +526,8 @@ def human_validation(args: argparse.Namespace) -> None:
     scores = read_csv_checked(INTERIM / "scores.csv", ["response_id", "feature", "score"], what="pcs scores")
     from stereolens.tracking import stage_run
 
-    with stage_run(p["tracking"], study=STUDY, stage="human_validation", annotation_source=source,
+    with stage_run(p["tracking"], HUMAN_VALIDATION_RUN, annotation_source=source,
+                   axes={"measure": AGREEMENT_MEASURES},
                    params={"annotation": p["annotation"], "human_validation": hv},
                    tags={"preferences_simulated": source == "simulated"}) as run:
         items, judgements, review, prefs = human_validation_round(responses, scores, p["annotation"], hv,
@@ -525,7 +538,10 @@ def human_validation(args: argparse.Namespace) -> None:
                    "n_decided": int(len(decided)), "n_undecided": int((~prefs["decided"]).sum()),
                    "metrics": review.metrics(), "binomial_tests": tests}
         write_json(HUMAN_REPORTS / "summary.json", _json_safe(summary))
-        run.log_metrics({k: v for k, v in review.metrics().items() if v is not None and not (isinstance(v, float) and math.isnan(v))})
+        # a measure the scale does not define (kappa on an open scale) and an absent count are NaN
+        run.log_metrics({m: None for m in AGREEMENT_MEASURES} | {f"{m}_ci_{end}": None for m in AGREEMENT_MEASURES
+                                                                 for end in ("low", "high")}
+                        | {"items_kept": None, "items_decided": None} | review.metrics())
         run.log_metrics({"n_decided": summary["n_decided"], "n_undecided": summary["n_undecided"]})
     alpha = review.agreement.get("krippendorff_alpha")
     print(f"pcs-human-validation: {source}: {len(items)} pairs, {len(judgements)} judgements, "
@@ -586,16 +602,17 @@ def analyze(args: argparse.Namespace) -> None:
     # the analysis rests on the judges' scores and, where present, the human-validation preferences:
     # the run is tagged with the latter's source, so a simulated round is never mistaken for a human one
     source = human_source if human_source in ("human", "llm_panel", "simulated") else JUDGE_SOURCE
-    with _tracking(p, "analyze", annotation_source=source, tags=tags) as run:
+    dimensions = sorted(set(scores["dimension"].astype(str))) if "dimension" in scores else ["all"]
+    with _tracking(p, ANALYZE_RUN, annotation_source=source, tags=tags, axes={"dimension": dimensions}) as run:
         analysis, files = write_analysis(
             scores, REPORTS, min_gap=float(acfg.get("min_gap", DEFAULT_MIN_GAP)), hindi=acfg.get("hindi", "hi"),
             urdu=acfg.get("urdu", "ur"), human=human, configuration=configuration, gates=gates, validity=validity,
             waterfall_cell=acfg.get("waterfall"),
         )
-        metrics = {k: analysis.summary[k] for k in ("pcs", "cap_util", "n_excluded") if analysis.summary[k] is not None}
-        metrics.update({f"pcs_{k}": v for k, v in analysis.summary["by_dimension"].items() if v is not None})
-        if validity is not None:
-            metrics["validity_rate"] = float(validity.loc[validity["model"] == "all", "validity_rate"].iloc[0])
+        metrics = {k: analysis.summary[k] for k in ("pcs", "cap_util", "n_excluded")}
+        metrics.update({f"pcs_{k}": analysis.summary["by_dimension"].get(k) for k in dimensions})
+        metrics["validity_rate"] = (float(validity.loc[validity["model"] == "all", "validity_rate"].iloc[0])
+                                    if validity is not None else None)
         run.log_metrics(metrics)
         run.log_dataset(INTERIM / "scores.csv", name="pcs_scores", context="evaluation")
         for f in files:

@@ -26,8 +26,20 @@ from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
 from stereolens.stages.common import load_params, model_cache_dir
 from stereolens.stages.registry import stage
+from stereolens.tracking import declare_run
 
 STUDY = "stereo"
+RETRIEVE_METRICS = ("n_requests", "n_refusals", "n_empty", "n_stereotypes", "n_without_target", "mean_rounds_per_pov",
+                    "saturated_cells", "round_cap_cells", "cached_responses", "extraction_parse_failures")
+VALIDATE_METRICS = ("n_items", "n_judgements", "n_validated", "validation_rate")
+RUNS = {
+    "retrieve": declare_run(STUDY, "retrieve", params=("study",), metrics=RETRIEVE_METRICS),
+    "validate": declare_run(STUDY, "validate", params=("study",), metrics=VALIDATE_METRICS),
+    # n_machine, n_human, n_authored: every instance source, 0 when none came from it
+    "instantiate": declare_run(STUDY, "instantiate", params=("study",), metrics=("n_instances", "n_{source}")),
+    "overlap": declare_run(STUDY, "overlap", params=("study",)),
+    "evaluate": declare_run(STUDY, "evaluate", params=("study",), metrics=("ss", "lms", "icat")),
+}
 INTERIM = Path("data/interim/stereo")
 PROCESSED = Path("data/processed/stereo")
 REPORTS = Path("reports/stereo")
@@ -73,11 +85,11 @@ def _prompts(cfg: dict[str, Any]):
 
 
 def _run(p: dict[str, Any], stage_name: str, *, model: str | None = None, annotation_source: str | None = None,
-         tags: dict[str, Any] | None = None):
+         tags: dict[str, Any] | None = None, axes: dict[str, Any] | None = None):
     from stereolens.tracking import stage_run
 
-    return stage_run(p["tracking"], study=STUDY, stage=stage_name, model=model, language=p["study.stereo"]["language"],
-                     params=p["study.stereo"], annotation_source=annotation_source, tags=tags)
+    return stage_run(p["tracking"], RUNS[stage_name], model=model, language=p["study.stereo"]["language"],
+                     params={"study": p["study.stereo"]}, annotation_source=annotation_source, tags=tags, axes=axes)
 
 
 # ---------------------------------------------------------------- retrieve
@@ -141,8 +153,8 @@ def retrieve(args: argparse.Namespace) -> None:
     write_json(REPORTS / "retrieval" / "summary.json", summary)
     tag = "model (ours), rule fallback" if settings.extraction == "model" else "rule-based (ours)"
     with _run(p, "retrieve", model=_label(gen_cfg), tags={"generator_source": "machine", "extraction": tag}) as run:
-        run.log_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))})
-        run.log_metrics({"extraction_parse_failures": summary["extraction"]["parse_failures"]})
+        run.log_metrics({**{k: summary[k] for k in RETRIEVE_METRICS if k != "extraction_parse_failures"},
+                         "extraction_parse_failures": summary["extraction"]["parse_failures"]})
         for f in ("responses.csv", "stereotypes.csv", "saturation_curve.csv", "extractions.csv"):
             run.log_artifact(out / f)
         run.log_artifact(REPORTS / "retrieval" / "refusals.csv")
@@ -232,7 +244,7 @@ def validate(args: argparse.Namespace) -> None:
         summary["panel_models"] = sorted(annotators["annotator_id"].unique().tolist()) if len(annotators) else []
     write_json(rep / "summary.json", summary)
     with _run(p, "validate", annotation_source=source) as run:
-        run.log_metrics({k: float(v_) for k, v_ in summary.items() if isinstance(v_, (int, float))})
+        run.log_metrics({k: summary[k] for k in VALIDATE_METRICS})
         run.log_artifact(rep / "table7_validation_rates.csv")
     print(f"stereo-validate: {summary['n_validated']} of {summary['n_items']} stereotypes validated ({source} validators)")
 
@@ -298,7 +310,7 @@ def instantiate(args: argparse.Namespace) -> None:
         summary["instantiation_annotators"] = {str(k): int(n) for k, n in
                                                annotators.drop_duplicates("annotator_id").groupby("country").size().items()}
     write_json(REPORTS / "instantiation" / "summary.json", summary)
-    with _run(p, "instantiate", model=label, tags={"instance_sources": ",".join(k for k, n in summary["by_source"].items() if n)}) as run:
+    with _run(p, "instantiate", model=label, axes={"source": ins.SOURCES}, tags={"instance_sources": ",".join(k for k, n in summary["by_source"].items() if n)}) as run:
         run.log_metrics({"n_instances": len(instances), **{f"n_{k}": n for k, n in summary["by_source"].items()}})
         run.log_artifact(PROCESSED / "instances.csv")
     print(f"stereo-instantiate: {len(instances)} instances ({', '.join(f'{n} {k}' for k, n in summary['by_source'].items())})")
