@@ -5,7 +5,10 @@ set of heads active, heads gated off at the attention output) from the same
 permutations: Captum draws them with ``torch.randperm`` after a seed, and we
 replay that seed.  Captum evaluates one coalition per call with a full forward
 pass; the study's estimator batches coalitions, evaluates each distinct
-coalition once and replays the frozen layers below the first player layer.
+coalition once, replays the frozen layers below the first player layer and, as
+in the study's default, stops a permutation exactly once its remaining heads
+provably cannot change accuracy (``bounds.ExactStop``).  It is also run without
+that stop, to show the values are identical and how often the stop fires.
 Writes values, standard errors, timings and the speed ratio to
 ``benchmarks/results/heads.json``.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -61,6 +65,7 @@ def main() -> None:
     p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "heads.json")
     p.add_argument("--write-instances", type=Path, help="only write the template instances to this path")
     args = p.parse_args()
+    load_at_start = list(os.getloadavg())  # the CPU is shared: timings depend on what else runs
     if args.write_instances:
         args.write_instances.parent.mkdir(parents=True, exist_ok=True)
         template_instances().to_csv(args.write_instances, index=False)
@@ -70,6 +75,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     from stereolens.studies.heads.attribution import heads_of_layers, resolve_layers
+    from stereolens.studies.heads.bounds import ExactStop
     from stereolens.studies.heads.probe import (
         GatedEncoder, ProbeSettings, ProbeValue, probe_examples, split_instances, train_probe,
     )
@@ -112,16 +118,26 @@ def main() -> None:
     captum_seconds = time.perf_counter() - start
     plain.gate.remove()
 
-    # this study: same permutations, same probe, batched, deduplicated, frozen prefix replayed
+    # this study: same permutations, same probe, batched, deduplicated, frozen prefix replayed,
+    # with the exact stop (the study's default) and without it
     torch.manual_seed(args.seed)
     perms = np.array([torch.randperm(n).tolist() for _ in range(args.permutations)])
-    start = time.perf_counter()
-    fast = GatedEncoder(model.base_model, tok, pooling=pooling, gated_layers=layers, reuse_prefix=True)
-    fast.encode(examples["text"].tolist())
-    ours_value = ProbeValue(fast, probe, test_rows, labels, players, max_rows=256)
-    ours = permutation_shapley(ours_value, perms)
-    ours_seconds = time.perf_counter() - start
-    fast.gate.remove()
+
+    def run_ours(exact: bool):
+        start = time.perf_counter()
+        fast = GatedEncoder(model.base_model, tok, pooling=pooling, gated_layers=layers, reuse_prefix=True)
+        try:
+            fast.encode(examples["text"].tolist())
+            value = ProbeValue(fast, probe, test_rows, labels, players, max_rows=256)
+            stop = ExactStop(fast, probe, players) if exact else None
+            value.exact_stop = stop if stop is not None and stop.active else None
+            estimate = permutation_shapley(value, perms, exact_stop=value.exact_stop)
+        finally:
+            fast.gate.remove()
+        return estimate, value, stop, time.perf_counter() - start
+
+    ours, ours_value, stop, ours_seconds = run_ours(exact=True)
+    plain_walk, plain_value, _, plain_walk_seconds = run_ours(exact=False)
 
     diff = np.abs(ours.values - captum_values)
     se = ours.standard_errors
@@ -135,17 +151,30 @@ def main() -> None:
                    "forward_passes": captum_value.forward_passes, "values": captum_values.tolist()},
         "ours": {"seconds": ours_seconds, "forward_passes": ours_value.forward_passes,
                  "distinct_coalitions": ours.n_evaluations, "values": ours.values.tolist(),
-                 "standard_errors": se.tolist()},
+                 "standard_errors": se.tolist(),
+                 "exact_stop": {"note": stop.reason or "tried once the remaining heads are all in the top layer",
+                                "possible_permutations": int(sum(stop.possible_from(p) < n for p in perms)),
+                                "checks": stop.n_checks, "settled": stop.n_settled,
+                                "stops": int((ours.exact_stop_at < n).sum()),
+                                "stop_positions": ours.exact_stop_at.tolist(),
+                                "coalitions_saved": ours.n_evaluations_saved,
+                                "max_replica_disagreement": stop.max_disagreement}},
+        "ours_without_exact_stop": {"seconds": plain_walk_seconds, "forward_passes": plain_value.forward_passes,
+                                    "distinct_coalitions": plain_walk.n_evaluations,
+                                    "values_identical": bool(np.array_equal(plain_walk.values, ours.values))},
         "max_abs_difference": float(diff.max()),
         "within_sampling_error": bool(np.all(diff <= 2 * np.maximum(se, 1e-12))),
         "speed_ratio": captum_seconds / ours_seconds,
-        "machine": {"cpu_threads": torch.get_num_threads(), "platform": platform.platform()},
+        "machine": {"cpu_threads": torch.get_num_threads(), "platform": platform.platform(),
+                    "load_average_at_start": load_at_start, "load_average_at_end": list(os.getloadavg())},
         "date": time.strftime("%Y-%m-%d"),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"captum {captum_seconds:.1f}s, ours {ours_seconds:.1f}s: {result['speed_ratio']:.1f}x; "
-          f"max |difference| {result['max_abs_difference']:.2g} (within 2 SE: {result['within_sampling_error']})")
+          f"max |difference| {result['max_abs_difference']:.2g} (within 2 SE: {result['within_sampling_error']}); "
+          f"exact stops {result['ours']['exact_stop']['stops']}/{args.permutations}, "
+          f"without them {plain_walk_seconds:.1f}s, values identical: {result['ours_without_exact_stop']['values_identical']}")
 
 
 if __name__ == "__main__":

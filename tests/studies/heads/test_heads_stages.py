@@ -61,3 +61,11 @@ def test_probe_and_report_stages_write_every_output(tmp_path, monkeypatch, tiny_
             assert (tmp_path / f"reports/heads/{stem}.{ext}").stat().st_size > 0
     report = (tmp_path / "reports/heads/report.md").read_text()
     assert "pooling auto (used: last)" in report
+    # every choice of ours is named on the page
+    for choice in ("value function", "encoder", "split", "probe set", "epochs", "optimiser", "players",
+                   "permutations", "early stop", "pruning step", "StereoSet items", "head removal"):
+        assert f"- **{choice}**:" in report, choice
+    assert "exact: a permutation stops once interval bounds" in report and "frozen; only the probe is trained" in report
+    probe = json.loads((tmp_path / "data/processed/heads/probe.json").read_text())
+    for country in probe["countries"]:
+        assert len(country["exact_stop_positions"]) == 4 and country["exact_stop_note"].startswith("tried")

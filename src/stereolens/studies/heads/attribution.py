@@ -11,6 +11,7 @@ import pandas as pd
 import torch
 
 from stereolens.stats.stereoset import stereoset_scores
+from stereolens.studies.heads.bounds import ExactStop
 from stereolens.studies.heads.candidates import candidate_scores
 from stereolens.studies.heads.probe import (
     GatedEncoder, LinearProbe, ProbeSettings, ProbeValue, probe_examples, split_instances, train_probe,
@@ -23,7 +24,9 @@ from stereolens.studies.heads.shapley import ShapleyEstimate, permutation_shaple
 class ShapleySettings:
     permutations: int = 256
     antithetic: bool = False
-    truncation_tolerance: float | None = None
+    truncation_tolerance: float | None = None  # truncated Monte Carlo: approximate, off by default
+    exact_stop: bool = True          # stop a permutation once the remaining heads provably cannot change accuracy
+    exact_stop_enumerate: int = 4    # remaining heads whose on/off settings the bound enumerates; the rest are intervals
     step: int | None = None          # permutation positions per batched call (None: whole permutation)
     max_rows: int = 256              # examples x coalitions per forward pass
     value: str = "accuracy"
@@ -59,8 +62,16 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
     value_fn = ProbeValue(encoder, probe, test_rows, labels, players, metric=shapley.value, max_rows=shapley.max_rows)
     train_value = ProbeValue(encoder, probe, train_rows, labels, players, metric="accuracy", max_rows=shapley.max_rows)
     perms = sample_permutations(len(players), shapley.permutations, seed=shapley.seed, antithetic=shapley.antithetic)
-    estimate = permutation_shapley(value_fn, perms, step=shapley.step, truncation_tolerance=shapley.truncation_tolerance,
-                                   antithetic=shapley.antithetic)
+    stop, stop_note = exact_stop_for(encoder, probe, players, shapley)
+    value_fn.exact_stop = stop
+    try:
+        estimate = permutation_shapley(value_fn, perms, step=shapley.step,
+                                       truncation_tolerance=shapley.truncation_tolerance,
+                                       antithetic=shapley.antithetic, exact_stop=stop)
+    finally:
+        value_fn.exact_stop = None  # the sweeps evaluate coalitions of their own
+    if stop is not None and stop.reason:
+        stop_note = stop.reason
     full = np.ones((1, len(players)), dtype=bool)
     summary = {
         "country": country, "n_instances": int(instances["id"].nunique()), "n_train_instances": len(train_ids),
@@ -69,11 +80,42 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
         "final_train_loss": losses[-1] if losses else None, "n_permutations": int(len(perms)),
         "n_truncated_permutations": int((estimate.truncated_at < len(players)).sum()),
         "mean_truncation_position": float(estimate.truncated_at.mean()),
+        "early_stop": early_stop_kind(shapley), "exact_stop_note": stop_note,
+        "n_exact_stops": int((estimate.exact_stop_at < len(players)).sum()),
+        "exact_stop_positions": estimate.exact_stop_at.tolist(),
+        "exact_stop_evaluations_saved": estimate.evaluations_saved.tolist(),
+        "n_coalitions_saved_by_exact_stop": estimate.n_evaluations_saved,
+        "exact_stop_checks": stop.n_checks if stop is not None else 0,
+        "exact_stop_checks_settled": stop.n_settled if stop is not None else 0,
         "n_coalitions_evaluated": estimate.n_evaluations, "n_value_calls": estimate.n_value_calls,
         "n_forward_passes": value_fn.forward_passes,
     }
     result = CountryResult(country, list(players), estimate, summary, time.perf_counter() - start, probe, test_rows)
     return result, value_fn
+
+
+def early_stop_kind(shapley: ShapleySettings) -> str:
+    """How permutations may stop early, in words for the report."""
+    kinds = []
+    if shapley.exact_stop and shapley.value == "accuracy":
+        kinds.append("exact (interval bound on the probe's logits over the remaining top-layer heads)")
+    if shapley.truncation_tolerance is not None:
+        kinds.append(f"truncated Monte Carlo, tolerance {shapley.truncation_tolerance} (approximate)")
+    return "; ".join(kinds) or "none"
+
+
+def exact_stop_for(encoder: GatedEncoder, probe: LinearProbe, players: Sequence[tuple[int, int]],
+                   shapley: ShapleySettings) -> tuple[ExactStop | None, str]:
+    """The exact stop rule for this run, or None, and a note saying why it is off or where it applies."""
+    if not shapley.exact_stop:
+        return None, "off (config)"
+    if shapley.value != "accuracy":
+        return None, f"off: the bound proves that predictions cannot flip, which fixes accuracy, not the {shapley.value}"
+    stop = ExactStop(encoder, probe, players, enumerate_heads=shapley.exact_stop_enumerate)
+    if stop.reason:
+        return None, f"off: {stop.reason}"
+    return stop, (f"tried once a permutation's remaining heads are all in the top layer ({stop.top}); "
+                  f"{shapley.exact_stop_enumerate} largest enumerated, the rest bounded by intervals")
 
 
 def shapley_table(result: CountryResult) -> pd.DataFrame:

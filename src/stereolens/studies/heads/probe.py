@@ -12,6 +12,7 @@ real tokens), trained on the frozen model by default.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +86,11 @@ class GatedEncoder:
                                                        attention_mask=self.encoded.attention_mask),
                                     len(self.encoded))
         return self.encoded
+
+    def pooled_positions(self, rows: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """The token position each row's pooled vector is read at (first or last pooling)."""
+        mask = self.encoded.attention_mask[torch.as_tensor(rows, dtype=torch.long)]
+        return torch.zeros(mask.shape[0], dtype=torch.long) if self.pooling == "first" else mask.sum(dim=1) - 1
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.pooling == "first":
@@ -175,6 +181,8 @@ class ProbeValue:
 
     Called with a (coalitions x players) boolean array, it builds one gate per
     (coalition, example) row and runs up to ``max_rows`` rows per forward pass.
+    With ``exact_stop`` (a ``bounds.ExactStop``) set, each pass also lets it record
+    the top layer's inputs and decide which coalitions are settled.
     """
 
     def __init__(self, encoder: GatedEncoder, probe: LinearProbe, eval_rows: Sequence[int], labels: torch.Tensor,
@@ -186,6 +194,7 @@ class ProbeValue:
         self.labels = labels[self.eval_rows]
         self.players = list(players)
         self.forward_passes = 0
+        self.exact_stop = None
 
     def gates_for(self, coalitions: np.ndarray) -> torch.Tensor:
         base = self.encoder.gate.ones()
@@ -205,7 +214,12 @@ class ProbeValue:
                 g = gates[start:start + per_pass]
                 k = g.shape[0]
                 rows = self.eval_rows.repeat(k)
-                logits = self.probe(self.encoder.features(rows, g.repeat_interleave(n_eval, dim=0)))
+                chunk = coalitions[start:start + k]
+                recording = self.exact_stop.recording(chunk) if self.exact_stop is not None else nullcontext({})
+                with recording as captured:
+                    logits = self.probe(self.encoder.features(rows, g.repeat_interleave(n_eval, dim=0)))
+                if captured:
+                    self.exact_stop.observe(chunk, captured, self.encoder.pooled_positions(rows), logits)
                 self.forward_passes += 1
                 labels = self.labels.repeat(k)
                 if self.metric == "accuracy":

@@ -142,7 +142,8 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
         row = {"country": c, "test_instances": s["n_test_instances"], "probe_train_acc": s["train_accuracy"],
                f"probe_test_{value}": s["test_value_all_heads"],
                "top_heads": ", ".join(f"L{int(r.layer)}H{int(r.head)} ({r.shapley:+.3f}±{r.se:.3f})" for r in part.head(3).itertuples()),
-               "truncated_perms": s["n_truncated_permutations"]}
+               "truncated_perms": s["n_truncated_permutations"], "exact_stops": s.get("n_exact_stops", 0),
+               "coalitions_saved": s.get("n_coalitions_saved_by_exact_stop", 0)}
         if "ss" in top:
             row.update({"ss_before": first["ss"], "ss_all_pruned": last["ss"], "lms_before": first["lms"],
                         "lms_all_pruned": last["lms"], "icat_before": first["icat"], "icat_all_pruned": last["icat"]})
@@ -167,6 +168,18 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
     write_json(out / "summary.json", summary)
 
     probe_cfg, shap_cfg = cfg["probe"], cfg["shapley"]
+    held_out = ", ".join(f"{s['country']} {s['n_test_instances']} instances ({2 * s['n_test_instances']} examples)"
+                         for s in probe["countries"])
+    exact_notes = sorted({s.get("exact_stop_note", "") for s in probe["countries"]} - {""})
+    early_stop = []
+    if shap_cfg.get("exact_stop"):
+        early_stop.append("exact: a permutation stops once interval bounds on the probe's logits prove that no on/off "
+                          "setting of its remaining heads flips any held-out prediction (remaining marginals exactly 0; "
+                          f"{shap_cfg.get('exact_stop_enumerate')} largest remaining heads enumerated, the rest as intervals; "
+                          f"{'; '.join(exact_notes)})")
+    if shap_cfg.get("truncated_mc_tolerance") is not None:
+        early_stop.append(f"truncated Monte Carlo (approximate): a permutation stops when its coalition is within "
+                          f"{shap_cfg['truncated_mc_tolerance']} of the all-heads value; the rest get 0")
     choices = [
         ("value function", f"probe {value} on the held-out split"),
         ("encoder", "fine-tuned with the probe" if probe_cfg["finetune"] else "frozen; only the probe is trained"),
@@ -175,10 +188,12 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
         ("optimiser", f"AdamW, lr {probe_cfg['learning_rate']}, {probe_cfg['epochs']} epochs, batch {probe_cfg['batch_size']}, "
                       f"weight decay {probe_cfg['weight_decay']}"),
         ("split", f"{probe_cfg['test_fraction']:.0%} of instances held out, seed {probe_cfg['split_seed']}; both sentences of an instance in one split"),
+        ("probe set", f"held out per country: {held_out}; at most {cfg.get('max_instances_per_country') or 'all'} "
+                      f"instances per country; countries {cfg.get('countries') or 'all'}"),
+        ("epochs", f"{probe_cfg['epochs']}"),
         ("players", f"heads of layers {shap_cfg['layers'] if shap_cfg['layers'] is not None else 'all'}; every other head always on"),
         ("permutations", f"{shap_cfg['permutations']} (antithetic: {shap_cfg['antithetic']}), seed {shap_cfg['seed']}"),
-        ("truncation", "off" if shap_cfg["truncation_tolerance"] is None else
-                       f"a permutation stops when its coalition is within {shap_cfg['truncation_tolerance']} of the all-heads value; the rest get 0"),
+        ("early stop", " + ".join(early_stop) or "none: every permutation walked to the end"),
         ("pruning step", f"{cfg['pruning']['step']} head(s) per step"),
         ("StereoSet items", f"first {cfg['pruning']['stereoset_items_per_country']} per country" if cfg['pruning']['stereoset_items_per_country'] else "all"),
         ("head removal", "the head's slice of the attention output is multiplied by 0 before the output projection"),

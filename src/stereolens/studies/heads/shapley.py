@@ -6,6 +6,12 @@ pass.  The sampler walks all its permutations side by side, ``step`` positions
 at a time, and asks for every new coalition of that round in one call; a
 coalition already seen (the empty set, shared prefixes) is looked up, not
 re-evaluated, which changes nothing in the estimate.
+
+Two ways to stop a permutation before its end: an exact stop (an object that
+proves no remaining player can change the value, so every remaining marginal
+is exactly 0: the estimate is unchanged, see ``bounds.ExactStop``) and truncated
+Monte Carlo (stop once the value is near the full coalition's: an
+approximation).  Both are recorded per permutation.
 """
 
 from __future__ import annotations
@@ -14,10 +20,21 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 ValueFunction = Callable[[np.ndarray], np.ndarray]
+
+
+class ExactStopRule(Protocol):
+    """What the sampler asks of an exact stop.  ``possible_from(perm)``: the first position at which
+    a stop can be proven (len(perm) for never); ``settled(coalition)``: True only if no set of the
+    players outside the (already evaluated) coalition changes the value when added to it."""
+
+    def possible_from(self, permutation: np.ndarray) -> int: ...
+
+    def settled(self, coalition: np.ndarray) -> bool: ...
 
 
 def exact_shapley(value_fn: ValueFunction, n: int) -> np.ndarray:
@@ -58,18 +75,22 @@ class ShapleyEstimate:
     standard_errors: np.ndarray        # (players,) over independent sampling units
     marginals: np.ndarray              # (permutations, players)
     permutations: np.ndarray           # (permutations, players)
-    truncated_at: np.ndarray           # (permutations,) position where the walk stopped; n = not truncated
+    truncated_at: np.ndarray           # (permutations,) position where truncated MC stopped the walk; n = not
     n_evaluations: int                 # distinct coalitions evaluated
     n_value_calls: int                 # batched calls of the value function
     antithetic: bool = False
     empty_value: float = float("nan")
     full_value: float = float("nan")
     notes: list[str] = field(default_factory=list)
+    exact_stop_at: np.ndarray | None = None      # (permutations,) position where the exact stop fired; n = not
+    evaluations_saved: np.ndarray | None = None  # (permutations,) coalitions of the skipped rest never evaluated
+    n_evaluations_saved: int = 0                 # distinct coalitions never evaluated because of exact stops
 
 
 def permutation_shapley(
     value_fn: ValueFunction, permutations: np.ndarray, *, step: int | None = None,
     truncation_tolerance: float | None = None, antithetic: bool = False,
+    exact_stop: ExactStopRule | None = None,
 ) -> ShapleyEstimate:
     """Monte Carlo Shapley values from the given permutations.
 
@@ -84,6 +105,11 @@ def permutation_shapley(
     off (None) unless asked for and every truncation is recorded.
     ``antithetic`` says permutations come in (perm, reversed perm) pairs: the
     standard error then treats each pair's average as one sample.
+    ``exact_stop`` stops a permutation at a position where ``exact_stop.settled``
+    proves that every remaining marginal is exactly 0; the marginals, hence the
+    values, are the same as without it.  A permutation is walked in one batched
+    round up to ``exact_stop.possible_from`` and one position per round after
+    that, so the proof for a coalition comes before its successors are evaluated.
     """
     permutations = np.asarray(permutations, dtype=int)
     n_perm, n = permutations.shape
@@ -112,10 +138,20 @@ def permutation_shapley(
 
     marginals = np.zeros((n_perm, n))
     truncated_at = np.full(n_perm, n)
+    exact_stop_at = np.full(n_perm, n)
+    stop_from = np.array([exact_stop.possible_from(perm) if exact_stop is not None else n for perm in permutations],
+                         dtype=int).reshape(n_perm)
     current = np.zeros((n_perm, n), dtype=bool)
     current_value = np.full(n_perm, v_empty)
     position = np.zeros(n_perm, dtype=int)
     active = np.ones(n_perm, dtype=bool)
+
+    def round_end(p: int) -> int:
+        """Where permutation p's walk gets to in this round."""
+        if position[p] >= stop_from[p]:
+            return position[p] + 1  # past the first provable position: one step, then a check
+        return min(position[p] + step, stop_from[p])
+
     while active.any():
         if truncation_tolerance is not None:
             stop = active & (np.abs(v_full - current_value) <= truncation_tolerance) & (position < n)
@@ -123,17 +159,24 @@ def permutation_shapley(
             active &= ~stop
             if not active.any():
                 break
+        if exact_stop is not None:
+            for p in np.flatnonzero(active & (position >= stop_from) & (position <= n - 2)):
+                if exact_stop.settled(current[p]):
+                    exact_stop_at[p] = position[p]
+                    active[p] = False
+            if not active.any():
+                break
         # the coalitions each active permutation reaches in this round
         round_masks, plan = [], []
         for p in np.flatnonzero(active):
             mask = current[p].copy()
-            for pos in range(position[p], min(position[p] + step, n)):
+            for pos in range(position[p], round_end(p)):
                 mask[permutations[p, pos]] = True
                 round_masks.append(mask.copy())
             plan.append(p)
         evaluate(round_masks)
         for p in plan:
-            end = min(position[p] + step, n)
+            end = round_end(p)
             for pos in range(position[p], end):
                 player = permutations[p, pos]
                 if truncation_tolerance is not None and np.abs(v_full - current_value[p]) <= truncation_tolerance:
@@ -149,6 +192,18 @@ def permutation_shapley(
             if position[p] >= n or truncated_at[p] < n:
                 active[p] = False
 
+    # what the exact stops saved: coalitions on a stopped permutation's rest that were never evaluated
+    evaluations_saved = np.zeros(n_perm, dtype=int)
+    never_evaluated: set[bytes] = set()
+    for p in np.flatnonzero(exact_stop_at < n):
+        mask = current[p].copy()
+        for pos in range(exact_stop_at[p], n):
+            mask[permutations[p, pos]] = True
+            key = mask.tobytes()
+            if key not in known:
+                evaluations_saved[p] += 1
+                never_evaluated.add(key)
+
     units = marginals
     if antithetic and n_perm >= 2:
         paired = n_perm // 2 * 2
@@ -159,4 +214,6 @@ def permutation_shapley(
     se = units.std(axis=0, ddof=1) / np.sqrt(len(units)) if len(units) > 1 else np.full(n, np.nan)
     return ShapleyEstimate(values=values, standard_errors=se, marginals=marginals, permutations=permutations,
                            truncated_at=truncated_at, n_evaluations=len(known), n_value_calls=calls,
-                           antithetic=antithetic, empty_value=v_empty, full_value=v_full)
+                           antithetic=antithetic, empty_value=v_empty, full_value=v_full,
+                           exact_stop_at=exact_stop_at, evaluations_saved=evaluations_saved,
+                           n_evaluations_saved=len(never_evaluated))

@@ -73,7 +73,9 @@ def heads_probe(args: argparse.Namespace) -> None:
                                    batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
                                    finetune=bool(probe_cfg["finetune"]), seed=int(p["seed"]))
     shapley = ShapleySettings(permutations=int(shap_cfg["permutations"]), antithetic=bool(shap_cfg["antithetic"]),
-                              truncation_tolerance=shap_cfg.get("truncation_tolerance"), step=shap_cfg.get("step"),
+                              truncation_tolerance=shap_cfg.get("truncated_mc_tolerance"),
+                              exact_stop=bool(shap_cfg["exact_stop"]),
+                              exact_stop_enumerate=int(shap_cfg["exact_stop_enumerate"]), step=shap_cfg.get("step"),
                               max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"], seed=int(shap_cfg["seed"]))
     sources = sorted(set(instances["source"].astype(str)))
     countries = sorted(set(instances["country"].astype(str)))
@@ -94,7 +96,9 @@ def heads_probe(args: argparse.Namespace) -> None:
         for s in summaries:
             run.log_metrics({f"{s['country']}.probe_test_{shapley.value}": s["test_value_all_heads"],
                              f"{s['country']}.probe_train_accuracy": s["train_accuracy"],
-                             f"{s['country']}.truncated_permutations": s["n_truncated_permutations"]})
+                             f"{s['country']}.truncated_permutations": s["n_truncated_permutations"],
+                             f"{s['country']}.exact_stops": s["n_exact_stops"],
+                             f"{s['country']}.coalitions_saved_by_exact_stop": s["n_coalitions_saved_by_exact_stop"]})
         run.log_metrics({"seconds": elapsed})
         run.log_artifact(OUT_DATA / "shapley.csv")
         run.log_artifact(OUT_DATA / "sweeps.csv")
