@@ -111,8 +111,10 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_d
     assert statistics["human_validation_source"] == "simulated" and "A-C" in statistics["human_validation"]
     assert (tmp_path / "reports/pcs/figures/hindi_urdu_dumbbell.svg").exists()
     # rerun: everything comes from the cache
+    capsys.readouterr()
     assert main(["stage", "pcs-collect"]) == 0
-    assert pd.read_csv(tmp_path / "data/interim/pcs/responses.csv")["cached"].all()
+    assert f"{len(responses)} responses ({len(responses)} from the cache)" in capsys.readouterr().out
+    assert "cached" not in pd.read_csv(tmp_path / "data/interim/pcs/responses.csv").columns
 
     # an enforced gate that cannot pass stops the pipeline, naming every failing figure and its threshold
     _params(tmp_path, tiny_causal_lm_dir, enforce=True, construct_validity_min=1.01, allow_not_applicable=False)
