@@ -62,11 +62,33 @@ def test_load_select_and_prompts(tmp_path):
     assert summary.loc[0, "language"] == "hi" and summary.loc[0, "minor_edits"] == 1
 
 
-def test_missing_condition_names_scenario_and_language(tmp_path):
+def test_missing_condition_names_line_and_column(tmp_path):
     rows = [dict(r) for r in ROWS]
     rows[3]["prompt_b"] = ""
-    with pytest.raises(DataError, match=r"scenario PDI-w-2 language hi lacks condition B"):
+    with pytest.raises(DataError, match=r"scenarios.csv line 5, column prompt_b: empty prompt_b \(condition B"):
         sc.load_bank(_bank(tmp_path, rows), languages=["en", "hi"])
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda rows: rows[2].update(language=""), r"line 4, column language: empty language"),
+    (lambda rows: rows[6].update(dimension="XYZ"), r"line 8, column dimension: dimension \(from rubrics.yaml\) is not one of "
+                                                   r"IDV, PDI, got 'XYZ'"),
+    (lambda rows: rows[5].update(scenario_id="PDI-f-1", language="en"),
+     r"line 7: duplicate row for scenario_id 'PDI-f-1', language 'en' \(first at line 6\)"),
+    (lambda rows: rows[0].update(scenario_id=" "), r"line 2, column scenario_id: empty scenario_id"),
+    (lambda rows: [r.pop("translation_status") for r in rows], r"line 1: missing column\(s\) translation_status"),
+])
+def test_scenario_bank_schema_names_file_line_and_column(tmp_path, edit, message):
+    """The scenario bank's schema, at both entry points that read it (the bank and the calibration set)."""
+    from stereolens.studies.pcs.calibration import load_calibration_inputs
+
+    rows = [dict(r) for r in ROWS]
+    edit(rows)
+    path = _bank(tmp_path, rows)
+    for load in (lambda: sc.load_bank(path, languages=["en", "hi"]), lambda: load_calibration_inputs(path)):
+        with pytest.raises(DataError, match=rf"^scenario bank {path / 'scenarios.csv'} {message}") as err:
+            load()
+        assert "\n" not in str(err.value)
 
 
 def test_missing_language_names_scenario(tmp_path):
