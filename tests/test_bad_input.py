@@ -146,7 +146,9 @@ def _cases() -> list[Case]:
         Case("duplicate ids", score_pairs(), "line 3, column id: duplicate value 'a' (first at line 2",
              pairs("id,sent_stereo,sent_anti\na,x y,z y\na,p q,r q\n")),
         Case("empty id", score_pairs(), "line 2, column id: empty id", pairs("id,sent_stereo,sent_anti\n,x y,z y\n")),
-        Case("longer than the window without --truncate", score_pairs(), "--truncate",
+        Case("longer than the window without --truncate", score_pairs(),
+             "in.csv line 2 (id 'a'): sentence in column sent_stereo has 722 tokens, more than the model's maximum "
+             "of 64; use --truncate",
              pairs(f"id,sent_stereo,sent_anti\na,{long},short one\n")),
         # --- score pairs: model, metric, outputs
         Case("unknown model", score_pairs(model="{tmp}/no-such-model"), "not found", pairs(GOOD_PAIRS)),

@@ -125,7 +125,7 @@ def test_blank_judge_or_sample_is_refused_not_dropped(col):
     df = _long()
     df[col] = df[col].astype(object)
     df.loc[5, col] = None
-    with pytest.raises(DataError, match=rf"row 7: blank '{col}'"):
+    with pytest.raises(DataError, match=rf"line 7, column {col}: blank '{col}'"):
         pcs.analyze_scores(df)
 
 

@@ -177,4 +177,4 @@ def test_pcs_analyze_cli_refuses_blank_sample(tmp_path, capsys):
     df.loc[3, "sample"] = None
     df.to_csv(tmp_path / "scores.csv", index=False)
     assert main(["pcs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(tmp_path / "o")]) == 2
-    assert "row 5: blank 'sample'" in capsys.readouterr().err
+    assert "line 5, column sample: blank 'sample'" in capsys.readouterr().err

@@ -146,12 +146,12 @@ REVIEW = {"scenario_id": "PDI-w-1", "language": "hi", "condition": "C", "registe
 @pytest.mark.parametrize(
     "change,message",
     [
-        ({"no_calques": "6"}, r"row 3 \(scenario PDI-w-1, language hi, condition C\): no_calques is '6', expected a score 1-5"),
-        ({"address_forms": ""}, r"row 3 .*address_forms is '', expected a score 1-5"),
-        ({"decision": ""}, r"row 3 .*decision '' is not one of"),
-        ({"reviewer": "authored"}, r"row 3 .*reviewer is 'authored' \(unreviewed\) but register_naturalness, address_forms, "
+        ({"no_calques": "6"}, r"line 3, column no_calques \(scenario PDI-w-1, language hi, condition C\): no_calques is '6', expected a score 1-5"),
+        ({"address_forms": ""}, r"line 3, column address_forms .*address_forms is '', expected a score 1-5"),
+        ({"decision": ""}, r"line 3, column decision .*decision '' is not one of"),
+        ({"reviewer": "authored"}, r"line 3, column register_naturalness .*reviewer is 'authored' \(unreviewed\) but register_naturalness, address_forms, "
                                    r"dilemma_preservation, no_calques, decision are filled in"),
-        ({"reviewer": ""}, r"row 3 .*empty reviewer"),
+        ({"reviewer": ""}, r"line 3, column reviewer .*empty reviewer"),
     ],
 )
 def test_incomplete_review_record_is_refused_naming_the_row(tmp_path, change, message):
@@ -185,4 +185,4 @@ def test_collect_stops_on_a_bad_review_with_one_line(tmp_path, monkeypatch, caps
     monkeypatch.chdir(tmp_path)
     assert main(["stage", "pcs-collect"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "row 2 (scenario PDI-w-1, language hi, condition C): register_naturalness is '9'" in err[0]
+    assert len(err) == 1 and "line 2, column register_naturalness (scenario PDI-w-1, language hi, condition C): register_naturalness is '9'" in err[0]

@@ -82,7 +82,7 @@ def test_human_import_keeps_rows_accepted_by_distributor_and_authors(tmp_path):
     assert out["context"].tolist() == ["Juan tiene 70 años."] and out["source"].tolist() == ["human"]
     rows[1][5] = "maybe"
     pd.DataFrame(rows, columns=cols).to_csv(tmp_path / "h.csv", index=False)
-    with pytest.raises(DataError, match="h.csv row 3, column distributor_review"):
+    with pytest.raises(DataError, match="h.csv line 3, column distributor_review"):
         ins.import_human_triples(tmp_path / "h.csv", validated)
 
 

@@ -171,21 +171,25 @@ def load_reviews(path: str | os.PathLike) -> pd.DataFrame:
         df[col] = df[col].str.strip()
     df["decision"] = df["decision"].str.lower().str.replace("_", " ")
     for pos, row in enumerate(df.itertuples(index=False)):
-        where = (f"translation reviews {path} row {pos + 2} (scenario {row.scenario_id}, language {row.language}, "
-                 f"condition {row.condition})")
+        def place(column: str) -> str:
+            return (f"translation reviews {path} line {pos + 2}, column {column} (scenario {row.scenario_id}, "
+                    f"language {row.language}, condition {row.condition})")
+
         scores = {c: getattr(row, c) for c in REVIEW_CRITERIA}
         if not row.reviewer:
-            raise DataError(f"{where}: empty reviewer (a reviewer id, or {UNREVIEWED!r} for an unreviewed translation)")
+            raise DataError(f"{place('reviewer')}: empty reviewer (a reviewer id, or {UNREVIEWED!r} for an "
+                            "unreviewed translation)")
         if row.reviewer == UNREVIEWED:
             filled = [c for c, v in scores.items() if v] + (["decision"] if row.decision else [])
             if filled:
-                raise DataError(f"{where}: reviewer is {UNREVIEWED!r} (unreviewed) but {', '.join(filled)} are filled in")
+                raise DataError(f"{place(filled[0])}: reviewer is {UNREVIEWED!r} (unreviewed) but "
+                                f"{', '.join(filled)} are filled in")
             continue
         for col, value in scores.items():
             if value not in REVIEW_SCORES:
-                raise DataError(f"{where}: {col} is {value!r}, expected a score 1-5")
+                raise DataError(f"{place(col)}: {col} is {value!r}, expected a score 1-5")
         if row.decision not in REVIEW_DECISIONS:
-            raise DataError(f"{where}: decision {row.decision!r} is not one of: {', '.join(REVIEW_DECISIONS)}")
+            raise DataError(f"{place('decision')}: decision {row.decision!r} is not one of: {', '.join(REVIEW_DECISIONS)}")
     return df
 
 
