@@ -224,6 +224,25 @@ def _cases() -> list[Case]:
              "bank/scenarios.csv line 2, column dimension: dimension (from rubrics.yaml) is not one of IDV, PDI, UAI",
              pcs_collect_stage(lambda d: d.assign(dimension=d["dimension"].where(d.index != 0, "XYZ"))), in_tmp=True),
     ]
+    # --- stages: params, ingest, survey
+    registry = (REPO / "data/seed/datasets.yaml").read_text(encoding="utf-8")
+    earlier_raw = {"data/raw/crows_pairs/crows_pairs_anonymized.csv": "an earlier ingest\n"}
+    cases += [
+        Case("params.yaml missing", ["stage", "crows-report"], "params file not found: params.yaml",
+             {"reports/crows/summary.json": '{"bias_score": 0.6}\n'}, in_tmp=True),
+        Case("data mirror missing", ["stage", "ingest", "--dataset", "crows_pairs"],
+             "STEREOLENS_DATA_MIRROR={tmp}/no-mirror is not a directory",
+             {"data/seed/datasets.yaml": registry, **earlier_raw}, env={"STEREOLENS_DATA_MIRROR": "{tmp}/no-mirror"},
+             in_tmp=True),
+        Case("ingest checksum mismatch", ["stage", "ingest", "--dataset", "crows_pairs"],
+             "checksum mismatch for crows_pairs_anonymized.csv",
+             {"data/seed/datasets.yaml": registry, **earlier_raw,
+              "mirror/crows_pairs/crows_pairs_anonymized.csv": "sent_more,sent_less\ntampered,file\n"},
+             env={"STEREOLENS_DATA_MIRROR": "{tmp}/mirror"}, in_tmp=True),
+        Case("survey folder missing a language", ["leakage", "human", "--survey", "{tmp}/survey", "--output",
+                                                  "{tmp}/earlier/human", "--languages", "EN", "HI"],
+             "survey file not found: {tmp}/survey/data_full_english.json (the survey folder lacks this language)", {"survey/README.txt": "no files yet\n"}),
+    ]
     # --- config
     cases += [
         Case("unknown key in an override", ["config", "compose", "study.crows.limitt=5", "--output",
@@ -277,7 +296,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_lost(case, earlier, tmp_path, 
         if value is None:
             monkeypatch.delenv(key, raising=False)
         else:
-            monkeypatch.setenv(key, value)
+            monkeypatch.setenv(key, _fill(value, tmp_path, {}))
     before = _digest(tmp_path if case.in_tmp else tmp_path / "earlier")
     models = {"masked": str(tiny_masked_lm_dir), "causal": str(tiny_causal_lm_dir)}
     capsys.readouterr()
@@ -286,7 +305,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_lost(case, earlier, tmp_path, 
     lines = captured.err.strip().splitlines()
     assert rc == 2, captured
     assert len(lines) == 1 and lines[0].startswith("stereolens: error: "), captured.err
-    assert case.expect in lines[0], lines[0]
+    assert _fill(case.expect, tmp_path, models) in lines[0], lines[0]
     assert _digest(tmp_path if case.in_tmp else tmp_path / "earlier") == before
     assert not list((tmp_path / "earlier").rglob(".*.tmp")), "a temporary file was left behind"
 
