@@ -199,5 +199,5 @@ def test_human_validation_reproduces_appendix_j():
 
 def test_bad_condition_is_a_data_error():
     df = _long().head(3).assign(condition="D")
-    with pytest.raises(DataError, match="condition 'D'"):
+    with pytest.raises(DataError, match=r"^scores line 2, column condition: 'D' is not one of A, B, C$"):
         pcs.analyze_scores(df)
