@@ -36,12 +36,11 @@ import pandas as pd
 from scipy import stats
 
 from stereolens.errors import DataError
+from stereolens.studies.pcs import DEFAULT_MIN_GAP  # re-exported: the one default, defined without heavy imports
 
 CONDITIONS: tuple[str, ...] = ("A", "B", "C")
 REQUIRED_COLUMNS: tuple[str, ...] = ("model", "language", "scenario_id", "dimension", "feature", "condition", "score")
 CELL_KEYS: list[str] = ["model", "language", "scenario_id", "dimension", "feature"]
-# the one default for the CLI and the stage (conf/study/pcs/default.yaml states the same value)
-DEFAULT_MIN_GAP = 0.05
 
 
 # ---------------------------------------------------------------- aggregation
