@@ -95,14 +95,20 @@ def test_two_queued_experiments_run_two_at_a_time_and_both_reach_mlflow(tmp_path
     for limit in LIMITS:
         dvc(root, "exp", "run", "--queue", "-S", f"study.crows.limit={limit}", "--name", f"limit-{limit}", env=env)
     dvc(root, "queue", "start", "--jobs", "2", env=env)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        status = dvc(root, "queue", "status", env=env)
-        # rows read "TASK NAME CREATED STATUS", CREATED being a time like "11:25 AM"
-        states = [line.split()[-1] for line in status.splitlines() if line.split()[1:2] in ([f"limit-{n}"] for n in LIMITS)]
-        if len(states) == 2 and all(s in ("Success", "Failed") for s in states):
-            break
-        time.sleep(5)  # each `dvc queue status` costs a second of CPU the two runs need
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            status = dvc(root, "queue", "status", env=env)
+            # rows read "TASK NAME CREATED STATUS", CREATED being a time like "11:25 AM"
+            states = [line.split()[-1] for line in status.splitlines()
+                      if line.split()[1:2] in ([f"limit-{n}"] for n in LIMITS)]
+            if len(states) == 2 and all(s in ("Success", "Failed") for s in states):
+                break
+            time.sleep(5)  # each `dvc queue status` costs a second of CPU the two runs need
+    finally:
+        # the queue's workers are daemons: never leave them behind a failed or timed-out test
+        subprocess.run([sys.executable, "-m", "dvc", "queue", "stop", "--kill"], cwd=root, env=env,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
     assert states == ["Success", "Success"], status + _worker_logs(root)
 
     # each experiment's own result: its git ref's dvc.lock names its limit and its scores in the DVC cache
