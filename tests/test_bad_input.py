@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from stereolens.cli import main
 
@@ -35,7 +36,10 @@ class Case:
     argv: list[str]  # {tmp}, {masked}, {causal} are filled in
     expect: str  # a substring of the error line
     files: dict[str, str | bytes] = field(default_factory=dict)  # inputs to write, relative to tmp
-    env: dict[str, str | None] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)  # None unsets the variable
+    # a stage runs in its repository: run in {tmp}, where ``files`` hold its params, inputs and the
+    # outputs of an earlier run; then nothing under {tmp} may change
+    in_tmp: bool = False
 
 
 def pairs(body: str) -> dict[str, str]:
@@ -84,6 +88,32 @@ def leakage(files: dict[str, str], target: str = "HI") -> tuple[list[str], dict[
     return argv, base
 
 
+def crows_stage(model: dict) -> dict[str, str]:
+    """crows-score's repository: params.yaml with ``model``, the raw pairs, and an earlier run's outputs."""
+    params = {"model": model, "metric": {"name": "causal", "batch_tokens": 512, "truncate": False},
+              "language": {"include": None}, "tracking": {"enabled": False}, "seed": 0,
+              "study": {"crows": {"dataset": "crows_pairs", "limit": None, "bootstrap_resamples": 10}}}
+    raw = pd.DataFrame({"sent_more": ["Women are bad drivers."], "sent_less": ["Men are bad drivers."],
+                        "stereo_antistereo": ["stereo"], "bias_type": ["gender"]})
+    return {"params.yaml": yaml.safe_dump(params), "data/raw/crows_pairs/crows_pairs_anonymized.csv": raw.to_csv(),
+            "data/processed/crows/scores.csv": "id,score_stereo,score_anti\n0,-3.5,-4.0\n",
+            "data/processed/crows/scoring.json": '{"skipped": null}\n'}
+
+
+def pcs_collect_stage(edit) -> dict[str, str]:
+    """pcs-collect's repository: params.yaml, a two-scenario bank (``edit`` breaks it) and an earlier output."""
+    bank = REPO / "data/seed/pcs"
+    scenarios = pd.read_csv(bank / "scenarios.csv", dtype=str, keep_default_na=False)
+    scenarios = scenarios.loc[scenarios["language"].isin(["hi", "ur"])].head(4).reset_index(drop=True)
+    params = {"model": {"id": "m", "name": "no-such-model", "kind": "causal"}, "language": {"include": None},
+              "tracking": {"enabled": False}, "seed": 0,
+              "study": {"pcs": {"bank": "bank", "languages": ["hi", "ur"], "collection": {"samples": 1}}}}
+    return {"params.yaml": yaml.safe_dump(params), "bank/scenarios.csv": edit(scenarios).to_csv(index=False),
+            "bank/rubrics.yaml": (bank / "rubrics.yaml").read_text(encoding="utf-8"),
+            "bank/indexical_markers.yaml": (bank / "indexical_markers.yaml").read_text(encoding="utf-8"),
+            "data/interim/pcs/responses.csv": "response_id,response\nr1,an earlier answer\n"}
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -116,7 +146,9 @@ def _cases() -> list[Case]:
         Case("duplicate ids", score_pairs(), "line 3, column id: duplicate value 'a' (first at line 2",
              pairs("id,sent_stereo,sent_anti\na,x y,z y\na,p q,r q\n")),
         Case("empty id", score_pairs(), "line 2, column id: empty id", pairs("id,sent_stereo,sent_anti\n,x y,z y\n")),
-        Case("longer than the window without --truncate", score_pairs(), "--truncate",
+        Case("longer than the window without --truncate", score_pairs(),
+             "in.csv line 2 (id 'a'): sentence in column sent_stereo has 722 tokens, more than the model's maximum "
+             "of 64; use --truncate",
              pairs(f"id,sent_stereo,sent_anti\na,{long},short one\n")),
         # --- score pairs: model, metric, outputs
         Case("unknown model", score_pairs(model="{tmp}/no-such-model"), "not found", pairs(GOOD_PAIRS)),
@@ -174,6 +206,43 @@ def _cases() -> list[Case]:
     ]:
         argv, all_files = leakage(files, target)
         cases.append(Case(name, argv, expect, all_files))
+    # --- stages: remote endpoints, the scenario bank
+    completion = {"id": "toy", "name": "toy-model", "kind": "completion", "backend": "openai", "max_retries": 1,
+                  "retry_base_s": 0.01, "timeout_s": 5}
+    cases += [
+        Case("OPENAI_API_KEY unset for a remote endpoint", ["stage", "crows-score"],
+             "OPENAI_API_KEY is not set; model 'toy-model' at https://api.openai.com/v1 needs it",
+             crows_stage({**completion, "base_url": "https://api.openai.com/v1"}),
+             env={"OPENAI_API_KEY": None, "OPENAI_BASE_URL": None}, in_tmp=True),
+        Case("endpoint refuses connections", ["stage", "crows-score"], "after 2 attempt(s): connection error",
+             crows_stage({**completion, "base_url": f"http://127.0.0.1:{_closed_port()}/v1"}),
+             env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": None}, in_tmp=True),
+        Case("scenario bank row missing a language", ["stage", "pcs-collect"],
+             "scenario bank bank/scenarios.csv line 3, column language: empty language",
+             pcs_collect_stage(lambda d: d.assign(language=d["language"].where(d.index != 1, ""))), in_tmp=True),
+        Case("scenario bank unknown dimension", ["stage", "pcs-collect"],
+             "bank/scenarios.csv line 2, column dimension: dimension (from rubrics.yaml) is not one of IDV, PDI, UAI",
+             pcs_collect_stage(lambda d: d.assign(dimension=d["dimension"].where(d.index != 0, "XYZ"))), in_tmp=True),
+    ]
+    # --- stages: params, ingest, survey
+    registry = (REPO / "data/seed/datasets.yaml").read_text(encoding="utf-8")
+    earlier_raw = {"data/raw/crows_pairs/crows_pairs_anonymized.csv": "an earlier ingest\n"}
+    cases += [
+        Case("params.yaml missing", ["stage", "crows-report"], "params file not found: params.yaml",
+             {"reports/crows/summary.json": '{"bias_score": 0.6}\n'}, in_tmp=True),
+        Case("data mirror missing", ["stage", "ingest", "--dataset", "crows_pairs"],
+             "STEREOLENS_DATA_MIRROR={tmp}/no-mirror is not a directory",
+             {"data/seed/datasets.yaml": registry, **earlier_raw}, env={"STEREOLENS_DATA_MIRROR": "{tmp}/no-mirror"},
+             in_tmp=True),
+        Case("ingest checksum mismatch", ["stage", "ingest", "--dataset", "crows_pairs"],
+             "checksum mismatch for crows_pairs_anonymized.csv",
+             {"data/seed/datasets.yaml": registry, **earlier_raw,
+              "mirror/crows_pairs/crows_pairs_anonymized.csv": "sent_more,sent_less\ntampered,file\n"},
+             env={"STEREOLENS_DATA_MIRROR": "{tmp}/mirror"}, in_tmp=True),
+        Case("survey folder missing a language", ["leakage", "human", "--survey", "{tmp}/survey", "--output",
+                                                  "{tmp}/earlier/human", "--languages", "EN", "HI"],
+             "survey file not found: {tmp}/survey/data_full_english.json (the survey folder lacks this language)", {"survey/README.txt": "no files yet\n"}),
+    ]
     # --- config
     cases += [
         Case("unknown key in an override", ["config", "compose", "study.crows.limitt=5", "--output",
@@ -217,13 +286,18 @@ def earlier(tmp_path_factory, tiny_masked_lm_dir):
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_nothing_lost(case, earlier, tmp_path, tiny_masked_lm_dir,
                                                          tiny_causal_lm_dir, capsys, monkeypatch):
-    monkeypatch.chdir(REPO)  # conf/ and data/seed are read from the repository, as a user runs it
+    monkeypatch.chdir(tmp_path if case.in_tmp else REPO)  # conf/ and data/seed are read from the repository
     shutil.copytree(earlier, tmp_path / "earlier")
-    before = _digest(tmp_path / "earlier")
     for name, content in case.files.items():
         dest = tmp_path / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    for key, value in case.env.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, _fill(value, tmp_path, {}))
+    before = _digest(tmp_path if case.in_tmp else tmp_path / "earlier")
     models = {"masked": str(tiny_masked_lm_dir), "causal": str(tiny_causal_lm_dir)}
     capsys.readouterr()
     rc = main([_fill(a, tmp_path, models) for a in case.argv])
@@ -231,8 +305,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_lost(case, earlier, tmp_path, 
     lines = captured.err.strip().splitlines()
     assert rc == 2, captured
     assert len(lines) == 1 and lines[0].startswith("stereolens: error: "), captured.err
-    assert case.expect in lines[0], lines[0]
-    assert _digest(tmp_path / "earlier") == before
+    assert _fill(case.expect, tmp_path, models) in lines[0], lines[0]
+    assert _digest(tmp_path if case.in_tmp else tmp_path / "earlier") == before
     assert not list((tmp_path / "earlier").rglob(".*.tmp")), "a temporary file was left behind"
 
 

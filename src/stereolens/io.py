@@ -17,11 +17,12 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from stereolens.errors import DataError
+
+if TYPE_CHECKING:  # pandas loads when a table is read, not whenever a path is written (`stereolens --help`)
+    import pandas as pd
 
 
 def _current_umask() -> int:
@@ -154,6 +155,8 @@ def read_csv_checked(
     a file with no header, a header with no rows (when not ``allow_empty``) and a
     wrong delimiter are refused with the line and a hint.
     """
+    import pandas as pd
+
     from stereolens.tables import missing_columns_message
 
     path = Path(path)

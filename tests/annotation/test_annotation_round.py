@@ -81,7 +81,7 @@ def test_round_refuses_mixed_or_contradicting_sources(repo_root, tmp_path):
         review_round(mixed, cfg, study="stereo", artefact="sim.csv", report_dir=tmp_path)
     with pytest.raises(DataError, match=r"sim.csv say source='simulated' but annotation.source='human'"):
         review_round(judgements, config(repo_root, "human"), study="stereo", artefact="sim.csv", report_dir=tmp_path)
-    with pytest.raises(DataError, match=r"row 3 has no source"):
+    with pytest.raises(DataError, match=r"^sim.csv line 5, column source: empty source while other rows have one"):
         review_round(judgements.assign(source=judgements["source"].where(judgements.index != 3)), cfg,
                      study="stereo", artefact="sim.csv", report_dir=tmp_path)
 

@@ -38,20 +38,20 @@ def run_cli(argv: list[str]) -> int:
 @pytest.mark.parametrize("empty", ["", "   ", None])
 def test_empty_sentence_names_row(mlm, clm, metric, empty):
     model, tok = clm if metric == "causal" else mlm
-    with pytest.raises(DataError, match=r"^row r2: empty sentence$"):
+    with pytest.raises(DataError, match=r"^id 'r2': empty sentence$"):
         score_sentences(model, tok, ["Women are kind.", empty], metric, ids=["r1", "r2"])
 
 
 def test_too_long_names_row_and_truncate_reports(mlm, clm):
     model, tok = mlm
     long = " ".join(["Women are kind and the doctors were smart."] * 20)  # > 64 positions
-    with pytest.raises(DataError, match=r"^row x7: sentence has \d+ tokens, more than the model's maximum of 64"):
+    with pytest.raises(DataError, match=r"^id 'x7': sentence has \d+ tokens, more than the model's maximum of 64"):
         score_sentences(model, tok, ["Women are kind.", long], "pll", ids=["x6", "x7"])
     short, cut = score_sentences(model, tok, ["Women are kind.", long], "pll", truncate=True)
     assert not short.truncated and cut.truncated and cut.n_tokens == 62  # 64 minus [CLS] and [SEP]
 
     model, tok = clm
-    with pytest.raises(DataError, match=r"^row 0: sentence has \d+ tokens, more than the model's maximum of 128"):
+    with pytest.raises(DataError, match=r"^id 0: sentence has \d+ tokens, more than the model's maximum of 128"):
         score_sentences(model, tok, [long * 2], "causal")
     (cut,) = score_sentences(model, tok, [long * 2], "causal", truncate=True)
     assert cut.truncated and cut.n_tokens == 128
@@ -62,10 +62,10 @@ def test_too_long_in_pairs_names_row_and_column(mlm, metric):
     model, tok = mlm
     long = " ".join(["Women are kind and the doctors were smart."] * 20)
     df = pd.DataFrame({"id": ["p1", "p2"], "sent_stereo": ["Women are kind.", "Men are kind."], "sent_anti": ["Men are kind.", long]})
-    with pytest.raises(DataError, match=r"^row p2: sentence in column sent_anti has \d+ tokens, more than the model's maximum of 64"):
+    with pytest.raises(DataError, match=r"^id 'p2': sentence in column sent_anti has \d+ tokens, more than the model's maximum of 64"):
         score_pairs(model, tok, df, metric)
     renamed = df.rename(columns={"sent_stereo": "more", "sent_anti": "less"})
-    with pytest.raises(DataError, match=r"^row p2: empty sentence in column more$"):
+    with pytest.raises(DataError, match=r"^id 'p2': empty sentence in column more$"):
         score_pairs(model, tok, renamed.assign(more=["Women are kind.", " "]), metric, columns=("more", "less"))
 
 
@@ -79,7 +79,7 @@ def test_seq2seq_target_longer_than_model_maximum_names_row(tiny_seq2seq_lm_dir)
     inputs = ["<extra_id_0> are kind.", "<extra_id_0> are kind."]
     targets = ["<extra_id_0> women <extra_id_1>", "<extra_id_0> women and men and the doctors and nurses <extra_id_1>"]
     assert len(tok(text_target=targets[1]).input_ids) > 8 >= len(tok(inputs[1]).input_ids)
-    with pytest.raises(DataError, match=r"^row t2: target has \d+ tokens, more than the model's maximum of 8"):
+    with pytest.raises(DataError, match=r"^id 't2': target has \d+ tokens, more than the model's maximum of 8"):
         score_seq2seq(model, tok, inputs, targets, ids=["t1", "t2"])
     ok, cut = score_seq2seq(model, tok, inputs, targets, truncate=True, per_token=True)
     assert not ok.truncated and cut.truncated and cut.n_tokens == 8

@@ -74,7 +74,8 @@ def median_likert(
     values = pd.to_numeric(df[label_col], errors="coerce")
     if values.isna().any():
         bad = values[values.isna()].index[0]
-        raise DataError(f"median_likert needs numeric labels; row {bad} has {df.loc[bad, label_col]!r}")
+        raise DataError(f"judgements line {bad + 2}, column {label_col}: median_likert needs numeric labels, "
+                        f"got {df.loc[bad, label_col]!r}")
     grouped = values.groupby(df[item_col], sort=False)
     out = pd.DataFrame({"median": grouped.median(), "n": grouped.size()})
     out["keep"] = out["median"] > discard_at_or_below

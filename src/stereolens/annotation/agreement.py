@@ -102,15 +102,16 @@ def _ratings(
     if dup.any():
         first = df[dup].iloc[0]
         raise DataError(
-            f"judgements have more than one label for item {first[item_col]!r} by annotator "
-            f"{first[annotator_col]!r} (row {df[dup].index[0]})"
+            f"judgements line {df[dup].index[1] + 2}: more than one label for item {first[item_col]!r} by annotator "
+            f"{first[annotator_col]!r} (first at line {df[dup].index[0] + 2})"
         )
     labels = df[label_col]
     if level in ("ordinal", "interval"):
         numeric = pd.to_numeric(labels, errors="coerce")
         if numeric.isna().any():
             bad = labels[numeric.isna()].index[0]
-            raise DataError(f"{level} agreement needs numeric labels; row {bad} has {labels[bad]!r}")
+            raise DataError(f"judgements line {bad + 2}, column {label_col}: {level} agreement needs numeric labels, "
+                            f"got {labels[bad]!r}")
         labels = numeric.astype(float)
         values = np.unique(labels.to_numpy())
     else:

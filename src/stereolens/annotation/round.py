@@ -135,7 +135,8 @@ def judgement_source(judgements: pd.DataFrame, configured: str, *, what: str = "
     column = judgements["source"]
     if column.isna().any():
         row = column[column.isna()].index[0]
-        raise DataError(f"{what}: row {row} has no source while others do; expected source={configured!r}")
+        raise DataError(f"{what} line {row + 2}, column source: empty source while other rows have one; "
+                        f"expected source={configured!r}")
     found = sorted({str(v).strip() for v in column})
     if len(found) > 1:
         raise DataError(f"{what} mix sources {found}; review one source per round")

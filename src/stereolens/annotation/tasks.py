@@ -42,7 +42,8 @@ def export_tasks(
             raise DataError(f"items to export lack column {col!r} (have: {', '.join(map(str, items.columns))})")
     dup = items["item_id"].duplicated()
     if dup.any():
-        raise DataError(f"items to export repeat item_id {items.loc[dup, 'item_id'].iloc[0]!r} (row {dup.idxmax() + 2})")
+        raise DataError(f"items to export line {dup.idxmax() + 2}, column item_id: repeated item_id "
+                        f"{items.loc[dup, 'item_id'].iloc[0]!r}")
     out_dir = Path(out_dir)
     options = " | ".join(scale.texts()) if scale.is_closed else f"{scale.minimum:g} .. {scale.maximum:g}"
     table = items.copy()

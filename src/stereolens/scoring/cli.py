@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
+from stereolens.errors import DataError
 from stereolens.scoring.types import METRICS
 
 
@@ -93,6 +95,19 @@ def _read(path: str, schema: Any, what: str):
     return read_table(path, schema, what=what)
 
 
+@contextlib.contextmanager
+def _located(df, id_column: str, path: str | None):
+    """Name the file line of an item the scorers refuse (they know its id, not where it was read)."""
+    try:
+        yield
+    except DataError as exc:
+        item_id = getattr(exc, "item_id", None)
+        ids = df[id_column].astype(str).tolist()
+        if path is None or item_id is None or str(item_id) not in ids:
+            raise
+        raise DataError(f"{path} line {ids.index(str(item_id)) + 2} (id {item_id!r}): {exc.detail}") from None
+
+
 def _check_rows(df, id_column: str, columns: list[str]) -> None:
     """Empty text fails before the model is loaded (the scorers check again, with the same message)."""
     from stereolens.scoring.encoding import check_text
@@ -117,12 +132,14 @@ def _score_pairs(args: argparse.Namespace) -> int:
     _check_options(args)
     check_writable(args.output, dest)
     df = _read(args.input, pairs_schema(args.id_column, args.stereo_column, args.anti_column), "pairs table")
-    _check_rows(df, args.id_column, [args.stereo_column, args.anti_column])
+    with _located(df, args.id_column, args.input):
+        _check_rows(df, args.id_column, [args.stereo_column, args.anti_column])
     model, cache = _load(args, _model_kind(args))
-    scored = score_pairs(
-        model, None, df, args.metric, columns=(args.stereo_column, args.anti_column), id_column=args.id_column,
-        **_options(args, cache),
-    )
+    with _located(df, args.id_column, args.input):
+        scored = score_pairs(
+            model, None, df, args.metric, columns=(args.stereo_column, args.anti_column), id_column=args.id_column,
+            **_options(args, cache),
+        )
     write_csv(args.output, scored)
     summary = pair_summary(scored, metric=args.metric, model=args.model, truncate=args.truncate)
     summary.update({"input": str(args.input), "output": str(args.output), "model_identity": getattr(model, "identity", None)})
@@ -150,9 +167,12 @@ def _score_sentences(args: argparse.Namespace) -> int:
             df.insert(0, args.id_column, [str(i) for i in range(len(df))])
     else:
         df = pd.DataFrame({args.id_column: [str(i) for i in range(len(args.text))], args.column: args.text})
-    _check_rows(df, args.id_column, [args.column])
+    with _located(df, args.id_column, args.input):
+        _check_rows(df, args.id_column, [args.column])
     model, cache = _load(args, _model_kind(args))
-    scores = score_sentences(model, None, list(df[args.column]), args.metric, ids=list(df[args.id_column]), **_options(args, cache))
+    with _located(df, args.id_column, args.input):
+        scores = score_sentences(model, None, list(df[args.column]), args.metric, ids=list(df[args.id_column]),
+                                 **_options(args, cache))
     out = df.copy()
     out["score"] = [s.logprob for s in scores]
     out["n_tokens"] = [s.n_tokens for s in scores]

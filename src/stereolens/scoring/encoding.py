@@ -28,20 +28,31 @@ class CausalEncoding:
     truncated: bool
 
 
+def item_error(row_id: Any, detail: str) -> DataError:
+    """An error about one input item, named by its id.
+
+    The scorers see ids, not files: a caller that read the items from a file names
+    the line from ``item_id`` and ``detail`` (see ``stereolens.scoring.cli``).
+    """
+    exc = DataError(f"id {row_id!r}: {detail}")
+    exc.item_id, exc.detail = row_id, detail
+    return exc
+
+
 def check_text(text: Any, row_id: Any, what: str = "sentence") -> str:
     if not isinstance(text, str):
         if text is None or (isinstance(text, float) and text != text):
             text = ""
         else:
-            raise DataError(f"row {row_id}: {what} is not text ({type(text).__name__})")
+            raise item_error(row_id, f"{what} is not text ({type(text).__name__})")
     if not text.strip():
-        raise DataError(f"row {row_id}: empty {what}")
+        raise item_error(row_id, f"empty {what}")
     return text
 
 
 def too_long(row_id: Any, n: int, limit: int, what: str = "sentence") -> DataError:
-    return DataError(
-        f"row {row_id}: {what} has {n} tokens, more than the model's maximum of {limit}; "
+    return item_error(
+        row_id, f"{what} has {n} tokens, more than the model's maximum of {limit}; "
         "use --truncate (truncate=True) to cut it to the maximum"
     )
 
@@ -68,7 +79,7 @@ def encode_masked(
     ids = tuple(int(i) for i in enc["input_ids"])
     special = tuple(bool(s) for s in enc["special_tokens_mask"])
     if all(special):
-        raise DataError(f"row {row_id}: {what} has no tokens to score after tokenisation")
+        raise item_error(row_id, f"{what} has no tokens to score after tokenisation")
     wids = tuple(enc.word_ids()) if word_ids else None
     return MaskedEncoding(ids=ids, special=special, word_ids=wids, truncated=truncated)
 
@@ -137,7 +148,7 @@ def encode_causal(
         if prepend_bos:
             ctx_ids = [prefix, *ctx_ids]
     if not cont_ids:
-        raise DataError(f"row {row_id}: {what} has no tokens to score after tokenisation")
+        raise item_error(row_id, f"{what} has no tokens to score after tokenisation")
     ids = ctx_ids + cont_ids
     truncated = False
     # the last token is only a target, never an input

@@ -23,7 +23,7 @@ from stereolens.scoring import causal as _causal
 from stereolens.scoring import masked as _masked
 from stereolens.scoring import seq2seq as _seq2seq
 from stereolens.scoring.access import max_length, model_identity, split_head, split_seq2seq, unwrap
-from stereolens.scoring.encoding import adds_bos, check_text, encode_causal, encode_masked, too_long
+from stereolens.scoring.encoding import adds_bos, check_text, encode_causal, encode_masked, item_error, too_long
 from stereolens.scoring.types import MASKED_METRICS, METRICS, SentenceScore
 
 CACHE_NAMESPACE = "stereolens.scoring/1"
@@ -438,7 +438,7 @@ def score_continuations(
     encs = []
     for ctx, cont, rid in zip(contexts, continuations, row_ids):
         if not isinstance(ctx, str):
-            raise DataError(f"row {rid}: context is not text ({type(ctx).__name__})")
+            raise item_error(rid, f"context is not text ({type(ctx).__name__})")
         encs.append(encode_causal(tokenizer, ctx, cont, rid, limit=limit, truncate=truncate, prepend_bos=prepend_bos))
     params = {"truncate": bool(truncate), "max_length": limit, "prepend_bos": bool(prepend_bos)}
     return _causal_scores(
@@ -632,7 +632,7 @@ def score_masked_continuations(
     items = []
     for ctx, cont, rid in zip(contexts, continuations, row_ids):
         if not isinstance(ctx, str):  # an empty context is allowed: the continuation is then scored alone
-            raise DataError(f"row {rid}: context is not text ({type(ctx).__name__})")
+            raise item_error(rid, f"context is not text ({type(ctx).__name__})")
         cont = check_text(cont, rid, "continuation")
         text = f"{ctx}{separator}{cont}" if ctx else cont
         start = len(text) - len(cont)
@@ -643,7 +643,7 @@ def score_masked_continuations(
             i for i, (s, (a, b)) in enumerate(zip(enc.special, offsets)) if not s and b > a and b > start
         )
         if not scored:
-            raise DataError(f"row {rid}: continuation has no tokens to score after tokenisation")
+            raise item_error(rid, "continuation has no tokens to score after tokenisation")
         wids = enc.word_ids
         assert wids is not None
         last = scored[-1]

@@ -21,7 +21,7 @@ def test_an_empty_sentence_is_refused_with_file_row_and_column(tmp_path):
     table.loc[2, "sent_anti"] = " "
     path = tmp_path / "instances.csv"
     table.to_csv(path, index=False)
-    with pytest.raises(DataError, match=r"instances.csv: row 4, column sent_anti: empty sentence"):
+    with pytest.raises(DataError, match=r"instances.csv line 4, column sent_anti: empty sentence"):
         read_instances(path, None, None)
 
 

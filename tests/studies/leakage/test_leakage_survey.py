@@ -207,7 +207,7 @@ def test_bad_judgement_rows_are_named(tmp_path, lex, survey_csv):
     bad.loc[3, "trait_pair"] = "powerless - mighty"
     p = tmp_path / "bad.csv"
     bad.to_csv(p, index=False)
-    with pytest.raises(DataError, match=r"row 5: trait 'mighty'"):
+    with pytest.raises(DataError, match=r"line 5, column trait_pair: trait 'mighty'"):
         read_survey_judgements(p, lex.trait_order, lex.group_order)
     bad = table.copy()
     bad.loc[0, "label"] = 75
@@ -217,7 +217,7 @@ def test_bad_judgement_rows_are_named(tmp_path, lex, survey_csv):
     bad = table.copy()
     bad.loc[0, "group"] = "martians"
     bad.to_csv(p, index=False)
-    with pytest.raises(DataError, match=r"row 2: group 'martians'"):
+    with pytest.raises(DataError, match=r"line 2, column group: group 'martians'"):
         read_survey_judgements(p, lex.trait_order, lex.group_order)
 
 

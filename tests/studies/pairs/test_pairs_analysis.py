@@ -108,7 +108,7 @@ def test_bad_rows_name_row_and_column(tmp_path):
     bad.loc[2, "score_anti"] = "n/a"
     path = tmp_path / "bad.csv"
     bad.to_csv(path, index=False)
-    with pytest.raises(DataError, match=r"row 4 column score_anti"):
+    with pytest.raises(DataError, match=r"line 4, column score_anti"):
         analyze_scores(pd.read_csv(path), what=str(path))
     wrong = HAND.assign(group_class="regional")
     with pytest.raises(DataError, match="group_class"):

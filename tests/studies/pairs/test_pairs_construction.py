@@ -138,7 +138,7 @@ def test_reviewed_translations_import_and_flags(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("pair_id,language,sent_stereo,sent_anti,reviewer,status,error_categories\n"
                    "c0001,kok,a,b,r1,corrected,typo\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"row 2 column error_categories: 'typo'"):
+    with pytest.raises(DataError, match=r"line 2, column error_categories: 'typo'"):
         import_reviewed(bad)
 
 
@@ -197,7 +197,7 @@ def test_sentence_review_is_imported_through_the_annotation_layer(tmp_path):
     assert statuses == {"a": "reviewed:keep", "c": "reviewed:rewrite", "d": "unreviewed"}
     assert kept.set_index("sentence_id").loc["c", "sentence"] == "Bamons live in large ancestral houses."
     path.write_text("item_id,annotator_id,label,rewrite,reason\nc,r1,rewrite,,\n", encoding="utf-8")
-    with pytest.raises(DataError, match="row 2 column rewrite"):
+    with pytest.raises(DataError, match="line 2, column rewrite"):
         apply_review(sents, path)
     path.write_text("item_id,annotator_id,label\nc,r1,maybe\n", encoding="utf-8")
     with pytest.raises(DataError):

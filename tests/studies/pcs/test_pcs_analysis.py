@@ -125,7 +125,7 @@ def test_blank_judge_or_sample_is_refused_not_dropped(col):
     df = _long()
     df[col] = df[col].astype(object)
     df.loc[5, col] = None
-    with pytest.raises(DataError, match=rf"row 7: blank '{col}'"):
+    with pytest.raises(DataError, match=rf"line 7, column {col}: blank '{col}'"):
         pcs.analyze_scores(df)
 
 
@@ -199,5 +199,5 @@ def test_human_validation_reproduces_appendix_j():
 
 def test_bad_condition_is_a_data_error():
     df = _long().head(3).assign(condition="D")
-    with pytest.raises(DataError, match="condition 'D'"):
+    with pytest.raises(DataError, match=r"^scores line 2, column condition: 'D' is not one of A, B, C$"):
         pcs.analyze_scores(df)

@@ -111,8 +111,10 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_d
     assert statistics["human_validation_source"] == "simulated" and "A-C" in statistics["human_validation"]
     assert (tmp_path / "reports/pcs/figures/hindi_urdu_dumbbell.svg").exists()
     # rerun: everything comes from the cache
+    capsys.readouterr()
     assert main(["stage", "pcs-collect"]) == 0
-    assert pd.read_csv(tmp_path / "data/interim/pcs/responses.csv")["cached"].all()
+    assert f"{len(responses)} responses ({len(responses)} from the cache)" in capsys.readouterr().out
+    assert "cached" not in pd.read_csv(tmp_path / "data/interim/pcs/responses.csv").columns
 
     # an enforced gate that cannot pass stops the pipeline, naming every failing figure and its threshold
     _params(tmp_path, tiny_causal_lm_dir, enforce=True, construct_validity_min=1.01, allow_not_applicable=False)
@@ -175,4 +177,4 @@ def test_pcs_analyze_cli_refuses_blank_sample(tmp_path, capsys):
     df.loc[3, "sample"] = None
     df.to_csv(tmp_path / "scores.csv", index=False)
     assert main(["pcs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(tmp_path / "o")]) == 2
-    assert "row 5: blank 'sample'" in capsys.readouterr().err
+    assert "line 5, column sample: blank 'sample'" in capsys.readouterr().err

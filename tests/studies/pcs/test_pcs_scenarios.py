@@ -62,11 +62,33 @@ def test_load_select_and_prompts(tmp_path):
     assert summary.loc[0, "language"] == "hi" and summary.loc[0, "minor_edits"] == 1
 
 
-def test_missing_condition_names_scenario_and_language(tmp_path):
+def test_missing_condition_names_line_and_column(tmp_path):
     rows = [dict(r) for r in ROWS]
     rows[3]["prompt_b"] = ""
-    with pytest.raises(DataError, match=r"scenario PDI-w-2 language hi lacks condition B"):
+    with pytest.raises(DataError, match=r"scenarios.csv line 5, column prompt_b: empty prompt_b \(condition B"):
         sc.load_bank(_bank(tmp_path, rows), languages=["en", "hi"])
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda rows: rows[2].update(language=""), r"line 4, column language: empty language"),
+    (lambda rows: rows[6].update(dimension="XYZ"), r"line 8, column dimension: dimension \(from rubrics.yaml\) is not one of "
+                                                   r"IDV, PDI, got 'XYZ'"),
+    (lambda rows: rows[5].update(scenario_id="PDI-f-1", language="en"),
+     r"line 7: duplicate row for scenario_id 'PDI-f-1', language 'en' \(first at line 6\)"),
+    (lambda rows: rows[0].update(scenario_id=" "), r"line 2, column scenario_id: empty scenario_id"),
+    (lambda rows: [r.pop("translation_status") for r in rows], r"line 1: missing column\(s\) translation_status"),
+])
+def test_scenario_bank_schema_names_file_line_and_column(tmp_path, edit, message):
+    """The scenario bank's schema, at both entry points that read it (the bank and the calibration set)."""
+    from stereolens.studies.pcs.calibration import load_calibration_inputs
+
+    rows = [dict(r) for r in ROWS]
+    edit(rows)
+    path = _bank(tmp_path, rows)
+    for load in (lambda: sc.load_bank(path, languages=["en", "hi"]), lambda: load_calibration_inputs(path)):
+        with pytest.raises(DataError, match=rf"^scenario bank {path / 'scenarios.csv'} {message}") as err:
+            load()
+        assert "\n" not in str(err.value)
 
 
 def test_missing_language_names_scenario(tmp_path):
@@ -124,12 +146,12 @@ REVIEW = {"scenario_id": "PDI-w-1", "language": "hi", "condition": "C", "registe
 @pytest.mark.parametrize(
     "change,message",
     [
-        ({"no_calques": "6"}, r"row 3 \(scenario PDI-w-1, language hi, condition C\): no_calques is '6', expected a score 1-5"),
-        ({"address_forms": ""}, r"row 3 .*address_forms is '', expected a score 1-5"),
-        ({"decision": ""}, r"row 3 .*decision '' is not one of"),
-        ({"reviewer": "authored"}, r"row 3 .*reviewer is 'authored' \(unreviewed\) but register_naturalness, address_forms, "
+        ({"no_calques": "6"}, r"line 3, column no_calques \(scenario PDI-w-1, language hi, condition C\): no_calques is '6', expected a score 1-5"),
+        ({"address_forms": ""}, r"line 3, column address_forms .*address_forms is '', expected a score 1-5"),
+        ({"decision": ""}, r"line 3, column decision .*decision '' is not one of"),
+        ({"reviewer": "authored"}, r"line 3, column register_naturalness .*reviewer is 'authored' \(unreviewed\) but register_naturalness, address_forms, "
                                    r"dilemma_preservation, no_calques, decision are filled in"),
-        ({"reviewer": ""}, r"row 3 .*empty reviewer"),
+        ({"reviewer": ""}, r"line 3, column reviewer .*empty reviewer"),
     ],
 )
 def test_incomplete_review_record_is_refused_naming_the_row(tmp_path, change, message):
@@ -163,4 +185,4 @@ def test_collect_stops_on_a_bad_review_with_one_line(tmp_path, monkeypatch, caps
     monkeypatch.chdir(tmp_path)
     assert main(["stage", "pcs-collect"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "row 2 (scenario PDI-w-1, language hi, condition C): register_naturalness is '9'" in err[0]
+    assert len(err) == 1 and "line 2, column register_naturalness (scenario PDI-w-1, language hi, condition C): register_naturalness is '9'" in err[0]

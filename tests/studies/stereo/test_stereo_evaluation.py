@@ -109,7 +109,7 @@ def test_stereo_evaluate_names_the_bad_cell(tmp_path, capsys):
     pd.DataFrame({"id": ["1"], "country": ["X"], "category": ["age"], "target": ["t"], "score_stereo": ["abc"],
                   "score_anti": [1.0], "score_unrelated": [0.0]}).to_csv(tmp_path / "s.csv", index=False)
     assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
-    assert "s.csv row 2, column score_stereo: 'abc' is not a number" in capsys.readouterr().err
+    assert "s.csv line 2, column score_stereo: 'abc' is not a number" in capsys.readouterr().err
 
 
 @pytest.mark.slow

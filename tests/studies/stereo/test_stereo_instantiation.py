@@ -108,7 +108,7 @@ def test_human_import_keeps_rows_accepted_by_distributor_and_authors(tmp_path):
     assert table.loc[("gender", "female"), "gender"] == 1 and table.loc[("age_band", "41-60"), "gender"] == 0
     rows[1][5] = "maybe"
     pd.DataFrame(rows, columns=TRIPLE_COLUMNS).to_csv(tmp_path / "h.csv", index=False)
-    with pytest.raises(DataError, match="h.csv row 3, column distributor_review"):
+    with pytest.raises(DataError, match="h.csv line 3, column distributor_review"):
         ins.import_human_triples(tmp_path / "h.csv", VALIDATED_MX, tmp_path / "a.csv")
 
 

@@ -51,7 +51,7 @@ def test_adjudication_overrides(tmp_path):
     s = shares.set_index(["country", "other", "category"])
     assert s.loc[("A", "B", "gender"), "shared"] == 0  # A3-B3 adjudicated absent
     pd.DataFrame({"left_id": ["x"], "right_id": ["y"], "decision": ["maybe"]}).to_csv(tmp_path / "bad.csv", index=False)
-    with pytest.raises(DataError, match="bad.csv row 2, column decision"):
+    with pytest.raises(DataError, match="bad.csv line 2, column decision"):
         ov.load_adjudication(tmp_path / "bad.csv")
 
 

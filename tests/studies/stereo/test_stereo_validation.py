@@ -98,7 +98,7 @@ def test_import_refuses_an_annotator_of_another_panel(tmp_path, prompts):
     demo = {c: v.DEMOGRAPHIC_VALUES[c][0] for c in v.DEMOGRAPHIC_COLUMNS}
     pd.DataFrame([{"annotator_id": "h1", "panel": "Mexico/age", **demo}]).to_csv(tmp_path / "ann.csv", index=False)
     pd.DataFrame({"item_id": ["Mexico-age-0", "Spain-age-0"], "annotator_id": ["h1", "h1"], "label": [4, 2]}).to_csv(tmp_path / "j.csv", index=False)
-    with pytest.raises(DataError, match=r"j.csv row 3: annotator 'h1' belongs to panel 'Mexico/age'"):
+    with pytest.raises(DataError, match=r"j.csv line 3, column annotator_id: annotator 'h1' belongs to panel 'Mexico/age'"):
         v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
     pd.DataFrame({"item_id": ["Mexico-age-0"], "annotator_id": ["h1"], "label": [7]}).to_csv(tmp_path / "j.csv", index=False)
     with pytest.raises(DataError, match="line 2"):

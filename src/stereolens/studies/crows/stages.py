@@ -13,7 +13,6 @@ from stereolens.datasets.crows_pairs import CROWS_BIAS_TYPES, crows_pairs_table
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
-from stereolens.tables import scored_pairs_schema, validate_table
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -118,6 +117,7 @@ def _score_crows(lm, pairs: pd.DataFrame, route: str, metric_cfg: dict, cache) -
 def crows_report(args: argparse.Namespace) -> None:
     """Bias score overall and per bias type with BCa intervals; table, figure, MLflow run."""
     from stereolens.stats.bias import bias_table
+    from stereolens.tables import scored_pairs_schema, validate_table
     from stereolens.figures import bias_bar_figure
     from stereolens.tracking import stage_run
 

@@ -36,7 +36,7 @@ def read_instances(path: Path, countries: list[str] | None, max_per_country: int
         blank = table[column].isna() | (table[column].astype(str).str.strip() == "")
         if blank.any():
             row = int(blank.to_numpy().nonzero()[0][0])
-            raise DataError(f"{path}: row {row + 2}, column {column}: empty sentence")
+            raise DataError(f"{path} line {row + 2}, column {column}: empty sentence")
     if countries:
         missing = sorted(set(countries) - set(table["country"]))
         if missing:

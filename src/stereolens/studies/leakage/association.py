@@ -97,7 +97,7 @@ def load_lexicon(seed_dir: str | os.PathLike = "data/seed/leakage") -> Lexicon:
             bad = df.index[~df["translation_status"].isin(TRANSLATION_STATUSES)]
             if len(bad):
                 raise DataError(
-                    f"{seed_dir / name} row {bad[0] + 2}: translation_status {df.loc[bad[0], 'translation_status']!r}"
+                    f"{seed_dir / name} line {bad[0] + 2}, column translation_status: translation_status {df.loc[bad[0], 'translation_status']!r}"
                     f" is not one of {', '.join(sorted(TRANSLATION_STATUSES))}"
                 )
         tables[key] = df
@@ -109,7 +109,7 @@ def load_lexicon(seed_dir: str | os.PathLike = "data/seed/leakage") -> Lexicon:
     ):
         unknown = df.index[~df[col].isin(known)]
         if len(unknown):
-            raise DataError(f"{seed_dir / name} row {unknown[0] + 2}: {col} {df.loc[unknown[0], col]!r} is not in the seed list")
+            raise DataError(f"{seed_dir / name} line {unknown[0] + 2}, column {col}: {col} {df.loc[unknown[0], col]!r} is not in the seed list")
     return lex
 
 

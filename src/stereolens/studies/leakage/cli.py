@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -24,7 +23,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from stereolens.errors import DataError
     from stereolens.io import check_writable
     from stereolens.io import read_csv_checked
-    from stereolens.studies.leakage.matrices import check_matrix_labels
+    from stereolens.studies.leakage.matrices import check_matrix_labels, read_human_dir, read_score_matrix
 
     check_writable(Path(args.output) / "fit.json")
     human = read_human_dir(args.human)

@@ -69,7 +69,7 @@ def read_survey_judgements(
             raise DataError(f"{path} lacks column {col!r} (layout: {LAYOUT})")
     bad_lang = _blank(df["language"])
     if bad_lang.any():
-        raise DataError(f"{path} row {int(bad_lang.idxmax()) + 2}: empty language")
+        raise DataError(f"{path} line {int(bad_lang.idxmax()) + 2}, column language: empty language")
     df["language"] = df["language"].astype(str).str.strip().str.upper()
     attention = ~_blank(df["gold"]) if "gold" in df.columns else pd.Series(False, index=df.index)
     if "gold" in df.columns:
@@ -77,23 +77,23 @@ def read_survey_judgements(
         bad_gold = attention & gold.isna()
         if bad_gold.any():
             pos = int(bad_gold.idxmax())
-            raise DataError(f"{path} row {pos + 2}: gold {df.at[pos, 'gold']!r} is not a slider position")
+            raise DataError(f"{path} line {pos + 2}, column gold: gold {df.at[pos, 'gold']!r} is not a slider position")
         df["gold"] = gold
     known_traits, known_groups = set(traits), set(groups)
     for pos in np.flatnonzero(~attention.to_numpy()):
         row = df.iloc[pos]
-        where = f"{path} row {pos + 2}"
+        where = f"{path} line {pos + 2}"
         if _blank(pd.Series([row["group"], row["trait_pair"]])).any():
             raise DataError(f"{where}: a rating needs a group and a trait_pair (or a gold answer if it is an attention check)")
         try:
             left, right = split_pair(str(row["trait_pair"]))
         except DataError as exc:
-            raise DataError(f"{where}: {exc}") from None
+            raise DataError(f"{where}, column trait_pair: {exc}") from None
         unknown = [t for t in (left, right) if t not in known_traits]
         if unknown:
-            raise DataError(f"{where}: trait {unknown[0]!r} of {row['trait_pair']!r} is not in the study's traits.csv")
+            raise DataError(f"{where}, column trait_pair: trait {unknown[0]!r} of {row['trait_pair']!r} is not in the study's traits.csv")
         if str(row["group"]).strip() not in known_groups:
-            raise DataError(f"{where}: group {row['group']!r} is not in the study's groups.csv (the H matrix columns)")
+            raise DataError(f"{where}, column group: group {row['group']!r} is not in the study's groups.csv (the H matrix columns)")
     rating = ~attention
     df.loc[rating, "group"] = df.loc[rating, "group"].astype(str).str.strip()
     df.loc[rating, "trait_pair"] = df.loc[rating, "trait_pair"].astype(str).str.strip()

@@ -56,17 +56,17 @@ def check_scores(scores: pd.DataFrame, *, what: str = "scored pairs") -> pd.Data
         bad = values.isna() & (out[col].notna() if col == "score_control" else True)
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(f"{what}: row {row + 2} column {col}: {out[col].iloc[row]!r} is not a number")
+            raise DataError(f"{what} line {row + 2}, column {col}: {out[col].iloc[row]!r} is not a number")
         out[col] = values
     if out["dimension"].isna().any():
         row = int(np.flatnonzero(out["dimension"].isna().to_numpy())[0])
-        raise DataError(f"{what}: row {row + 2} column dimension is empty")
+        raise DataError(f"{what} line {row + 2}, column dimension: empty dimension")
     if "group_class" in out.columns:
         cls = out["group_class"].fillna("").astype(str)
         bad = ~cls.isin((*GROUP_CLASSES, ""))
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(f"{what}: row {row + 2} column group_class: {cls.iloc[row]!r} is not one of "
+            raise DataError(f"{what} line {row + 2}, column group_class: {cls.iloc[row]!r} is not one of "
                             f"{', '.join(GROUP_CLASSES)} (or empty)")
     for col in ("model", "language"):
         if col not in out.columns:

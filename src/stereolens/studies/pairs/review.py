@@ -45,7 +45,7 @@ def apply_review(sentences: pd.DataFrame, path: str | os.PathLike) -> tuple[pd.D
             rewrite = "" if pd.isna(d["rewrite"]) else str(d["rewrite"]).strip()
             if not rewrite:
                 row = int(review.index[review["item_id"] == sid][-1]) + 2
-                raise DataError(f"{path}: row {row} column rewrite: sentence {sid} is marked rewrite but has no rewrite")
+                raise DataError(f"{path} line {row}, column rewrite: sentence {sid} is marked rewrite but has no rewrite")
             out.loc[idx, "sentence"] = rewrite
     dropped = out["review_status"] == "reviewed:remove"
     return out[~dropped], out[dropped].assign(reason="review: remove")

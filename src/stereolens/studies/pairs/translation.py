@@ -59,19 +59,19 @@ def import_reviewed(path: str | os.PathLike, known_pairs: Sequence[str] | None =
     for i, row in enumerate(df.to_dict("records")):
         line = i + 2
         if row["status"] not in REVIEW_STATUSES:
-            raise DataError(f"{path}: row {line} column status: {row['status']!r} is not one of "
+            raise DataError(f"{path} line {line}, column status: {row['status']!r} is not one of "
                             f"{', '.join(REVIEW_STATUSES)}")
         cats = [c.strip() for c in row["error_categories"].split(";") if c.strip()]
         unknown = [c for c in cats if c not in ERROR_CATEGORIES]
         if unknown:
-            raise DataError(f"{path}: row {line} column error_categories: {unknown[0]!r} is not one of "
+            raise DataError(f"{path} line {line}, column error_categories: {unknown[0]!r} is not one of "
                             f"{', '.join(ERROR_CATEGORIES)}")
         if row["status"] != "rejected" and (not row["sent_stereo"].strip() or not row["sent_anti"].strip()):
-            raise DataError(f"{path}: row {line}: an {row['status']} translation needs sent_stereo and sent_anti")
+            raise DataError(f"{path} line {line}: an {row['status']} translation needs sent_stereo and sent_anti")
         if not row["reviewer"].strip():
-            raise DataError(f"{path}: row {line} column reviewer is empty")
+            raise DataError(f"{path} line {line}, column reviewer: empty reviewer")
         if known is not None and row["pair_id"] not in known:
-            raise DataError(f"{path}: row {line} column pair_id: {row['pair_id']!r} is not a constructed pair")
+            raise DataError(f"{path} line {line}, column pair_id: {row['pair_id']!r} is not a constructed pair")
     return df.assign(translation_status="reviewed")
 
 

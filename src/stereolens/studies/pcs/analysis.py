@@ -36,12 +36,11 @@ import pandas as pd
 from scipy import stats
 
 from stereolens.errors import DataError
+from stereolens.studies.pcs import DEFAULT_MIN_GAP  # re-exported: the one default, defined without heavy imports
 
 CONDITIONS: tuple[str, ...] = ("A", "B", "C")
 REQUIRED_COLUMNS: tuple[str, ...] = ("model", "language", "scenario_id", "dimension", "feature", "condition", "score")
 CELL_KEYS: list[str] = ["model", "language", "scenario_id", "dimension", "feature"]
-# the one default for the CLI and the stage (conf/study/pcs/default.yaml states the same value)
-DEFAULT_MIN_GAP = 0.05
 
 
 # ---------------------------------------------------------------- aggregation
@@ -117,8 +116,8 @@ def check_scores(df: pd.DataFrame, *, what: str = "scores") -> pd.DataFrame:
     out["condition"] = out["condition"].astype(str).str.strip().str.upper()
     bad = out.loc[~out["condition"].isin(CONDITIONS)]
     if len(bad):
-        row = bad.index[0]
-        raise DataError(f"{what} row {row}: condition {bad['condition'].iloc[0]!r} is not one of A, B, C")
+        row = int((~out["condition"].isin(CONDITIONS)).to_numpy().nonzero()[0][0])
+        raise DataError(f"{what} line {row + 2}, column condition: {bad['condition'].iloc[0]!r} is not one of A, B, C")
     out["score"] = pd.to_numeric(out["score"], errors="coerce")
     # a blank judge or sample would vanish from the groupby that averages over it: refuse it instead
     for col in ("judge", "sample"):
@@ -127,7 +126,7 @@ def check_scores(df: pd.DataFrame, *, what: str = "scores") -> pd.DataFrame:
             if blank.any():
                 row = int(blank.to_numpy().nonzero()[0][0])
                 raise DataError(
-                    f"{what} row {row + 2}: blank {col!r} (fill it in, or drop the {col} column when every "
+                    f"{what} line {row + 2}, column {col}: blank {col!r} (fill it in, or drop the {col} column when every "
                     f"response has one {col})"
                 )
     for col in CELL_KEYS:
@@ -417,12 +416,12 @@ def check_human_preferences(df: pd.DataFrame, *, what: str = "human preferences"
     out["preference"] = out["preference"].astype(str).str.strip()
     out.loc[out["preference"].str.lower().isin(["tie", "none", "no meaningful difference", "equal"]), "preference"] = TIE
     out.loc[out["preference"] != TIE, "preference"] = out["preference"].str.upper()
-    for idx, row in out.iterrows():
+    for pos, (_, row) in enumerate(out.iterrows()):
         if row["comparison"] not in COMPARISONS:
-            raise DataError(f"{what} row {idx}: comparison {row['comparison']!r} is not A-C or B-C")
+            raise DataError(f"{what} line {pos + 2}, column comparison: {row['comparison']!r} is not A-C or B-C")
         if row["preference"] != TIE and row["preference"] not in COMPARISONS[row["comparison"]]:
             raise DataError(
-                f"{what} row {idx}: preference {row['preference']!r} is not one of "
+                f"{what} line {pos + 2}, column preference: {row['preference']!r} is not one of "
                 f"{', '.join(COMPARISONS[row['comparison']])} or tie for comparison {row['comparison']}"
             )
     return out

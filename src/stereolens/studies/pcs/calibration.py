@@ -22,7 +22,7 @@ from typing import Literal
 
 import pandas as pd
 
-from stereolens.studies.pcs.scenarios import RubricFeature, load_rubrics
+from stereolens.studies.pcs.scenarios import RubricFeature, load_rubrics, read_scenarios
 from stereolens.errors import ConfigError, DataError
 from stereolens.models.base import GenerationRequest, LanguageModel
 
@@ -38,13 +38,9 @@ def load_calibration_inputs(
     """The neutral scenarios in ``language`` and the rubrics, from scenarios.csv and rubrics.yaml only."""
     bank_dir = Path(bank_dir)
     path = bank_dir / "scenarios.csv"
-    if not path.exists():
-        raise DataError(f"scenario bank not found: {path}")
-    scenarios = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
-    missing = [c for c in ("scenario_id", "dimension", "language", "prompt_a") if c not in scenarios.columns]
-    if missing:
-        raise DataError(f"{path} is missing column(s) {', '.join(missing)}")
     rubrics = load_rubrics(bank_dir / "rubrics.yaml")
+    # the same schema as every other reader of the bank, before any generator model loads
+    scenarios = read_scenarios(path, rubrics.keys())
     if dimensions:
         unknown = sorted(set(dimensions) - set(rubrics))
         if unknown:
@@ -53,9 +49,6 @@ def load_calibration_inputs(
     base = scenarios.loc[scenarios["language"] == language]
     if base.empty:
         raise DataError(f"{path} has no scenario in calibration language {language!r}")
-    empty = base.loc[base["prompt_a"].str.strip() == ""]
-    if len(empty):
-        raise DataError(f"{path}: scenario {empty['scenario_id'].iloc[0]} language {language} has an empty prompt_a")
     return base.reset_index(drop=True), rubrics
 
 

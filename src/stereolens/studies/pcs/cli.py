@@ -16,12 +16,14 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+from stereolens.studies.pcs import DEFAULT_MIN_GAP
 
-from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP, REQUIRED_COLUMNS, PCSAnalysis, analyze_scores
-from stereolens.io import read_csv_checked, write_csv, write_json, write_text
+if TYPE_CHECKING:  # the analysis (pandas, scipy) loads when a command runs, not when the parser is built
+    import pandas as pd
+
+    from stereolens.studies.pcs.analysis import PCSAnalysis
 
 DEFAULT_RUBRICS = "data/seed/pcs/rubrics.yaml"
 
@@ -61,6 +63,8 @@ def write_analysis(
     ``human`` may carry a ``source`` column (human / simulated / llm_panel); the
     report says so in a visible line when the preferences are not human.
     """
+    from stereolens.io import write_csv, write_json, write_text
+    from stereolens.studies.pcs.analysis import analyze_scores
     from stereolens.studies.pcs.report import report_markdown, write_figures
 
     out = Path(output)
@@ -113,8 +117,8 @@ def rubric_features(path: str | os.PathLike | None) -> dict[str, list[str]] | No
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from stereolens.io import check_writable
-    from stereolens.studies.pcs.analysis import validate_scores
+    from stereolens.io import check_writable, read_csv_checked
+    from stereolens.studies.pcs.analysis import REQUIRED_COLUMNS, validate_scores
 
     check_writable(Path(args.output) / "summary.json")
     scores = read_csv_checked(args.scores, REQUIRED_COLUMNS, what="judged scores", allow_empty=False)

@@ -13,9 +13,11 @@ Bank layout (``data/seed/pcs/``, git-tracked):
 * ``rubrics.yaml`` - per dimension, four features with 1 / 4 / 7 anchors
   (Tables 5-7).
 
-The schema check refuses a scenario that lacks a condition or a configured
-language, and a Prompt C that contains an indexical marker, naming the
-scenario and the language.
+The schema (:func:`scenario_bank_schema`, checked with ``stereolens.tables``)
+refuses a row without its language, a prompt or a known dimension, and a second
+row for the same scenario and language, naming ``FILE line N, column C``; the
+bank check then refuses a Prompt C that contains an indexical marker and a
+scenario that lacks a configured language.
 """
 
 from __future__ import annotations
@@ -169,21 +171,25 @@ def load_reviews(path: str | os.PathLike) -> pd.DataFrame:
         df[col] = df[col].str.strip()
     df["decision"] = df["decision"].str.lower().str.replace("_", " ")
     for pos, row in enumerate(df.itertuples(index=False)):
-        where = (f"translation reviews {path} row {pos + 2} (scenario {row.scenario_id}, language {row.language}, "
-                 f"condition {row.condition})")
+        def place(column: str) -> str:
+            return (f"translation reviews {path} line {pos + 2}, column {column} (scenario {row.scenario_id}, "
+                    f"language {row.language}, condition {row.condition})")
+
         scores = {c: getattr(row, c) for c in REVIEW_CRITERIA}
         if not row.reviewer:
-            raise DataError(f"{where}: empty reviewer (a reviewer id, or {UNREVIEWED!r} for an unreviewed translation)")
+            raise DataError(f"{place('reviewer')}: empty reviewer (a reviewer id, or {UNREVIEWED!r} for an "
+                            "unreviewed translation)")
         if row.reviewer == UNREVIEWED:
             filled = [c for c, v in scores.items() if v] + (["decision"] if row.decision else [])
             if filled:
-                raise DataError(f"{where}: reviewer is {UNREVIEWED!r} (unreviewed) but {', '.join(filled)} are filled in")
+                raise DataError(f"{place(filled[0])}: reviewer is {UNREVIEWED!r} (unreviewed) but "
+                                f"{', '.join(filled)} are filled in")
             continue
         for col, value in scores.items():
             if value not in REVIEW_SCORES:
-                raise DataError(f"{where}: {col} is {value!r}, expected a score 1-5")
+                raise DataError(f"{place(col)}: {col} is {value!r}, expected a score 1-5")
         if row.decision not in REVIEW_DECISIONS:
-            raise DataError(f"{where}: decision {row.decision!r} is not one of: {', '.join(REVIEW_DECISIONS)}")
+            raise DataError(f"{place('decision')}: decision {row.decision!r} is not one of: {', '.join(REVIEW_DECISIONS)}")
     return df
 
 
@@ -196,6 +202,37 @@ def contains_marker(text: str, marker: str) -> bool:
     return bool(marker) and marker.casefold() in text.casefold()
 
 
+def scenario_bank_schema(dimensions: Iterable[str] | None = None):
+    """The scenario bank's table: one row per scenario and language, all three prompts, a known dimension.
+
+    ``dimensions`` are the rubrics' (a scenario whose dimension has no rubric cannot be judged);
+    None accepts any non-empty dimension.  ``notes`` is free text and optional.
+    """
+    import pandera.pandas as pa
+
+    from stereolens.tables import choice_column, text_column
+
+    columns = {
+        "scenario_id": text_column(what="scenario_id"),
+        "dimension": text_column(what="dimension") if dimensions is None
+        else choice_column(sorted(dimensions), what="dimension (from rubrics.yaml)"),
+        "domain": text_column(what="domain"),
+        "language": text_column(what="language (each row is one scenario in one language)"),
+        **{col: text_column(what=f"{col} (condition {cond}: every scenario needs A, B and C in every language)")
+           for cond, col in PROMPT_COLUMNS.items()},
+        "translation_status": text_column(what="translation_status (source, authored, or a review state)"),
+    }
+    return pa.DataFrameSchema(columns, unique=["scenario_id", "language"], report_duplicates="exclude_first",
+                              name="scenario bank")
+
+
+def read_scenarios(path: str | os.PathLike, dimensions: Iterable[str] | None = None) -> pd.DataFrame:
+    """scenarios.csv, checked against :func:`scenario_bank_schema` (``FILE line N, column C`` on the first failure)."""
+    from stereolens.tables import read_table
+
+    return read_table(path, scenario_bank_schema(dimensions), what="scenario bank")
+
+
 def check_bank(
     scenarios: pd.DataFrame,
     markers: Mapping[str, Sequence[str]],
@@ -204,38 +241,34 @@ def check_bank(
     dimensions: Iterable[str] | None = None,
     where: str = "scenario bank",
 ) -> None:
-    """Raise DataError for the first scenario missing a condition or language, or a Prompt C with a marker."""
-    missing = [c for c in SCENARIO_COLUMNS if c not in scenarios.columns]
-    if missing:
-        raise DataError(f"{where} is missing column(s) {', '.join(missing)}")
-    dup = scenarios.duplicated(["scenario_id", "language"], keep=False)
-    if dup.any():
-        row = scenarios[dup].iloc[0]
-        raise DataError(f"{where}: scenario {row['scenario_id']} has more than one row for language {row['language']}")
-    for _, row in scenarios.iterrows():
-        for cond, col in PROMPT_COLUMNS.items():
-            text = row[col]
-            if not isinstance(text, str) or not text.strip():
-                raise DataError(
-                    f"{where}: scenario {row['scenario_id']} language {row['language']} lacks condition {cond} ({col} is empty)"
-                )
-        if dimensions is not None and row["dimension"] not in set(dimensions):
-            raise DataError(
-                f"{where}: scenario {row['scenario_id']} has dimension {row['dimension']!r}, which the rubrics lack"
-            )
-        lang = str(row["language"])
+    """Raise DataError for the first row that breaks the schema, a Prompt C with a marker, or a missing language.
+
+    ``scenarios`` are the file's rows in file order (line numbers are counted from them).
+    """
+    from stereolens.tables import validate_table
+
+    validate_table(scenarios, scenario_bank_schema(dimensions), where)
+    for pos, row in enumerate(scenarios.reset_index(drop=True).itertuples(index=False)):
+        lang = str(row.language)
         for marker in (*markers.get(lang, ()), *markers.get("all", ())):
-            if contains_marker(row["prompt_c"], marker):
+            if contains_marker(row.prompt_c, marker):
                 raise DataError(
-                    f"{where}: scenario {row['scenario_id']} language {lang}: Prompt C contains the indexical marker {marker!r}"
+                    f"{where} line {pos + 2}, column prompt_c: scenario {row.scenario_id} language {lang}: "
+                    f"Prompt C contains the indexical marker {marker!r}"
                 )
     if languages is not None:
-        wanted = list(languages)
-        have = scenarios.groupby("scenario_id")["language"].agg(set)
-        for sid, langs in have.items():
-            for lang in wanted:
-                if lang not in langs:
-                    raise DataError(f"{where}: scenario {sid} lacks language {lang}")
+        check_languages(scenarios, languages, where)
+
+
+def check_languages(scenarios: pd.DataFrame, languages: Iterable[str], where: str) -> None:
+    """Every scenario of ``scenarios`` has a row in every one of ``languages``."""
+    wanted = list(languages)
+    have = scenarios.groupby("scenario_id", sort=True)["language"].agg(set)
+    for sid, langs in have.items():
+        for lang in wanted:
+            if lang not in langs:
+                raise DataError(f"{where}: scenario {sid} lacks language {lang} (add a row for it, or leave "
+                                f"{lang} out of study.pcs.languages)")
 
 
 def select_scenarios(
@@ -285,18 +318,16 @@ def load_bank(
     """
     directory = Path(directory)
     path = directory / "scenarios.csv"
-    if not path.exists():
-        raise DataError(f"scenario bank not found: {path}")
-    scenarios = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
     markers = load_markers(directory / "indexical_markers.yaml")
     rubrics = load_rubrics(directory / "rubrics.yaml")
-    check_bank(scenarios, markers, dimensions=rubrics.keys(), where=str(path))
+    scenarios = read_scenarios(path, rubrics.keys())
+    check_bank(scenarios, markers, dimensions=rubrics.keys(), where=f"scenario bank {path}")
     selected = select_scenarios(
         scenarios, scenario_ids=scenario_ids, per_dimension_domain=per_dimension_domain, dimensions=dimensions,
         domains=domains,
     )
     if languages is not None:
-        check_bank(selected, markers, languages=languages, where=str(path))
+        check_languages(selected, languages, f"scenario bank {path}")
         selected = selected.loc[selected["language"].isin(list(languages))].reset_index(drop=True)
     if selected.empty:
         raise DataError(f"{path}: no scenario left after selecting languages {languages} and scenarios")

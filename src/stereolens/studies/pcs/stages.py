@@ -239,8 +239,11 @@ def collect(args: argparse.Namespace) -> None:
                 "seconds": time.time() - started,
                 "cached_share": float(responses["cached"].mean()),
             })
-        print(f"pcs-collect: {label}: {len(responses)} responses, validity {responses['valid'].mean():.3f}")
-    responses = pd.concat(frames, ignore_index=True)
+        print(f"pcs-collect: {label}: {len(responses)} responses ({int(responses['cached'].sum())} from the cache), "
+              f"validity {responses['valid'].mean():.3f}")
+    # whether an answer came from the cache says how the run went, not what was collected: a run resumed
+    # after a kill must write the same bytes as an uninterrupted one (it is logged to MLflow above instead)
+    responses = pd.concat(frames, ignore_index=True).drop(columns=["cached"])
     write_csv(INTERIM / "responses.csv", responses)
     write_csv(REPORTS / "validity.csv", validity_summary(responses))
     write_csv(REPORTS / "translation_reviews.csv", review_summary(bank))

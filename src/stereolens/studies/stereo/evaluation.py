@@ -57,12 +57,12 @@ def check_scores(df: pd.DataFrame, where: str) -> pd.DataFrame:
         values = pd.to_numeric(df[col], errors="coerce")
         bad = values.isna()
         if bad.any():
-            raise DataError(f"{where} row {int(bad.idxmax()) + 2}, column {col}: {df.at[bad.idxmax(), col]!r} is not a number")
+            raise DataError(f"{where} line {int(bad.idxmax()) + 2}, column {col}: {df.at[bad.idxmax(), col]!r} is not a number")
         df[col] = values
     for col in ("id", "country", "category", "target"):
         bad = df[col].isna() | (df[col].astype(str).str.strip() == "")
         if bad.any():
-            raise DataError(f"{where} row {int(bad.idxmax()) + 2}, column {col}: empty")
+            raise DataError(f"{where} line {int(bad.idxmax()) + 2}, column {col}: empty")
     return df
 
 

@@ -146,13 +146,13 @@ def import_human_triples(path: str | Path, stereotypes: pd.DataFrame, annotators
     for pos, row in df.iterrows():
         line = pos + 2
         if row["stereotype_id"] not in known.index:
-            raise DataError(f"{path} row {line}, column stereotype_id: {row['stereotype_id']!r} is not a validated stereotype")
+            raise DataError(f"{path} line {line}, column stereotype_id: {row['stereotype_id']!r} is not a validated stereotype")
         for col in ("distributor_review", "author_review"):
             if str(row[col]).strip().lower() not in REVIEW_VALUES:
-                raise DataError(f"{path} row {line}, column {col}: {row[col]!r} is not one of {REVIEW_VALUES}")
+                raise DataError(f"{path} line {line}, column {col}: {row[col]!r} is not one of {REVIEW_VALUES}")
         for col in ("context", "sent_stereo", "sent_anti"):
             if not isinstance(row[col], str) or not row[col].strip():
-                raise DataError(f"{path} row {line}, column {col}: empty sentence")
+                raise DataError(f"{path} line {line}, column {col}: empty sentence")
     annotators = load_instantiation_annotators(path, df, annotators_path)
     country_of = annotators.set_index("annotator_id")["country"]
     for pos, row in df.iterrows():
@@ -189,11 +189,11 @@ def load_starter(path: str | Path) -> pd.DataFrame:
     if bad.any():
         pos = int(bad.idxmax())
         col = next(c for c in cols if pd.isna(df.at[pos, c]))
-        raise DataError(f"{path} row {pos + 2}, column {col}: empty")
+        raise DataError(f"{path} line {pos + 2}, column {col}: empty")
     wrong = df["source"] != "authored"
     if wrong.any():
         pos = int(wrong.idxmax())
-        raise DataError(f"{path} row {pos + 2}, column source: starter instances are 'authored', got {df.at[pos, 'source']!r}")
+        raise DataError(f"{path} line {pos + 2}, column source: starter instances are 'authored', got {df.at[pos, 'source']!r}")
     out = df.copy()
     out["stereotype_id"] = "starter-" + out["id"]
     out["id"] = "starter-" + out["id"]
@@ -208,7 +208,7 @@ def load_corpus(path: str | Path) -> pd.DataFrame:
     df = read_csv_checked(path, ["id", "text", "source"], what="irrelevant-sentence corpus", dtype=str)
     empty = df["text"].isna() | (df["text"].str.strip() == "")
     if empty.any():
-        raise DataError(f"{path} row {int(empty.idxmax()) + 2}, column text: empty sentence")
+        raise DataError(f"{path} line {int(empty.idxmax()) + 2}, column text: empty sentence")
     return df
 
 

@@ -65,7 +65,7 @@ def load_adjudication(path: str | Path | None) -> dict[frozenset, bool]:
     for pos, r in df.iterrows():
         decision = str(r["decision"]).strip().lower()
         if decision not in ("present", "absent"):
-            raise DataError(f"{path} row {pos + 2}, column decision: {r['decision']!r} is not 'present' or 'absent'")
+            raise DataError(f"{path} line {pos + 2}, column decision: {r['decision']!r} is not 'present' or 'absent'")
         out[frozenset((r["left_id"], r["right_id"]))] = decision == "present"
     return out
 

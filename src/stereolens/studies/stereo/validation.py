@@ -114,7 +114,7 @@ def import_panels(judgements_path: str | Path, annotators_path: str | Path, scal
     unknown = ~judgements["annotator_id"].isin(known)
     if unknown.any():
         pos = int(unknown.idxmax())
-        raise DataError(f"{judgements_path} row {pos + 2}, column annotator_id: {judgements.at[pos, 'annotator_id']!r} "
+        raise DataError(f"{judgements_path} line {pos + 2}, column annotator_id: {judgements.at[pos, 'annotator_id']!r} "
                         f"is not in {annotators_path}")
     panel_of = items.set_index("item_id")["panel"]
     judgements["panel"] = judgements["item_id"].map(panel_of)
@@ -122,7 +122,7 @@ def import_panels(judgements_path: str | Path, annotators_path: str | Path, scal
     wrong = judgements["panel"] != judgements["annotator_id"].map(who)
     if wrong.any():
         pos = int(wrong.idxmax())
-        raise DataError(f"{judgements_path} row {pos + 2}: annotator {judgements.at[pos, 'annotator_id']!r} belongs to panel "
+        raise DataError(f"{judgements_path} line {pos + 2}, column annotator_id: annotator {judgements.at[pos, 'annotator_id']!r} belongs to panel "
                         f"{who[judgements.at[pos, 'annotator_id']]!r}, item {judgements.at[pos, 'item_id']!r} to {judgements.at[pos, 'panel']!r}")
     annotators["source"] = "human"
     return judgements, annotators

@@ -1,0 +1,112 @@
+"""Every documented command example is accepted by the real parser (issue #18: "test every example").
+
+* Every ``stereolens ...`` command in a fenced block of README.md, a study's README
+  or docs/ is parsed by :func:`stereolens.cli.build_parser`.  A synopsis line
+  (``[--truncate]``, ``{pll,causal}``, ``raw|standardised``) is expanded into every
+  variant it stands for, and each must parse.
+* Every ``e.g. VALUE`` in an option's ``--help`` text is a value that option accepts.
+
+The ``config compose`` examples are also composed for real, in
+``tests/config/test_config_typed.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from stereolens.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "src/stereolens/studies").glob("*/README.md")),
+        *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """(document, command) for every ``stereolens`` command in a fenced code block."""
+    found = []
+    for doc in DOCS:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S):
+            for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+                line = re.sub(r"^\$\s*", "", line.strip())
+                # a command ends at a comment, a pipe, a redirection or the next command of the line
+                # (a "|" between words without spaces is a synopsis's alternatives)
+                for command in re.split(r"\s+(?:\|\|?|&&|;|>>?|2>|#)\s+|;\s*|\s+#", line):
+                    if command.strip().startswith("stereolens "):
+                        found.append((str(doc.relative_to(REPO)), command.strip()))
+    return found
+
+
+def variants(command: str) -> list[list[str]]:
+    """The argument lists a synopsis stands for: each ``[...]`` present and absent, each alternative
+    of ``{a,b}`` and ``a|b``; a one-letter metavariable (``N``) stands for a number."""
+    groups: list[list[str]] = []
+    inside = False
+    for word in shlex.split(command)[1:]:
+        if inside:
+            groups[-1].append(word)
+        else:
+            groups.append([word])
+        inside = (inside or word.startswith("[")) and not word.endswith("]")
+    options = []
+    for group in groups:
+        optional = group[0].startswith("[")
+        words = [w.strip("[]") if optional else w for w in group]
+        alternatives = [[]]
+        for word in words:
+            choices = word.strip("{}").split(",") if word.startswith("{") else word.split("|")
+            choices = ["1" if re.fullmatch(r"[A-Z]", c) else c for c in choices]
+            alternatives = [a + [c] for a in alternatives for c in choices]
+        options.append(alternatives + ([[]] if optional else []))
+    return [[w for part in choice for w in part] for choice in itertools.product(*options)]
+
+
+COMMANDS = documented_commands()
+
+
+def test_the_documents_hold_commands():
+    assert len(COMMANDS) >= 20 and any(doc == "README.md" for doc, _ in COMMANDS)
+
+
+@pytest.mark.parametrize("doc,command", COMMANDS, ids=[f"{d}: {c}"[:90] for d, c in COMMANDS])
+def test_every_documented_command_parses(doc, command):
+    parser = build_parser()
+    for argv in variants(command):
+        try:
+            parser.parse_args(argv)
+        except SystemExit as exc:
+            assert exc.code == 0, f"{doc}: `{command}` does not parse as {argv}"  # 0: --help
+
+
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
+
+
+def help_examples() -> list[tuple[str, argparse.Action, str]]:
+    """(command, option, value) for every ``e.g. VALUE`` (or ``e.g. A or B``) in an option's help."""
+    out = []
+    for path, parser in _parsers(build_parser()):
+        for action in parser._actions:
+            match = re.search(r"e\.g\.\s+([^),;:]+)", action.help or "")
+            if match and action.option_strings:
+                for value in match.group(1).split(" or "):
+                    out.append((" ".join(path), action, value.strip()))
+    return out
+
+
+def test_every_help_example_is_a_value_its_option_accepts():
+    examples = help_examples()
+    assert len(examples) >= 5
+    for command, action, value in examples:
+        parsed = action.type(value) if callable(action.type) else value
+        if action.choices is not None:
+            assert parsed in action.choices, f"stereolens {command} {action.option_strings[0]}: e.g. {value!r}"
