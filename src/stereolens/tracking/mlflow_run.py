@@ -231,6 +231,8 @@ def stage_run(
         "variant": variant,
         "annotation_source": annotation_source,
         "git_commit": _git_commit(),
+        # set by `dvc exp run` / `dvc queue start`: runs of one grid share their run names, this tells them apart
+        "dvc_experiment": os.environ.get("DVC_EXP_NAME"),
         **(tags or {}),
     }
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language, variant)):
