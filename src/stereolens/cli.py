@@ -55,8 +55,51 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _register_plan(sub)
     declare_study_param_types()
     return parser
+
+
+def plan_requests(studies: list[str], overrides: list[str], config_dir: str = "conf") -> list[dict]:
+    """Model requests each study's stages would issue for the config composed from ``overrides``.
+
+    Each study that can be planned has ``plan.py`` with ``plan(config) -> rows``, built on the
+    study's own enumeration code (the same item, query and prompt builders its stages call).
+    """
+    from stereolens.config.compose import compose_config
+    from stereolens.errors import ConfigError
+
+    declare_study_param_types()
+    config = compose_config(overrides, config_dir=config_dir)
+    plannable = {module.split(".")[-2]: module for module in study_modules("plan")}
+    rows = []
+    for study in studies:
+        if study not in plannable:
+            raise ConfigError(f"study {study!r} has no plan module (plannable: {', '.join(sorted(plannable))})")
+        rows.extend(importlib.import_module(plannable[study]).plan(config))
+    return rows
+
+
+def _register_plan(sub: argparse._SubParsersAction) -> None:
+    plan = sub.add_parser("plan", help="count the model requests a study's stages would issue for a config")
+    plan.add_argument("--study", action="append", required=True, help="study to plan (repeatable)")
+    plan.add_argument("--json", action="store_true", help="print the rows as JSON")
+    plan.add_argument("--config-dir", default="conf")
+    plan.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. study/leakage=paper language=en")
+    plan.set_defaults(func=_plan)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    rows = plan_requests(args.study, args.overrides, args.config_dir)
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    import pandas as pd
+
+    print(pd.DataFrame(rows).to_string(index=False) if rows else "no requests")
+    return 0
 
 
 def declare_study_param_types() -> None:

@@ -187,6 +187,22 @@ def read_csv_checked(
     return df
 
 
+def project_path(path: str | os.PathLike) -> Path:
+    """``path`` with a relative path anchored at the DVC project root when DVC runs the stage.
+
+    ``dvc exp run --queue`` / ``dvc queue start`` run each experiment in a temporary copy
+    under ``.dvc/tmp/exps/`` and set ``DVC_ROOT`` to the project the experiment was queued
+    from.  State that must outlive that copy and be shared by every experiment (the MLflow
+    store, the model response cache) is anchored there; DVC outputs are not (they come back
+    with the experiment's commit).  Outside DVC, or for an absolute path, ``path`` is unchanged.
+    """
+    path = Path(path)
+    root = os.environ.get("DVC_ROOT")
+    if path.is_absolute() or not root:
+        return path
+    return Path(root) / path
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -142,6 +142,44 @@ def test_seeded_sampling_is_reproducible_and_leaves_global_rng_alone(tiny_causal
     assert len(others | {one.text}) > 1
 
 
+def _transformers_sample_alone(model, req: GenerationRequest) -> str:
+    """The reference: transformers' own sampling loop on the request alone, seeded globally
+    (what the backend did before sampled requests were batched)."""
+    ids = torch.tensor([model.render_prompt(req)])
+    tok = model.tokenizer
+    with torch.random.fork_rng():
+        torch.manual_seed(req.seed)
+        out = model.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=req.max_tokens,
+                                   do_sample=True, temperature=req.temperature, top_p=req.top_p, top_k=0,
+                                   pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    gen = out[0, ids.shape[1]:].tolist()
+    eos = model._eos_ids()
+    gen = gen[: next((k for k, t in enumerate(gen) if t in eos), len(gen))]
+    return tok.decode(gen, skip_special_tokens=True)
+
+
+def test_sampled_generations_batched_equal_transformers_sampling_each_request_alone(tiny_causal_lm_dir, tmp_path):
+    """Sampled requests share batched forward passes, yet each answer is the one transformers'
+    sampler gives the request alone under its own seed, whatever else is in the batch."""
+    prompts = ["The doctor", "A much longer prompt about the nurse and the", "Она", "El", "The teacher said that",
+               "Die Lehrerin"]
+    reqs = [GenerationRequest(prompt=p, max_tokens=14, temperature=1.0, seed=11 + k) for k, p in enumerate(prompts)]
+    reqs += [GenerationRequest(prompt=p, max_tokens=14, temperature=0.7, top_p=0.9, seed=3) for p in prompts[:3]]
+    model = causal(tiny_causal_lm_dir, tmp_path, batch_size=8)
+    forwards = count_forwards(model)
+    batched = [g.text for g in model.generate(reqs)]
+    # 2 batches (one per decoding setting) of at most 14 steps, not one generation per request
+    assert forwards[0] <= 2 * 14
+    assert batched == [_transformers_sample_alone(model, r) for r in reqs]
+    # different seeds in one batch draw differently (one shared generator would not be tested above)
+    assert len(set(batched[:6])) == 6
+    # the same request in another batch composition and batch size: the same answer
+    other = causal(tiny_causal_lm_dir, tmp_path / "other", batch_size=2)
+    regrouped = other.generate([reqs[4], GenerationRequest(prompt="Some other words entirely", max_tokens=14,
+                                                           temperature=1.0, seed=99), reqs[0]])
+    assert [regrouped[0].text, regrouped[2].text] == [batched[4], batched[0]]
+
+
 def test_greedy_generation_batched_stop_and_top_logprobs(tiny_causal_lm_dir, tmp_path):
     model = causal(tiny_causal_lm_dir, tmp_path, batch_size=4)
     prompts = ["The doctor", "A much longer prompt about the nurse and the", "Она"]

@@ -70,6 +70,18 @@ def test_compare_command_line_csv_equals_the_table(store):
     assert printed["alpha_H_EN"].tolist() == expected["alpha_H_EN"].tolist()
 
 
+def test_queued_experiments_of_a_sweep_keep_a_row_each(tmp_path, monkeypatch):
+    """`dvc queue start` runs every grid point under its DVC_EXP_NAME: equal run names, one row per experiment."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = {"enabled": True, "tracking_uri": uri, "artifact_location": str(tmp_path / "artifacts"), "experiment": "s"}
+    for experiment, score in (("manky-luke", 0.64), ("cauld-ions", 0.5), ("cauld-ions", 0.55)):
+        monkeypatch.setenv("DVC_EXP_NAME", experiment)
+        with stage_run(cfg, REPORT_RUN, model="m1", language="en") as run:
+            run.log_metrics({"bias_score": score})
+    table = compare_runs("crows", tracking_uri=uri, experiment="s")
+    assert table[["dvc_experiment", "bias_score"]].values.tolist() == [["cauld-ions", 0.55], ["manky-luke", 0.64]]
+
+
 def test_an_unknown_study_is_one_clear_line(store):
     from stereolens.errors import ConfigError
 

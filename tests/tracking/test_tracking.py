@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +15,7 @@ from stereolens.tracking.mlflow_run import param_value
 REPORT_RUN = declare_run("test_tracking", "report", params=("model",),
                          metrics=("bias_score", "skipped", "bias_score.{bias_type}"))
 SCORE_RUN = declare_run("test_tracking", "score", metrics=("x",))
+QUEUED_RUN = declare_run("test_tracking", "queued", metrics=("bias_score",))
 
 
 def test_a_config_mapping_is_one_param_whatever_its_inner_keys():
@@ -111,3 +113,43 @@ def test_dataset_digest_follows_the_file_not_a_stale_lock(tmp_path, monkeypatch)
     # directories carry DVC's own ``.dir`` digest, which only the lock knows
     assert dvc_md5("tables") == "11111111111111111111111111111111.dir"
     assert dvc_md5("missing.csv") == ""
+
+
+def test_queued_experiment_logs_into_the_project_store_not_its_temporary_copy(tmp_path, monkeypatch):
+    """`dvc queue start` runs a stage in `.dvc/tmp/exps/<run>/` with DVC_ROOT = the project:
+    the relative default store and artifact location must resolve in the project."""
+    import mlflow
+
+    project = tmp_path / "project"
+    copy = project / ".dvc" / "tmp" / "exps" / "run" / "tmpabc"
+    copy.mkdir(parents=True)
+    monkeypatch.chdir(copy)
+    monkeypatch.setenv("DVC_ROOT", str(project))
+    table = copy / "scores.csv"
+    table.write_text("id,score\na,1\n", encoding="utf-8")
+    cfg = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
+           "experiment": "stereolens-queue"}
+    with stage_run(cfg, QUEUED_RUN, model="tiny", language="en") as run:
+        run.log_metrics({"bias_score": 0.5})
+        run.log_artifact(table)
+        run_id = run.run_id
+
+    assert (project / "mlruns" / "mlflow.db").is_file()
+    assert not (copy / "mlruns").exists()
+    mlflow.set_tracking_uri(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    assert mlflow.get_run(run_id).data.metrics["bias_score"] == 0.5
+    assert (project / "mlruns" / "artifacts").is_dir()
+
+
+def test_response_cache_of_a_queued_experiment_is_the_projects(tmp_path, monkeypatch):
+    from stereolens.models.cache import ResponseCache
+    from stereolens.stages.common import model_cache_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STEREOLENS_CACHE_DIR", raising=False)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    assert ResponseCache().root == model_cache_dir() == Path("cache/models")
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path / "project"))
+    assert ResponseCache().root == model_cache_dir() == tmp_path / "project" / "cache" / "models"
+    monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "shared"))
+    assert ResponseCache().root == tmp_path / "shared"

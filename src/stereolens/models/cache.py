@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from stereolens.io import atomic_path
+from stereolens.io import atomic_path, project_path
 
 DEFAULT_CACHE_DIR = "cache/models"
 CACHE_ENV = "STEREOLENS_CACHE_DIR"
@@ -31,7 +31,8 @@ class ResponseCache:
     """Maps request payloads to JSON-serialisable responses, one file per entry."""
 
     def __init__(self, root: str | os.PathLike | None = None, *, enabled: bool = True) -> None:
-        self.root = Path(root or os.environ.get(CACHE_ENV, DEFAULT_CACHE_DIR))
+        # shared by every experiment of a `dvc queue`, not left in one experiment's temporary copy
+        self.root = project_path(root or os.environ.get(CACHE_ENV, DEFAULT_CACHE_DIR))
         self.enabled = enabled
         self.hits = 0
         self.misses = 0

@@ -237,6 +237,50 @@ class HFMaskedLM(HFModel):
         )
 
 
+class PerRowSampler:
+    """A transformers logits processor that samples each row of a batch with its own generator.
+
+    Row ``r`` has ``(temperature, top_p, seed)``; its scores go through transformers'
+    ``TemperatureLogitsWarper`` and ``TopPLogitsWarper`` (as ``generate(do_sample=True,
+    top_k=0)`` applies them), then ``torch.multinomial`` draws from a ``torch.Generator``
+    seeded with the row's seed, one draw per step, exactly as ``torch.manual_seed(seed)``
+    followed by ``generate(do_sample=True)`` on that row alone draws from the global
+    generator.  The returned scores are -inf except at the drawn token, so greedy decoding
+    emits it.  A row's draws never touch another row's generator: its answer depends on
+    its own prompt, settings and seed only, whatever else is in the batch (up to float
+    noise in the padded forward pass, which can change a draw only when the uniform falls
+    within that noise of a token's cumulative-probability boundary).
+    """
+
+    def __init__(self, rows: Sequence[tuple[float, float, int]], device) -> None:
+        import torch
+        from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+        self._warpers = []
+        self._generators = []
+        for temperature, top_p, seed in rows:
+            warpers = [TemperatureLogitsWarper(temperature)]
+            if top_p is not None and top_p < 1.0:
+                warpers.append(TopPLogitsWarper(top_p))
+            self._warpers.append(warpers)
+            generator = torch.Generator(device=device)
+            generator.manual_seed(int(seed))
+            self._generators.append(generator)
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        chosen = torch.full_like(scores, float("-inf"))
+        for row, (warpers, generator) in enumerate(zip(self._warpers, self._generators)):
+            row_ids, row_scores = input_ids[row : row + 1], scores[row : row + 1]
+            for warper in warpers:
+                row_scores = warper(row_ids, row_scores)
+            probs = torch.nn.functional.softmax(row_scores, dim=-1)
+            token = torch.multinomial(probs, num_samples=1, generator=generator)
+            chosen[row, token[0, 0]] = 0.0
+        return chosen
+
+
 class HFCausalLM(HFModel):
     """A decoder-only LM: log-likelihoods (lm-eval style) and batched generation."""
 
@@ -370,15 +414,13 @@ class HFCausalLM(HFModel):
         if not batch.todo:
             return batch.finish()
         prompts = {i: self.render_prompt(batch.requests[i]) for i in batch.todo}
-        # greedy requests with equal decoding settings share a batch; sampled ones run alone
-        # under their own seed, so a cached answer never depends on what it was batched with
+        # requests with equal decoding settings share a batch.  Sampled ones draw their tokens
+        # from their own generator seeded with their own seed (PerRowSampler), so an answer
+        # does not depend on what it was batched with, and equals the answer the request gets alone
         groups: dict[tuple, list[int]] = {}
         for i in batch.todo:
             r = batch.requests[i]
-            if r.temperature == 0:
-                key = ("greedy", r.max_tokens, r.stop, r.top_logprobs)
-            else:
-                key = ("sample", i)
+            key = (r.temperature, r.top_p if r.temperature else None, r.max_tokens, r.stop, r.top_logprobs)
             groups.setdefault(key, []).append(i)
         for key, members in groups.items():
             for chunk in self._batches(members, {i: len(prompts[i]) for i in members}):
@@ -405,14 +447,17 @@ class HFCausalLM(HFModel):
             "output_logits": bool(req0.top_logprobs),
             "pad_token_id": pad_id,
         }
-        if req0.temperature == 0:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(do_sample=True, temperature=req0.temperature, top_p=req0.top_p, top_k=0)
+        # transformers' own loop (KV cache, stop strings, EOS) runs "greedy" over the scores the
+        # sampler leaves: one finite entry per row, the token the row's generator drew
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if req0.temperature != 0:
+            from transformers import LogitsProcessorList
+
+            kwargs["logits_processor"] = LogitsProcessorList(
+                [PerRowSampler([(r.temperature, r.top_p, r.seed) for r in reqs], self.device)])
         if req0.stop:
             kwargs.update(stop_strings=list(req0.stop), tokenizer=tok)
         with torch.inference_mode(), self._local_rng():
-            torch.manual_seed(req0.seed)
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
         new = out.sequences[:, width:].tolist()
         answers = []

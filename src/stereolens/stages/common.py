@@ -60,4 +60,6 @@ def model_cache_dir() -> Path:
     """Where the content-addressed model cache lives (outside DVC: it survives every rerun)."""
     from stereolens.models.cache import CACHE_ENV, DEFAULT_CACHE_DIR
 
-    return Path(os.environ.get(CACHE_ENV, DEFAULT_CACHE_DIR))
+    from stereolens.io import project_path
+
+    return project_path(os.environ.get(CACHE_ENV, DEFAULT_CACHE_DIR))

@@ -7,7 +7,7 @@ import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("compare", help="compare the MLflow runs of one study (newest run per run name)")
+    parser = subparsers.add_parser("compare", help="compare the MLflow runs of one study (newest run per run name and DVC experiment)")
     parser.add_argument("--study", required=True, help="study name (the runs' `study` tag)")
     parser.add_argument("--metric", help="only this metric (runs without it are left out)")
     parser.add_argument("--stage", help="only runs of this stage (the `stage` tag, e.g. fit)")

@@ -1,7 +1,8 @@
 """Runs of one study side by side, as the MLflow UI's compare view lines them up.
 
-One row per run name (the newest run of that name: a rerun replaces the earlier
-one, as it replaces the files DVC tracks), the identifying tags as the first
+One row per run name and DVC experiment (the newest run of that name: a rerun
+replaces the earlier one, as it replaces the files DVC tracks; the queued
+experiments of a sweep, tagged ``dvc_experiment``, each keep their own row), the identifying tags as the first
 columns, then one column per metric.  The table is read from the MLflow store
 itself, so it is exactly what the UI shows.
 """
@@ -13,7 +14,7 @@ import pandas as pd
 from stereolens.errors import ConfigError
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
-ID_COLUMNS = ("run_name", "stage", "model", "language", "variant", "annotation_source", "run_id", "start_time")
+ID_COLUMNS = ("run_name", "dvc_experiment", "stage", "model", "language", "variant", "annotation_source", "run_id", "start_time")
 
 
 def compare_runs(
@@ -44,13 +45,14 @@ def compare_runs(
             break
     rows, seen = [], set()
     for run in runs:
-        name = run.info.run_name
-        if not all_runs and name in seen:
-            continue  # an older run of the same name: superseded by the rerun
-        seen.add(name)
-        tags = run.data.tags
+        name, tags = run.info.run_name, run.data.tags
+        key = (name, tags.get("dvc_experiment", ""))
+        if not all_runs and key in seen:
+            continue  # an older run of the same name in the same experiment: superseded by the rerun
+        seen.add(key)
         row = {
             "run_name": name,
+            "dvc_experiment": tags.get("dvc_experiment", ""),
             "stage": tags.get("stage", ""),
             "model": tags.get("model", ""),
             "language": tags.get("language", ""),
@@ -73,5 +75,5 @@ def compare_runs(
                           + f" in {tracking_uri}")
     table = pd.DataFrame(rows)
     metric_columns = sorted(c for c in table.columns if c not in ID_COLUMNS)
-    return table[[*ID_COLUMNS, *metric_columns]].sort_values(["stage", "model", "language", "variant"], kind="stable",
-                                                            ignore_index=True)
+    return table[[*ID_COLUMNS, *metric_columns]].sort_values(["stage", "model", "language", "variant", "dvc_experiment"],
+                                                            kind="stable", ignore_index=True)

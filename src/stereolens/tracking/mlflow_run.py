@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from stereolens.io import md5_file
+from stereolens.io import md5_file, project_path
 
 ANNOTATION_SOURCES = ("human", "llm_panel", "simulated")
 # MLflow's limit on a param value; a longer one is cut here and logged whole as an artifact
@@ -255,7 +255,10 @@ def _configure(mlflow, tracking_cfg: Mapping[str, Any]) -> str:
         return _configure_store(mlflow, uri, tracking_cfg)
     from filelock import FileLock
 
-    db = Path(uri[len("sqlite:///") :].split("?", 1)[0])
+    db_part, sep, query = uri[len("sqlite:///") :].partition("?")
+    # a relative store lands in the project, not in a queued experiment's temporary copy
+    db = project_path(db_part)
+    uri = f"sqlite:///{db}{sep}{query}"
     db.parent.mkdir(parents=True, exist_ok=True)
     # the first connection creates and migrates the schema: two processes doing it at once
     # collide ("duplicate column name"), so store set-up is serialised across processes
@@ -269,7 +272,7 @@ def _configure_store(mlflow, uri: str, tracking_cfg: Mapping[str, Any]) -> str:
     experiment = mlflow.get_experiment_by_name(experiment_name)
     if experiment is None:
         artifacts = tracking_cfg.get("artifact_location")
-        location = Path(artifacts).resolve().as_uri() if artifacts else None
+        location = project_path(artifacts).resolve().as_uri() if artifacts else None
         try:
             experiment_id = mlflow.create_experiment(experiment_name, artifact_location=location)
         except mlflow.exceptions.MlflowException:
@@ -339,6 +342,8 @@ def stage_run(
         "variant": variant,
         "annotation_source": annotation_source,
         "git_commit": _git_commit(),
+        # set by `dvc exp run` / `dvc queue start`: runs of one grid share their run names, this tells them apart
+        "dvc_experiment": os.environ.get("DVC_EXP_NAME"),
         **(tags or {}),
     }
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language, variant)):

@@ -1,0 +1,23 @@
+"""`stereolens plan` for crows: two sentence scores per selected pair, none when English is filtered out."""
+
+from __future__ import annotations
+
+from stereolens.cli import plan_requests
+from stereolens.datasets import ingest_dataset, load_registry
+
+
+def test_crows_counts_follow_limit_language_and_metric(repo_root, data_mirror, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the stage reads data/raw/ relative to the project
+    ingest_dataset(load_registry(repo_root / "data/seed/datasets.yaml")["crows_pairs"], "data/raw/crows_pairs",
+                   mirror=str(data_mirror))
+    conf = str(repo_root / "conf")
+
+    def count(*overrides):
+        (row,) = plan_requests(["crows"], list(overrides), config_dir=conf)
+        return row["count"], row["request"]
+
+    assert count() == (2 * 1508, "sentence scores (one pass each)")
+    assert count("study.crows.limit=25") == (50, "sentence scores (one pass each)")
+    assert count("study.crows.limit=25", "language=hi")[0] == 0
+    assert count("model=mbert", "metric=pll_word_l2r", "study.crows.limit=3") == (
+        6, "sentence scores (one pass per scored token)")
