@@ -15,10 +15,12 @@ from stereolens.tracking import declare_run
 PRUNING_STEREOSET = ("ss_before", "ss_all_pruned", "lms_before", "lms_all_pruned", "icat_before", "icat_all_pruned")
 PROBE_RUN = declare_run("heads", "probe", params=("model", "study"),
                         metrics=("{country}.probe_test_{value}", "{country}.probe_train_accuracy",
-                                 "{country}.truncated_permutations", "seconds"))
+                                 "{country}.truncated_permutations", "{country}.exact_stops",
+                                 "{country}.coalitions_saved_by_exact_stop", "seconds"))
 REPORT_RUN = declare_run("heads", "report", params=("study",),
                          metrics=("{country}.test_instances", "{country}.probe_train_acc", "{country}.probe_test_{value}",
-                                  "{country}.truncated_perms", *(f"{{country}}.{k}" for k in PRUNING_STEREOSET)))
+                                  "{country}.truncated_perms", "{country}.exact_stops", "{country}.coalitions_saved",
+                                  *(f"{{country}}.{k}" for k in PRUNING_STEREOSET)))
 
 OUT_DATA = Path("data/processed/heads")
 OUT_REPORT = Path("reports/heads")
