@@ -21,7 +21,6 @@ Cohen's kappa as ``statsmodels.stats.inter_rater.cohens_kappa``.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal

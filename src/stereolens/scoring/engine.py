@@ -24,7 +24,7 @@ from stereolens.scoring import masked as _masked
 from stereolens.scoring import seq2seq as _seq2seq
 from stereolens.scoring.access import max_length, model_identity, split_head, split_seq2seq, unwrap
 from stereolens.scoring.encoding import adds_bos, check_text, encode_causal, encode_masked, item_error, too_long
-from stereolens.scoring.types import MASKED_METRICS, METRICS, SentenceScore
+from stereolens.scoring.types import METRICS, SentenceScore
 
 CACHE_NAMESPACE = "stereolens.scoring/1"
 DEFAULT_BATCH_TOKENS = 8192

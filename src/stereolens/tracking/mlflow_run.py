@@ -108,8 +108,6 @@ def metric_value(name: str, value: Any) -> float:
     """A metric as a float; a value that does not exist (None, NaN) is NaN, so the key is still logged."""
     if value is None:
         return math.nan
-    if isinstance(value, bool):
-        return float(value)
     try:
         return float(value)
     except (TypeError, ValueError):

@@ -19,7 +19,6 @@ Each stage reads ``study.pcs`` (plus ``model``, ``language``, ``tracking``,
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import math
@@ -30,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from stereolens.errors import ConfigError, DataError, GateFailed
-from stereolens.io import read_csv_checked, write_csv, write_json, write_text
+from stereolens.io import read_csv_checked, write_csv, write_json
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
@@ -232,7 +231,6 @@ def collect(args: argparse.Namespace) -> None:
             model = _load(model_cfg, executor_config(args.params))
             responses = check_validity(collect_responses(model, label, prompts, settings), vsettings)
             frames.append(responses)
-            summary = validity_summary(responses)
             run.log_metrics({
                 "n_responses": len(responses),
                 "validity_rate": float(responses["valid"].mean()),

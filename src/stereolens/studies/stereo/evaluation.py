@@ -11,7 +11,6 @@ by the candidate's token count (StereoSet's own causal scoring averages).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
