@@ -5,6 +5,10 @@ model whose remaining heads cannot matter it fires and saves evaluations."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,7 +147,19 @@ def _planted_below_with_a_quiet_top(tiny_masked_lm_dir):
     return model, tok
 
 
+ISOLATED = "STEREOLENS_TEST_QUIET_TOP_ISOLATED"
+
+
 def test_exact_stop_fires_on_a_quiet_top_layer_and_changes_nothing(tiny_masked_lm_dir):
+    if os.environ.get(ISOLATED) != "1":
+        # In one full-suite run (1 of 3) the stop fired on none of these permutations, while the values stayed
+        # identical; alone it passed 8 of 8 runs. Some state an earlier test leaves in the process moves this
+        # model's margins (cause not found), so the same assertions run in a fresh interpreter.
+        node = f"{Path(__file__).resolve()}::test_exact_stop_fires_on_a_quiet_top_layer_and_changes_nothing"
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node],
+                              env={**os.environ, ISOLATED: "1"}, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        return
     model, tok = _planted_below_with_a_quiet_top(tiny_masked_lm_dir)
     # 8 permutations of seed 2: two end in both top heads, and one of the coalitions they skip is on
     # no other walk (with 4 players and many permutations, other walks evaluate every skipped one)
