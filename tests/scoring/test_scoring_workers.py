@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
 import pytest
 import torch
 
-from stereolens.scoring import causal, masked
+from stereolens.scoring import batching, causal, masked
 from stereolens.scoring.access import split_head
 from stereolens.scoring.batching import run_in_workers
 from stereolens.scoring.encoding import encode_causal, encode_masked
@@ -24,13 +25,32 @@ SENTENCES = [
 ]
 
 
-def test_every_batch_runs_once_on_single_threaded_workers():
+# Guards against a hang, never part of an assertion: the tests below order the threads with
+# a barrier and events and assert on what each thread recorded, not on how long anything took.
+WAIT_S = 10
+
+
+def _running_batching_code(thread_id: int) -> bool:
+    """Whether the thread is still inside run_in_workers' own code (not yet back in the pool)."""
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if frame.f_code.co_filename == batching.__file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_every_batch_runs_once_on_concurrent_single_threaded_workers():
     seen: list[tuple[int, int, str]] = []
     lock = threading.Lock()
+    # each worker waits at the barrier with its first batch: it is passed only when both
+    # workers hold a batch at the same time (one worker alone breaks it)
+    both_working = threading.Barrier(2, timeout=WAIT_S)
 
     def work(batches):
-        for b in batches:
-            time.sleep(0.002)  # let the other thread take some
+        for i, b in enumerate(batches):
+            if i == 0:
+                both_working.wait()
             with lock:
                 seen.append((b, torch.get_num_threads(), threading.current_thread().name))
 
@@ -42,21 +62,38 @@ def test_every_batch_runs_once_on_single_threaded_workers():
     assert torch.get_num_threads() == before
 
 
-def test_first_error_stops_the_others_and_restores_threads():
-    done: list[int] = []
+def test_first_error_stops_the_others_after_their_current_batch_and_restores_threads():
+    started: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    both_working = threading.Barrier(2, timeout=WAIT_S)
+    failed = threading.Event()
+    failing_thread: list[int] = []
 
     def work(batches):
-        for b in batches:
-            if b == 3:
-                raise ValueError("batch 3 is broken")
-            time.sleep(0.01)
-            done.append(b)
+        for i, b in enumerate(batches):
+            with lock:
+                started.append((b, threading.current_thread().name))
+            if i == 0:
+                both_working.wait()
+            if b == 0:
+                failing_thread.append(threading.get_ident())
+                failed.set()
+                raise ValueError("batch 0 is broken")
+            if i == 0:
+                # the healthy worker finishes its batch only once the error has left the failing worker
+                assert failed.wait(WAIT_S)
+                deadline = time.monotonic() + WAIT_S
+                while _running_batching_code(failing_thread[0]):
+                    assert time.monotonic() < deadline, "the failing worker never finished"
+                    time.sleep(0.001)
 
     before = torch.get_num_threads()
-    with pytest.raises(ValueError, match="batch 3 is broken"):
+    with pytest.raises(ValueError, match="batch 0 is broken"):
         run_in_workers(list(range(200)), work, workers=2)
     assert torch.get_num_threads() == before
-    assert len(done) < 20  # the healthy thread stopped after its current batch
+    # one batch each: the failing one, and the one the healthy worker held; it took no other
+    assert sorted(b for b, _ in started) == [0, 1]
+    assert len({name for _, name in started}) == 2
 
 
 def test_one_worker_runs_in_the_calling_thread():
