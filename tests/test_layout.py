@@ -1,13 +1,16 @@
 """The folder tree is the architecture: shared engines, and one package per study.
 
-These checks make the README's recipe for adding a study true: a study folder
-without its README, config, DVC block or tests fails here, and so does an engine
-that reaches into a study or a study that reaches into another.
+These checks make the recipe for adding a study (docs/adding-a-study.md) true: a
+study folder without its README, config, its line in conf/config.yaml, DVC block,
+summary among the report stage's deps or tests fails here, as does an optional
+``config.py`` or ``plan.py`` that breaks its contract, and so does an engine that
+reaches into a study or a study that reaches into another.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -41,6 +44,10 @@ def _dvc_study_blocks() -> dict[str, list[str]]:
     for match in re.finditer(r"# --- study: (\w+) ---\n(.*?)# --- end study: \1 ---", text, re.S):
         blocks[match.group(1)] = re.findall(r"^  (\w+):\s*$", match.group(2), re.M)
     return blocks
+
+
+def _dvc_stages() -> dict:
+    return yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
 
 
 def test_the_known_studies_are_discovered():
@@ -112,3 +119,73 @@ def test_tests_mirror_the_tree():
     for folder in (REPO / "tests" / "studies").iterdir():
         if folder.is_dir() and folder.name != "__pycache__":
             assert folder.name in STUDIES, f"tests/studies/{folder.name}/ matches no study"
+
+
+def test_tests_mirror_every_engine():
+    engines = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} - {"studies"}
+    missing = sorted(e for e in engines if not any((REPO / "tests" / e).glob("test_*.py")))
+    assert not missing, f"engine packages without tests/<engine>/test_*.py: {missing}"
+
+
+def test_every_study_and_only_a_study_has_its_line_in_the_config_defaults():
+    defaults = yaml.safe_load((REPO / "conf" / "config.yaml").read_text(encoding="utf-8"))["defaults"]
+    study_lines = {key.split("/", 1)[1]: value for entry in defaults if isinstance(entry, dict)
+                   for key, value in entry.items() if key.startswith("study/")}
+    missing = [s for s in STUDIES if study_lines.get(s) != "default"]
+    assert not missing, f"conf/config.yaml defaults lack '- study/NAME: default' for: {missing}"
+    assert set(study_lines) <= set(STUDIES), f"conf/config.yaml names no-such studies: {set(study_lines) - set(STUDIES)}"
+
+
+def test_every_study_summary_is_written_by_its_block_and_read_by_the_report_stage():
+    stages = _dvc_stages()
+    report_deps = set(stages["report"]["deps"])
+    blocks = _dvc_study_blocks()
+    for study in STUDIES:
+        summary = f"reports/{study}/summary.json"
+        assert summary in report_deps, f"dvc.yaml: the report stage's deps lack {summary}"
+        writers = [name for name in blocks.get(study, [])
+                   if summary in [*stages[name].get("metrics", []), *stages[name].get("outs", [])]]
+        assert writers, f"dvc.yaml: no stage of the {study} block writes {summary}"
+    summaries = {d for d in report_deps if d.endswith("/summary.json")}
+    assert summaries <= {f"reports/{s}/summary.json" for s in STUDIES}, summaries
+
+
+def _null_keys(node, prefix: str = "") -> set[str]:
+    if not isinstance(node, dict):
+        return {prefix} if node is None else set()
+    return set().union(*(_null_keys(v, f"{prefix}.{k}" if prefix else str(k)) for k, v in node.items()))
+
+
+@pytest.mark.parametrize("study", [s for s in STUDIES if (PACKAGE / "studies" / s / "config.py").is_file()])
+def test_a_study_config_module_types_exactly_null_default_keys(study):
+    """``config.py`` (optional) holds ``PARAM_TYPES``: a type for keys whose default is null."""
+    types = getattr(importlib.import_module(f"stereolens.studies.{study}.config"), "PARAM_TYPES", None)
+    assert isinstance(types, dict), f"studies/{study}/config.py defines no PARAM_TYPES dict"
+    default = yaml.safe_load((REPO / "conf" / "study" / study / "default.yaml").read_text(encoding="utf-8"))
+    nulls = _null_keys(default)
+    for key, declared in types.items():
+        assert key in nulls, f"studies/{study}/config.py types {key!r}, which is not a null key of its default.yaml"
+        kinds = declared if isinstance(declared, tuple) else (declared,)
+        assert all(isinstance(k, type) for k in kinds), f"studies/{study}/config.py: {key!r} -> {declared!r}"
+
+
+@pytest.mark.parametrize("study", [s for s in STUDIES if (PACKAGE / "studies" / s / "plan.py").is_file()])
+def test_a_study_plan_module_plans_from_one_composed_config(study):
+    """``plan.py`` (optional) holds ``plan(params) -> rows`` for `stereolens plan`."""
+    path = PACKAGE / "studies" / study / "plan.py"
+    plans = [n for n in ast.parse(path.read_text(encoding="utf-8")).body
+             if isinstance(n, ast.FunctionDef) and n.name == "plan"]
+    assert plans, f"{path.relative_to(REPO)} defines no top-level plan(params)"
+    arguments = plans[0].args
+    assert len(arguments.posonlyargs + arguments.args) == 1 and not arguments.kwonlyargs, (
+        f"{path.relative_to(REPO)}: plan takes one argument, the composed config")
+
+
+def test_the_recipe_is_written_down_with_every_checked_step():
+    recipe = (REPO / "docs" / "adding-a-study.md").read_text(encoding="utf-8")
+    for step in ("src/stereolens/studies/NAME/", "__init__.py", "stages.py", "cli.py", "config.py", "PARAM_TYPES",
+                 "plan.py", "README.md", "**Paper.**", "**What is implemented**", "**Deviations", "**Run it alone**",
+                 "conf/study/NAME/default.yaml", "conf/config.yaml", "study/NAME: default", "data/seed/NAME/",
+                 "# --- study: NAME ---", "NAME_", "reports/NAME/summary.json", "tests/studies/NAME/",
+                 "tests/test_layout.py", "tests/test_dvc_deps.py"):
+        assert step in recipe, f"docs/adding-a-study.md does not mention {step!r}"

@@ -1,16 +1,16 @@
 """The report site in a real browser: every page loads with no console error and no missing image.
 
 Headless Chromium (Debian's `chromium`, installed by .ci/run) is driven over the
-DevTools protocol; a screenshot of each page is written to reports/screenshots/
-for a person to look at.  Without Chromium the test skips, except in CI (`CI` set),
-where it fails.
+DevTools protocol; a screenshot of each page is written to the test's temporary
+folder, or to ``$STEREOLENS_SCREENSHOTS`` for a person to look at (a test never
+writes into the repository).  Without Chromium the test skips, except in CI (`CI`
+set), where it fails.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -24,8 +24,6 @@ from stereolens.report.site import build_site
 sys.path.insert(0, str(Path(__file__).parent))
 from chromium import Browser, chromium_binary  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = Path(os.environ.get("STEREOLENS_SCREENSHOTS", REPO / "reports" / "screenshots"))
 PARAMS = {"model": {"id": "tiny-clm", "name": "tests/tiny", "kind": "causal", "backend": "hf", "revision": None},
           "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}}}
 
@@ -59,6 +57,12 @@ def site(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    chosen = os.environ.get("STEREOLENS_SCREENSHOTS")
+    return Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     binary = chromium_binary()
     if binary is None:
@@ -74,8 +78,8 @@ PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absen
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_page_loads_cleanly_in_chromium(site, browser, page):
-    shot = SCREENSHOTS / (page.replace("/", "_").replace(".html", ".png"))
+def test_every_page_loads_cleanly_in_chromium(site, browser, screenshots, page):
+    shot = screenshots / (page.replace("/", "_").replace(".html", ".png"))
     result = browser.check((site / page).resolve().as_uri(), shot)
     assert result["errors"] == []
     assert result["broken_images"] == []

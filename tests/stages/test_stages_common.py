@@ -1,0 +1,70 @@
+"""What every stage reads: the declared params keys, the executor section, the language filter;
+and the foundation stages' refusals and outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from stereolens.cli import main
+from stereolens.errors import ConfigError
+from stereolens.stages.common import executor_config, languages_to_run, load_params
+
+
+@pytest.fixture
+def params(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"model": {"id": "m", "kind": "causal"}, "study": {"crows": {"limit": 5}},
+                                    "seed": 0}), encoding="utf-8")
+    return path
+
+
+def test_load_params_returns_exactly_the_declared_dotted_keys(params):
+    assert load_params("study.crows.limit", "seed", path=params) == {"study.crows.limit": 5, "seed": 0}
+    assert load_params("model", path=params) == {"model": {"id": "m", "kind": "causal"}}
+
+
+def test_load_params_names_the_missing_key_and_the_file(params, tmp_path):
+    with pytest.raises(ConfigError, match=r"params key 'study\.crows\.limitt' not found in .*params\.yaml"):
+        load_params("study.crows.limitt", path=params)
+    with pytest.raises(ConfigError, match=r"params key 'model\.id\.x' not found"):
+        load_params("model.id.x", path=params)  # a leaf is not a section
+    with pytest.raises(ConfigError, match=r"params file not found: .*absent\.yaml \(run `stereolens config compose`\)"):
+        load_params("seed", path=tmp_path / "absent.yaml")
+
+
+def test_executor_config_is_none_without_the_section_and_refuses_a_missing_file(params, tmp_path):
+    assert executor_config(params) is None
+    params.write_text(yaml.safe_dump({"executor": {"kind": "local"}}), encoding="utf-8")
+    assert executor_config(params) == {"kind": "local"}
+    with pytest.raises(ConfigError, match="params file not found"):
+        executor_config(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(("include", "expected"), [(None, ["en", "hi", "ru"]), (["hi", "zh"], ["hi"]), ([], [])])
+def test_languages_to_run_keeps_the_study_order_within_the_filter(include, expected):
+    assert languages_to_run(["en", "hi", "ru"], {"include": include}) == expected
+
+
+def test_ingest_refuses_a_dataset_the_registry_lacks_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "registry.yaml").write_text(yaml.safe_dump({"one": {
+        "license": "MIT", "base_url": "https://example.invalid", "commit": "0" * 40,
+        "files": {"a.csv": {"upstream": "a.csv", "sha256": "0" * 64}}}}), encoding="utf-8")
+    assert main(["stage", "ingest", "--dataset", "two", "--registry", "registry.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["stereolens: error: dataset 'two' is not in registry.yaml (known: one)"]
+    assert not (tmp_path / "data").exists()
+
+
+def test_prepare_model_records_exactly_which_hub_model_a_run_meant(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    model = {"id": "hub-mbert", "name": "google-bert/bert-base-multilingual-cased", "kind": "masked",
+             "backend": "hf", "revision": "abc123", "batch_size": 8}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"model": model}), encoding="utf-8")
+    assert main(["stage", "prepare-model"]) == 0
+    reference = json.loads((tmp_path / "models/hub-mbert/MODEL_REFERENCE.json").read_text(encoding="utf-8"))
+    assert reference == {"id": "hub-mbert", "name": "google-bert/bert-base-multilingual-cased", "kind": "masked",
+                         "backend": "hf", "revision": "abc123", "base_url": None}
