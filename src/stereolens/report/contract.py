@@ -128,3 +128,31 @@ def read_study_report(study: str, reports: str | Path = "reports") -> StudyRepor
                             + ("" if g.get("enforced") in (None, True) else ": reported, not enforced")
                             for g in result.gates if g["passed"] is False]
     return result
+
+
+def check_summary(summary: Any, *, where: str = "summary.json") -> None:
+    """Refuse a study summary the report would misread, in one line naming the key.
+
+    The report shows ``headline`` values as figures and raises the provenance banner
+    from ``provenance``; a wrong type there would hide a number or a banner silently.
+    """
+    from stereolens.errors import DataError
+
+    if not isinstance(summary, dict):
+        raise DataError(f"{where}: a study summary must be a JSON object, got {type(summary).__name__}")
+    headline = summary.get("headline")
+    if headline is not None:
+        if not isinstance(headline, dict):
+            raise DataError(f"{where}: 'headline' must map labels to numbers or text, got {type(headline).__name__}")
+        for label, value in headline.items():
+            if not isinstance(value, (int, float, str)) and value is not None:
+                raise DataError(f"{where}: headline {label!r} must be a number or text, got {type(value).__name__}")
+    provenance = summary.get("provenance")
+    if provenance is not None:
+        if not isinstance(provenance, dict):
+            raise DataError(f"{where}: 'provenance' must be an object, got {type(provenance).__name__}")
+        if "machine_generated" in provenance and not isinstance(provenance["machine_generated"], bool):
+            raise DataError(f"{where}: provenance.machine_generated must be true or false")
+        notes = provenance.get("notes")
+        if notes is not None and not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
+            raise DataError(f"{where}: provenance.notes must be a list of sentences")
