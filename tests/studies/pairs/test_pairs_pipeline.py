@@ -118,6 +118,10 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
     assert removed["reason"].str.startswith("longer than 15 words").any()
     refused = pd.read_csv(tmp_path / "data/interim/pairs/pairs_refused.csv")
     assert refused["reason"].str.contains("occupation coupling").any()
+    # "Bamon always eat ...": Bamon is one, many or a modifier and Shudras has Sudhir and Sudhirs, so no pair
+    construction = json.loads((tmp_path / "reports/pairs/construction/pairs_summary.json").read_text())
+    assert construction["refusals_by_reason"]["role_unclear"] >= 1
+    assert construction["refused"] == len(refused) == sum(construction["refusals_by_reason"].values())
     built = pd.read_csv(tmp_path / "data/processed/pairs/constructed.csv")
     assert set(built["translation_status"]) == {"source", "machine"}
     assert built["shared_markers"].fillna("").str.contains("fish curry").any()
