@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from stereolens.errors import ConfigError
+from stereolens.errors import ConfigError, DataError
+from stereolens.io import read_csv_checked
 
 from stereolens.studies.pairs.filters import WORD_CHAR
 
@@ -70,9 +71,6 @@ class Group:
 def read_group_forms(path) -> pd.DataFrame:
     """The surface-forms table (``group, language, form, roles, variant``; roles ``;``-separated
     from :data:`ROLES`).  Errors name the file, line and column."""
-    from stereolens.errors import DataError
-    from stereolens.io import read_csv_checked
-
     table = read_csv_checked(path, list(FORM_COLUMNS), what="group surface forms", dtype=str, keep_default_na=False)
     for i, row in enumerate(table.to_dict("records")):
         roles = [r.strip() for r in row["roles"].split(";") if r.strip()]
