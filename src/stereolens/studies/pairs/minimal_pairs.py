@@ -205,7 +205,8 @@ def substitute(sentence: str, stereo: Group, anti: Group, language: str = "en") 
     for start, end, text in mentions:
         roles, variants = mention_roles(sentence, start, end, stereo.roles_of(text, language))
         if not roles:
-            return Substitution(None, f"{text!r} stands next to a number cue that none of its listed roles fits", "role_unclear")
+            return Substitution(None, f"{text!r} stands next to a number cue that none of its listed roles fits",
+                                "role_unclear")
         variant = next(iter(variants)) if len(variants) == 1 else ""
         options = {role: anti.form_for(role, variant, language) for role in sorted(roles)}
         missing = [role for role, form in options.items() if form is None]

@@ -214,8 +214,8 @@ def sentences(args: argparse.Namespace) -> None:
     from stereolens.studies.pairs.review import apply_review, export_review
     from stereolens.tracking import stage_run
 
-    p = load_params("model", "study.pairs.generator", "study.pairs.groups", "study.pairs.region", "study.pairs.sentences",
-                    "tracking", path=args.params)
+    p = load_params("model", "study.pairs.generator", "study.pairs.groups", "study.pairs.region",
+                    "study.pairs.sentences", "tracking", path=args.params)
     cfg = p["study.pairs.sentences"]
     k, max_words = int(cfg["per_tuple"]), int(cfg.get("max_words", 15))
     tuples = read_csv_checked(INTERIM / "tuples.csv", ["tuple_id", "dimension", "group", "attribute", "keep"],
@@ -296,8 +296,9 @@ def pairs(args: argparse.Namespace) -> None:
     write_csv(REPORTS / "construction" / "table2_pairs_per_dimension.csv", table)
     with stage_run(p["tracking"], PAIRS_RUN, params={"contrast": contrast}) as run:
         run.log_metrics({"pairs": len(built), "refused": len(refused)})
-    print(f"pairs-pairs: {len(built)} minimal pairs, {len(refused)} refused "
-          f"({', '.join(f'{k} {v}' for k, v in refusals.items()) or 'none'}; reasons in {INTERIM / 'pairs_refused.csv'})")
+    by_reason = ", ".join(f"{k} {v}" for k, v in refusals.items()) or "none"
+    print(f"pairs-pairs: {len(built)} minimal pairs, {len(refused)} refused ({by_reason}; reasons in "
+          f"{INTERIM / 'pairs_refused.csv'})")
 
 
 # ---------------------------------------------------------------- 5. translation
