@@ -13,10 +13,11 @@ from stereolens.errors import DataError
 from stereolens.studies.pairs.analysis import fragmentation
 from stereolens.studies.pairs.filters import filter_sentences
 from stereolens.studies.pairs.generation import attribute_rejection, parse_json_list, parse_numbered
-from stereolens.studies.pairs.minimal_pairs import (Coupling, Group, assign_controls, build_pairs,
-                                                    non_identity_changes)
+from stereolens.studies.pairs.minimal_pairs import Coupling, assign_controls, build_pairs, non_identity_changes
 from stereolens.studies.pairs.translation import flag_translations, import_reviewed, merge_reviewed
 from stereolens.studies.pairs.validation import keep_tuples
+
+from pairs_groups import SEED_GROUPS
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -45,7 +46,7 @@ def test_numbered_sentence_parser():
 def test_filters_log_every_removal_with_its_reason():
     rows = [
         ("s1", "Bamons live in large ancestral houses.", "rich"),
-        ("s2", "Bamons are rich people in the village.", "rich"),               # restates
+        ("s2", "Bamons are very rich people.", "rich"),                         # restates, nothing else
         ("s3", "Bamons live in large ancestral houses!", "rich"),               # duplicate after normalising
         ("s4", "Bamons live in large ancestral house.", "rich"),                # near duplicate
         ("s5", " ".join(["word"] * 8 + ["Bamons"] + ["x%d" % i for i in range(10)]), "rich"),  # too long
@@ -65,10 +66,7 @@ def test_filters_log_every_removal_with_its_reason():
     assert reasons["s7"].startswith("synonymous attribute merged into 'servile'")
 
 
-BAMON = Group("caste", "Bamon", ("Bamons",), ("बामण",))
-SHUDRA = Group("caste", "Shudras", ("Shudra",), ("सुदीर",))
-RENDER = Group("occupation", "Render", ("Toddy Tappers",), ("रेंदेर",))
-BHATKAR = Group("occupation", "Bhatkars", ("Landlords",), ("भाटकार",))
+BAMON, SHUDRA, RENDER, BHATKAR = (SEED_GROUPS[name] for name in ("Bamon", "Shudras", "Render", "Bhatkars"))
 
 
 def test_token_diff_refuses_pairs_that_change_a_non_identity_token():
@@ -100,8 +98,9 @@ def test_pairs_follow_the_contrast_map_and_occupation_coupling():
     built, refused = build_pairs(sents, [BAMON, SHUDRA, RENDER, BHATKAR], contrast, coupling)
     pairs = built.set_index("sentence_id")
     assert pairs.loc["a", "sent_stereo"] == "Toddy Tappers have rough hands from working long hours in the sun."
-    assert pairs.loc["a", "sent_anti"] == "Bhatkars have rough hands from working long hours in the sun."
-    assert pairs.loc["c", "sent_anti"] == "Shudras always serve fish curry at the village feast."
+    # the English gloss is replaced by the contrast's English gloss, as in seed 002 Table 9
+    assert pairs.loc["a", "sent_anti"] == "Landlords have rough hands from working long hours in the sun."
+    assert pairs.loc["c", "sent_anti"] == "Sudhirs always serve fish curry at the village feast."
     assert pairs.loc["c", "shared_markers"] == "fish curry"
     reasons = dict(zip(refused["sentence_id"], refused["reason"]))
     assert reasons["b"] == "dropped, occupation coupling (inseparable: feni)"
@@ -132,7 +131,8 @@ def test_reviewed_translations_import_and_flags(tmp_path):
     review.write_text("pair_id,language,sent_stereo,sent_anti,reviewer,status,error_categories\n"
                       "c0001,kok,बामण व्हड घरांनी रावतात.,सुदीर व्हड घरांनी रावतात.,r1,corrected,"
                       "literal_translation;gender_agreement\n", encoding="utf-8")
-    merged = merge_reviewed(flagged, import_reviewed(review, ["c0001"]))
+    merged, usage = merge_reviewed(flagged, import_reviewed(review, ["c0001"]), [BAMON, SHUDRA])
+    assert list(usage["used"]) == [True]
     assert merged["translation_status"].iloc[0] == "reviewed"
     assert merged["sent_anti"].iloc[0] == "सुदीर व्हड घरांनी रावतात."
     bad = tmp_path / "bad.csv"

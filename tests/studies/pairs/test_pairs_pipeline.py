@@ -100,6 +100,25 @@ def _setup(root, repo_root, model_dir, generator_url):
     CROWS.to_csv(raw / "crows_pairs_anonymized.csv", index=False)
 
 
+def _review_first_pair(root) -> str:
+    """A reviewed-translations file for the first constructed pair: a Devanagari correction made from the
+    groups' Konkani forms, and a row filed under English (no translation to replace); returns the pair id."""
+    from pairs_groups import SEED_GROUPS
+
+    first = pd.read_csv(root / "data/processed/pairs/constructed_en.csv").iloc[0]
+    stereo, anti = (SEED_GROUPS[first[c]].first_form("kok") for c in ("group_stereo", "group_anti"))
+    path = root / "reviewed.csv"
+    path.write_text("pair_id,language,sent_stereo,sent_anti,reviewer,status,error_categories\n"
+                    f"{first['pair_id']},kok,{stereo} सदांच शीत-कडी खातात.,{anti} सदांच शीत-कडी खातात.,r1,corrected,"
+                    "literal_translation\n"
+                    f"{first['pair_id']},en,{first['sent_stereo']},{first['sent_anti']},r1,approved,other\n",
+                    encoding="utf-8")
+    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
+    params["study"]["pairs"]["translation"]["reviewed"] = str(path)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    return str(first["pair_id"])
+
+
 @pytest.mark.slow
 def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_causal_lm_dir, generator_server):
     monkeypatch.chdir(tmp_path)
@@ -107,9 +126,18 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     _setup(tmp_path, repo_root, tiny_causal_lm_dir, generator_server)
     assert main(["stage", "crows-score"]) == 0
-    for name in ("pairs-attributes", "pairs-validate", "pairs-sentences", "pairs-pairs", "pairs-translate",
-                 "pairs-evaluate", "pairs-report"):
+    for name in ("pairs-attributes", "pairs-validate", "pairs-sentences", "pairs-pairs"):
         assert main(["stage", name]) == 0, name
+    pair_id = _review_first_pair(tmp_path)
+    for name in ("pairs-translate", "pairs-evaluate", "pairs-report"):
+        assert main(["stage", name]) == 0, name
+    # the reviewer's Konkani correction is scored; the row filed under English is not used
+    translation = json.loads((tmp_path / "reports/pairs/construction/translation.json").read_text())
+    assert (translation["review_rows"], translation["review_rows_used"]) == (2, 1)
+    assert translation["error_categories"]["literal_translation"] == 1 and translation["error_categories"]["other"] == 0
+    scores = pd.read_csv(tmp_path / "data/processed/pairs/scores.csv")
+    reviewed = scores[scores["id"] == f"constructed:{pair_id}:kok"]
+    assert reviewed["translation_status"].tolist() == ["reviewed"]
     attributes = pd.read_csv(tmp_path / "data/interim/pairs/attributes.csv")
     groups = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))["study"]["pairs"]["construct_groups"]
     assert len(attributes) == 2 * len(groups)  # fenced list, duplicate dropped, for each default group
@@ -118,8 +146,12 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
     assert removed["reason"].str.startswith("longer than 15 words").any()
     refused = pd.read_csv(tmp_path / "data/interim/pairs/pairs_refused.csv")
     assert refused["reason"].str.contains("occupation coupling").any()
+    # "Bamon always eat ...": Bamon is one, many or a modifier and Shudras has Sudhir and Sudhirs, so no pair
+    construction = json.loads((tmp_path / "reports/pairs/construction/pairs_summary.json").read_text())
+    assert construction["refusals_by_reason"]["role_unclear"] >= 1
+    assert construction["refused"] == len(refused) == sum(construction["refusals_by_reason"].values())
     built = pd.read_csv(tmp_path / "data/processed/pairs/constructed.csv")
-    assert set(built["translation_status"]) == {"source", "machine"}
+    assert set(built["translation_status"]) == {"source", "machine", "reviewed"}
     assert built["shared_markers"].fillna("").str.contains("fish curry").any()
     scoring = json.loads((tmp_path / "data/processed/pairs/scoring.json").read_text())
     # the crows study scored these sentences already: a second scoring is all cache hits

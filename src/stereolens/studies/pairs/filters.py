@@ -47,6 +47,33 @@ def restates_attribute(sentence: str, attribute: str) -> bool:
     return all(a in have for a in attr)
 
 
+# words that carry no content of their own in an attribution ("People say X are always so greedy"):
+# function words, degree and frequency adverbs, and the verbs and nouns of saying and being known as
+FRAME_WORDS = frozenset("""
+a an the this that these those some many most all every each both other such
+is are was were be been being am isn't aren't wasn't weren't has have had do does did can can't cannot could
+will would should must may might seem seems seemed appear appears tend tends become becomes
+and or but as of to in on at by for with from about than like
+they them their theirs he him his she her hers it its we our you your one who whom which
+so very really quite too rather extremely truly always often usually generally typically mostly sometimes
+never rarely also just still
+people person persons folk folks everyone everybody everything everywhere
+say says said think thinks believe believes known considered seen regarded called viewed described
+thought perceived deemed reputed famous notorious nature naturally kind
+""".split())
+
+
+def bare_restatement(sentence: str, attribute: str, group_terms: Sequence[str] = ()) -> bool:
+    """True when the sentence is nothing but the attribute said of the group: it restates the
+    attribute and every other word is a group term, a word of the attribute or a frame word
+    (:data:`FRAME_WORDS`).  "Bamons are so rich." is; "Vaishya traders are known for their shrewd
+    bargaining and exploitative deals." (seed 002 Table 9) is not."""
+    if not restates_attribute(sentence, attribute):
+        return False
+    allowed = {_stem(w) for w in words(attribute)} | {_stem(w) for t in group_terms for w in words(t)}
+    return all(w.casefold() in FRAME_WORDS or _stem(w) in allowed for w in words(sentence))
+
+
 def incoherent(sentence: str, *, min_words: int) -> str | None:
     text = sentence.strip()
     if not text:
@@ -69,10 +96,15 @@ def filter_sentences(
     min_words: int = 3,
     near_duplicate_ratio: float = 0.9,
     synonyms: Mapping[str, Sequence[str]] | None = None,
+    group_terms: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split ``sentences`` (``sentence_id, group, attribute, sentence``) into kept and removed
     (removed carries ``reason``).  Synonymous attributes (``synonyms``: canonical -> others)
-    of one group are merged: only the canonical attribute's sentences stay."""
+    of one group are merged: only the canonical attribute's sentences stay.  A sentence that is
+    nothing but the attribute restated is removed (:func:`bare_restatement`; ``group_terms``: group
+    -> its surface forms and other words that name it, such as the region's adjective; the group's
+    name always counts); the prompt asks for the attribute to be expressed, so a sentence that
+    restates it in context stays."""
     to_canonical = {}
     for canonical, others in (synonyms or {}).items():
         for other in others:
@@ -89,8 +121,9 @@ def filter_sentences(
         reason = incoherent(text, min_words=min_words)
         if reason is None and len(words(text)) > max_words:
             reason = f"longer than {max_words} words ({len(words(text))})"
-        if reason is None and restates_attribute(text, str(row["attribute"])):
-            reason = f"restates the attribute {row['attribute']!r}"
+        terms = [str(row["group"]), *(group_terms or {}).get(row["group"], ())]
+        if reason is None and bare_restatement(text, str(row["attribute"]), terms):
+            reason = f"restates the attribute {row['attribute']!r} and nothing else"
         canonical = to_canonical.get(attr_key)
         if reason is None and canonical and canonical in group_attrs.get(row["group"], set()):
             reason = f"synonymous attribute merged into {canonical!r}"

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from stereolens.errors import ConfigError
+from stereolens.errors import ConfigError, DataError
+from stereolens.io import read_csv_checked
 
 from stereolens.studies.pairs.filters import WORD_CHAR
 
@@ -22,64 +23,228 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(text or "")
 
 
+ROLES = ("singular", "plural", "modifier")
+FORM_COLUMNS = ("group", "language", "form", "roles", "variant")
+
+
+@dataclass(frozen=True)
+class Form:
+    """One surface form of a group in one language and the grammatical roles it can fill.
+
+    ``variant`` pairs forms across groups: "Goan youth" (variant ``goan``) is replaced by the
+    contrast's ``goan`` form ("Goan elders"); the empty variant is the group's default form."""
+
+    text: str
+    language: str
+    roles: tuple[str, ...]
+    variant: str = ""
+
+
 @dataclass(frozen=True)
 class Group:
     dimension: str
     name: str
-    aliases: tuple[str, ...] = ()
-    kok: tuple[str, ...] = ()  # Devanagari surface forms
+    forms: tuple[Form, ...] = ()
 
     def surface(self, language: str = "en") -> tuple[str, ...]:
-        forms = (self.name, *self.aliases) if language == "en" else self.kok
-        return tuple(sorted(set(forms), key=len, reverse=True))  # longest first: "Goan youth" before "youth"
+        texts = {f.text for f in self.forms if f.language == language}
+        return tuple(sorted(texts, key=lambda t: (-len(t), t)))  # longest first: "Goan youth" before "youth"
+
+    def first_form(self, language: str) -> str | None:
+        """The table's first form in ``language`` (the term fragmentation is measured on)."""
+        return next((f.text for f in self.forms if f.language == language), None)
+
+    def roles_of(self, text: str, language: str = "en") -> list[Form]:
+        return [f for f in self.forms if f.language == language and f.text.casefold() == text.casefold()]
+
+    def form_for(self, role: str, variant: str, language: str = "en") -> str | None:
+        """The first form filling ``role`` in ``variant``, else in the default variant, else in any
+        variant (table order); None when the group has no form in that role."""
+        fitting = [f for f in self.forms if f.language == language and role in f.roles]
+        for wanted in (variant, ""):
+            for f in fitting:
+                if f.variant == wanted:
+                    return f.text
+        return fitting[0].text if fitting else None
 
 
-def groups_from_config(cfg: Mapping[str, Sequence[Mapping]]) -> list[Group]:
-    """``{dimension: [{name, aliases, kok}, ...]}`` -> groups; names must be unique."""
+def read_group_forms(path) -> pd.DataFrame:
+    """The surface-forms table (``group, language, form, roles, variant``; roles ``;``-separated
+    from :data:`ROLES`).  Errors name the file, line and column."""
+    table = read_csv_checked(path, list(FORM_COLUMNS), what="group surface forms", dtype=str, keep_default_na=False)
+    for i, row in enumerate(table.to_dict("records")):
+        roles = [r.strip() for r in row["roles"].split(";") if r.strip()]
+        unknown = [r for r in roles if r not in ROLES]
+        if not roles or unknown:
+            raise DataError(f"{path} line {i + 2}, column roles: {row['roles']!r} is not a ';'-list of "
+                            f"{', '.join(ROLES)}")
+        if not row["form"].strip():
+            raise DataError(f"{path} line {i + 2}, column form: empty form")
+    return table
+
+
+def groups_from_config(cfg: Mapping[str, Sequence[Mapping]], forms: pd.DataFrame) -> list[Group]:
+    """``{dimension: [{name}, ...]}`` and the surface-forms table -> groups; names must be unique and
+    every group needs at least one English form in the table."""
+    by_group: dict[str, list[Form]] = {}
+    for row in forms.to_dict("records"):
+        roles = tuple(r.strip() for r in str(row["roles"]).split(";") if r.strip())
+        by_group.setdefault(str(row["group"]), []).append(
+            Form(str(row["form"]).strip(), str(row["language"]), roles, str(row.get("variant") or "")))
     out, seen = [], set()
     for dimension, members in cfg.items():
         for m in members:
             if "name" not in m:
                 raise ConfigError(f"study.pairs.groups.{dimension}: an entry has no name ({dict(m)})")
+            if "aliases" in m or "kok" in m:
+                raise ConfigError(f"study.pairs.groups.{dimension}: {m['name']!r} has aliases/kok; surface forms "
+                                  "live in data/seed/pairs/group_forms.csv with their grammatical roles")
             if m["name"] in seen:
                 raise ConfigError(f"study.pairs.groups: group {m['name']!r} appears twice")
             seen.add(m["name"])
-            kok = m.get("kok") or ()
-            out.append(Group(str(dimension), str(m["name"]), tuple(m.get("aliases") or ()),
-                             tuple([kok] if isinstance(kok, str) else kok)))
+            own = tuple(by_group.get(str(m["name"]), ()))
+            if not any(f.language == "en" for f in own):
+                raise ConfigError(f"study.pairs.groups.{dimension}: {m['name']!r} has no English form in "
+                                  "data/seed/pairs/group_forms.csv")
+            out.append(Group(str(dimension), str(m["name"]), own))
     return out
 
 
 def check_contrast_map(contrast: Mapping[str, Mapping[str, str]], groups: Sequence[Group]) -> None:
+    """Both sides of every contrast are known groups of the dimension the map files them under."""
     by_name = {g.name: g for g in groups}
     for dimension, mapping in contrast.items():
         for a, b in mapping.items():
             for name in (a, b):
                 if name not in by_name:
                     raise ConfigError(f"study.pairs.contrast.{dimension}: unknown group {name!r}")
-            if by_name[a].dimension != dimension:
-                raise ConfigError(f"study.pairs.contrast.{dimension}: {a!r} belongs to {by_name[a].dimension}")
+                if by_name[name].dimension != dimension:
+                    raise ConfigError(f"study.pairs.contrast.{dimension}: {name!r} belongs to "
+                                      f"{by_name[name].dimension}")
 
 
-def find_mention(sentence: str, forms: Sequence[str]) -> tuple[int, int, str] | None:
-    """(start, end, form) of the first whole-word mention of any surface form, case-insensitive."""
-    best = None
+def find_mentions(sentence: str, forms: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Every whole-word mention of any surface form, case-insensitive, as non-overlapping
+    (start, end, text) spans: at one position the longest form wins ("Goan youth" over "youth")."""
+    hits = []
     for form in forms:
-        m = re.search(rf"(?<!\w){re.escape(form)}(?!\w)", sentence, flags=re.I)
-        if m and (best is None or m.start() < best[0]):
-            best = (m.start(), m.end(), form)
-    return best
+        hits += [(m.start(), m.end(), m.group(0))
+                 for m in re.finditer(rf"(?<!{WORD_CHAR}){re.escape(form)}(?!{WORD_CHAR})", sentence,
+                                             flags=re.I)]
+    out: list[tuple[int, int, str]] = []
+    for hit in sorted(hits, key=lambda h: (h[0], -(h[1] - h[0]))):
+        if not out or hit[0] >= out[-1][1]:
+            out.append(hit)
+    return out
 
 
-def substitute(sentence: str, stereo: Group, anti: Group, language: str = "en") -> str | None:
-    """The anti-stereotypical sentence: the first mention of ``stereo`` replaced by ``anti``'s
-    first surface form (None when the sentence names no form of ``stereo``)."""
-    hit = find_mention(sentence, stereo.surface(language))
-    target = (anti.name if language == "en" else (anti.kok[0] if anti.kok else None))
-    if hit is None or target is None:
-        return None
-    start, end, _ = hit
-    return sentence[:start] + target + sentence[end:]
+# number cues around a mention, for a form that fills several roles ("Bamon": one, many, or "Bamon family")
+_SINGULAR_BEFORE = {"a", "an", "one", "every", "each", "this", "that", "another"}
+_PLURAL_BEFORE = {"many", "most", "some", "all", "these", "those", "several", "few", "other", "both", "such"}
+_SINGULAR_AFTER = {"is", "was", "has", "does", "isn't", "wasn't", "hasn't", "doesn't"}
+_PLURAL_AFTER = {"are", "were", "have", "do", "aren't", "weren't", "haven't", "don't"}
+
+
+def _word_before(sentence: str, start: int) -> str:
+    words_before = re.findall(r"[\w'’]+", sentence[:start])
+    return words_before[-1].casefold() if words_before else ""
+
+
+def _word_after(sentence: str, end: int) -> str:
+    m = re.match(r"\s*([\w'’]+)", sentence[end:])
+    return m.group(1).casefold() if m else ""
+
+
+def mention_roles(sentence: str, start: int, end: int, forms: Sequence[Form]) -> tuple[set[str], set[str]]:
+    """(roles the matched form can fill here, variants): a singular or plural cue next to the mention
+    keeps the roles that agree with it (none left: the sentence uses the form in a role the table
+    does not list, as in "a youth" with "youth" plural only)."""
+    roles = {r for f in forms for r in f.roles}
+    before, after = _word_before(sentence, start), _word_after(sentence, end)
+    if before in _SINGULAR_BEFORE or after in _SINGULAR_AFTER:
+        roles &= {"singular", "modifier"}
+    elif before in _PLURAL_BEFORE or after in _PLURAL_AFTER:
+        roles &= {"plural"}
+    return roles, {f.variant for f in forms}
+
+
+def _article(word: str) -> str:
+    w = word.casefold()
+    return "an" if w[:1] in "aeio" or (w[:1] == "u" and not w.startswith(("uni", "use", "usu"))) else "a"
+
+
+def match_case(original: str, replacement: str) -> str:
+    """The replacement in the mention's capitalisation: all capitals stay all capitals, a capital
+    first letter stays capital; otherwise the table's own spelling (proper nouns keep theirs)."""
+    if len(original) > 1 and original.isupper() and not replacement.isupper():
+        return replacement.upper()
+    if original[:1].isupper():
+        return replacement[:1].upper() + replacement[1:]
+    return replacement
+
+
+@dataclass(frozen=True)
+class Substitution:
+    sentence: str | None
+    reason: str | None = None  # why no counter-sentence was built
+    code: str | None = None    # the reason's kind, for the summary counts
+
+
+def substitute(sentence: str, stereo: Group, anti: Group, language: str = "en") -> Substitution:
+    """The anti-stereotypical sentence: every mention of ``stereo`` replaced by ``anti``'s form of the
+    same grammatical role (and variant where ``anti`` has it), capitalisation kept.  Refused, with the
+    reason, when the mention's role is unclear, ``anti`` lacks the role, or an article would no
+    longer fit: never an ungrammatical sentence."""
+    if anti.dimension != stereo.dimension:
+        return Substitution(None, f"contrast group {anti.name!r} is in {anti.dimension}, not {stereo.dimension}",
+                            "cross_dimension")
+    mentions = find_mentions(sentence, stereo.surface(language))
+    if not mentions:
+        return Substitution(None, f"the sentence names no form of {stereo.name!r}", "no_mention")
+    out, last = [], 0
+    for start, end, text in mentions:
+        roles, variants = mention_roles(sentence, start, end, stereo.roles_of(text, language))
+        if not roles:
+            return Substitution(None, f"{text!r} stands next to a number cue that none of its listed roles fits",
+                                "role_unclear")
+        variant = next(iter(variants)) if len(variants) == 1 else ""
+        options = {role: anti.form_for(role, variant, language) for role in sorted(roles)}
+        missing = [role for role, form in options.items() if form is None]
+        if missing:
+            return Substitution(None, f"{anti.name!r} has no {'/'.join(missing)} form for {text!r}",
+                                "contrast_lacks_form")
+        if len(set(options.values())) > 1:
+            return Substitution(None, f"{text!r} can be {'/'.join(sorted(roles))} here and {anti.name!r} has "
+                                      f"different forms for them ({', '.join(sorted(set(options.values())))})",
+                                "role_unclear")
+        replacement = match_case(text, next(iter(options.values())))
+        before = _word_before(sentence, start)
+        if before in ("a", "an") and _article(replacement) != before:
+            return Substitution(None, f"the article {before!r} does not fit {replacement!r}", "article")
+        out += [sentence[last:start], replacement]
+        last = end
+    return Substitution("".join(out) + sentence[last:])
+
+
+def surviving_forms(sent_anti: str, stereo_forms: Sequence[str], anti_forms: Sequence[str]) -> list[str]:
+    """Forms of the stereotyped group still in the counter-sentence, outside the contrast's own mentions."""
+    blanked = sent_anti
+    for start, end, _ in find_mentions(sent_anti, anti_forms):
+        blanked = blanked[:start] + " " * (end - start) + blanked[end:]
+    return [text for _, _, text in find_mentions(blanked, stereo_forms)]
+
+
+def minimality_problems(sent_stereo: str, sent_anti: str, stereo: Group | None, anti: Group | None,
+                        languages: Sequence[str] = ("en",)) -> list[str]:
+    """Why two sentences are not a minimal pair for ``stereo`` vs ``anti`` (empty: they are): a
+    changed non-identity token, identical sentences, or a form of ``stereo`` left in the counter-sentence.
+    ``languages``: whose surface forms count as identity terms (a translation may keep English names)."""
+    forms_a = [t for lang in languages for t in (stereo.surface(lang) if stereo else ())]
+    forms_b = [t for lang in languages for t in (anti.surface(lang) if anti else ())]
+    bad = non_identity_changes(sent_stereo, sent_anti, forms_a, forms_b)
+    bad += [f"{t!r} (a form of {stereo.name!r}) remains in the counter-sentence"
+            for t in surviving_forms(sent_anti, forms_a, forms_b)] if stereo else []
+    return bad
 
 
 def non_identity_changes(sent_a: str, sent_b: str, identity_a: Sequence[str], identity_b: Sequence[str]) -> list[str]:
@@ -134,13 +299,30 @@ class Coupling:
         return sentence, done, kept
 
 
+# the kinds of refusal in pairs_refused.csv (``reason_code``) and what each means
+REFUSAL_REASONS = {
+    "no_contrast": "the contrast map has no contrast group for the sentence's group",
+    "cross_dimension": "the contrast group belongs to another dimension",
+    "occupation_coupling": "an inseparable occupation or observance marker (seed 002 section 3.5 drop list)",
+    "no_mention": "the sentence names no surface form of its group",
+    "contrast_lacks_form": "the contrast group has no form of the grammatical role the mention fills",
+    "role_unclear": "the mention's form fills several roles, the contrast's forms for them differ, and no "
+                    "number cue (a/many/is/are next to it) decides",
+    "article": "'a'/'an' before the mention would not fit the contrast's form",
+    "not_minimal": "the two sentences differ in more than the identity terms, are identical, or the "
+                   "counter-sentence keeps a form of the stereotyped group",
+}
+REFUSAL_COLUMNS = ("sentence_id", "dimension", "group_stereo", "attribute", "sentence", "reason_code", "reason")
+
+
 def build_pairs(
     sentences: pd.DataFrame,
     groups: Sequence[Group],
     contrast: Mapping[str, Mapping[str, str]],
     coupling: Coupling,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Pairs and refusals from kept sentences (``sentence_id, dimension, group, attribute, sentence``)."""
+    """Pairs and refusals from kept sentences (``sentence_id, dimension, group, attribute, sentence``);
+    every refusal carries ``reason_code`` (its kind) and ``reason``."""
     by_name = {g.name: g for g in groups}
     pairs, refused = [], []
     for row in sentences.to_dict("records"):
@@ -148,28 +330,31 @@ def build_pairs(
         anti_name = (contrast.get(row["dimension"]) or {}).get(row["group"])
         base = {"sentence_id": row["sentence_id"], "dimension": row["dimension"], "group_stereo": row["group"],
                 "attribute": row["attribute"], "sentence": row["sentence"]}
-        if stereo is None or anti_name is None:
-            refused.append({**base, "reason": f"no contrast group for {row['group']!r} in {row['dimension']}"})
+
+        def refuse(code: str, reason: str) -> None:
+            refused.append({**base, "reason_code": code, "reason": reason})
+
+        if stereo is None or anti_name is None or anti_name not in by_name:
+            refuse("no_contrast", f"no contrast group for {row['group']!r} in {row['dimension']}")
             continue
         anti = by_name[anti_name]
         rewritten, rewrites, kept = coupling.apply(row["sentence"])
         if rewritten is None:
-            refused.append({**base, "reason": f"dropped, occupation coupling ({rewrites[0]})"})
+            refuse("occupation_coupling", f"dropped, occupation coupling ({rewrites[0]})")
             continue
-        sent_anti = substitute(rewritten, stereo, anti)
-        if sent_anti is None:
-            refused.append({**base, "reason": f"the sentence names no form of {stereo.name!r}"})
+        made = substitute(rewritten, stereo, anti)
+        if made.sentence is None:
+            refuse(made.code, made.reason)
             continue
-        bad = non_identity_changes(rewritten, sent_anti, stereo.surface(), anti.surface())
+        bad = minimality_problems(rewritten, made.sentence, stereo, anti)
         if bad:
-            refused.append({**base, "reason": "changes non-identity tokens: " + "; ".join(bad)})
+            refuse("not_minimal", "not a minimal pair: " + "; ".join(bad))
             continue
-        pairs.append({**base, "group_anti": anti.name, "sent_stereo": rewritten, "sent_anti": sent_anti,
+        pairs.append({**base, "group_anti": anti.name, "sent_stereo": rewritten, "sent_anti": made.sentence,
                       "coupling_rewrites": "; ".join(rewrites), "shared_markers": "; ".join(kept)})
     cols = ["sentence_id", "dimension", "group_stereo", "group_anti", "attribute", "sentence", "sent_stereo",
             "sent_anti", "coupling_rewrites", "shared_markers"]
-    return pd.DataFrame(pairs, columns=cols), pd.DataFrame(refused, columns=[*cols[:1], "dimension", "group_stereo",
-                                                                            "attribute", "sentence", "reason"])
+    return pd.DataFrame(pairs, columns=cols), pd.DataFrame(refused, columns=list(REFUSAL_COLUMNS))
 
 
 def assign_controls(pairs: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:

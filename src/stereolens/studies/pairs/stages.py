@@ -56,10 +56,15 @@ def _generator(p: dict[str, Any]):
     return cfg, load_model(spec_from_config(cfg), cache=ResponseCache(model_cache_dir()))
 
 
-def _groups(p: dict[str, Any]):
-    from stereolens.studies.pairs.minimal_pairs import groups_from_config
+def _all_groups(p: dict[str, Any]):
+    """The configured groups with their surface forms from the seed table."""
+    from stereolens.studies.pairs.minimal_pairs import groups_from_config, read_group_forms
 
-    groups = groups_from_config(p["study.pairs.groups"])
+    return groups_from_config(p["study.pairs.groups"], read_group_forms(SEED / "group_forms.csv"))
+
+
+def _groups(p: dict[str, Any]):
+    groups = _all_groups(p)
     subset = p.get("study.pairs.construct_groups")
     if subset:
         unknown = sorted(set(subset) - {g.name for g in groups})
@@ -209,8 +214,8 @@ def sentences(args: argparse.Namespace) -> None:
     from stereolens.studies.pairs.review import apply_review, export_review
     from stereolens.tracking import stage_run
 
-    p = load_params("model", "study.pairs.generator", "study.pairs.region", "study.pairs.sentences", "tracking",
-                    path=args.params)
+    p = load_params("model", "study.pairs.generator", "study.pairs.groups", "study.pairs.region",
+                    "study.pairs.sentences", "tracking", path=args.params)
     cfg = p["study.pairs.sentences"]
     k, max_words = int(cfg["per_tuple"]), int(cfg.get("max_words", 15))
     tuples = read_csv_checked(INTERIM / "tuples.csv", ["tuple_id", "dimension", "group", "attribute", "keep"],
@@ -218,6 +223,8 @@ def sentences(args: argparse.Namespace) -> None:
     tuples = tuples[tuples["keep"].astype(str).str.lower() == "true"]
     gen_cfg, lm = _generator(p)
     context = p["study.pairs.region"]["adjective"]
+    region_words = [p["study.pairs.region"]["name"], context]
+    group_terms = {g.name: [*g.surface(), *region_words] for g in _all_groups(p)}
     prompts = [SENTENCE_PROMPT.format(context=context, k=k, max_words=max_words, dimension=t.dimension.capitalize(),
                                       group=t.group, attribute=t.attribute) for t in tuples.itertuples()]
     answers = _generate(lm, [_request(gen_cfg, q, max_tokens=int(cfg.get("max_tokens", 24 * k)))
@@ -232,7 +239,7 @@ def sentences(args: argparse.Namespace) -> None:
                                             "source"])
     kept, removed = filter_sentences(generated, max_words=max_words, min_words=int(cfg.get("min_words", 3)),
                                      near_duplicate_ratio=float(cfg.get("near_duplicate_ratio", 0.9)),
-                                     synonyms=cfg.get("synonyms") or {})
+                                     synonyms=cfg.get("synonyms") or {}, group_terms=group_terms)
     write_csv(INTERIM / "sentences_generated.csv", generated)
     write_csv(INTERIM / "sentences_removed.csv", removed)
     export_review(kept, REPORTS / "sentences" / "review")
@@ -261,7 +268,7 @@ def sentences(args: argparse.Namespace) -> None:
 @stage("pairs-pairs")
 def pairs(args: argparse.Namespace) -> None:
     """Minimal pairs from the contrast map with the occupation-coupling lists and the token-diff check."""
-    from stereolens.studies.pairs.minimal_pairs import Coupling, build_pairs, check_contrast_map
+    from stereolens.studies.pairs.minimal_pairs import REFUSAL_REASONS, Coupling, build_pairs, check_contrast_map
     from stereolens.tracking import stage_run
 
     p = load_params("study.pairs.groups", "study.pairs.construct_groups", "study.pairs.contrast",
@@ -279,13 +286,19 @@ def pairs(args: argparse.Namespace) -> None:
                          review_status=built["sentence_id"].map(sents.set_index("sentence_id")["review_status"]))
     write_csv(PROCESSED / "constructed_en.csv", built)
     write_csv(INTERIM / "pairs_refused.csv", refused)
+    refusals = {str(k): int(v) for k, v in refused["reason_code"].value_counts().items()}
+    write_json(REPORTS / "construction" / "pairs_summary.json",
+               {"sentences": len(sents), "pairs": len(built), "refused": len(refused), "refusals_by_reason": refusals,
+                "refusal_reasons": REFUSAL_REASONS})
     counts = built["dimension"].value_counts()
     table = pd.DataFrame([{"dimension": d, "n": int(counts.get(d, 0)), "paper_n": n} for d, n in PAPER_TABLE2.items()])
     table.loc[len(table)] = {"dimension": "total", "n": int(counts.sum()), "paper_n": sum(PAPER_TABLE2.values())}
     write_csv(REPORTS / "construction" / "table2_pairs_per_dimension.csv", table)
     with stage_run(p["tracking"], PAIRS_RUN, params={"contrast": contrast}) as run:
         run.log_metrics({"pairs": len(built), "refused": len(refused)})
-    print(f"pairs-pairs: {len(built)} minimal pairs, {len(refused)} refused (reasons in {INTERIM / 'pairs_refused.csv'})")
+    by_reason = ", ".join(f"{k} {v}" for k, v in refusals.items()) or "none"
+    print(f"pairs-pairs: {len(built)} minimal pairs, {len(refused)} refused ({by_reason}; reasons in "
+          f"{INTERIM / 'pairs_refused.csv'})")
 
 
 # ---------------------------------------------------------------- 5. translation
@@ -294,7 +307,6 @@ def pairs(args: argparse.Namespace) -> None:
 @stage("pairs-translate")
 def translate(args: argparse.Namespace) -> None:
     """Machine translation through the model layer (marked machine); reviewed translations imported."""
-    from stereolens.studies.pairs.minimal_pairs import groups_from_config
     from stereolens.studies.pairs.translation import (error_category_counts, flag_translations, import_reviewed,
                                                       machine_translate, merge_reviewed)
     from stereolens.tracking import stage_run
@@ -302,7 +314,7 @@ def translate(args: argparse.Namespace) -> None:
     p = load_params("model", "study.pairs.generator", "study.pairs.groups", "study.pairs.translation", "tracking",
                     path=args.params)
     cfg = p["study.pairs.translation"]
-    groups = groups_from_config(p["study.pairs.groups"])
+    groups = _all_groups(p)
     en = read_csv_checked(PROCESSED / "constructed_en.csv", ["pair_id", "sent_stereo", "sent_anti"],
                           what="constructed pairs")
     gen_cfg, lm = _generator(p)
@@ -315,18 +327,24 @@ def translate(args: argparse.Namespace) -> None:
         frames.append(flag_translations(machine, groups, language=target["language"]))
     out = pd.concat(frames, ignore_index=True)
     reviewed = import_reviewed(cfg["reviewed"], known_pairs=en["pair_id"]) if cfg.get("reviewed") else None
-    out = merge_reviewed(out, reviewed)
+    out, usage = merge_reviewed(out, reviewed, groups, scripts={t["language"]: t["script"] for t in cfg["targets"]})
     write_csv(PROCESSED / "constructed.csv", out)
-    flagged = int((out.get("minimal_ok", pd.Series(dtype=bool)) == False).sum())  # noqa: E712
+    flagged = int((out.get("minimal_ok", pd.Series(dtype=bool)).astype(str).str.lower() == "false").sum())
+    is_reviewed = out["translation_status"] == "reviewed"
     write_json(REPORTS / "construction" / "translation.json",
                {"generator": gen_cfg["id"], "machine": int((out["translation_status"] == "machine").sum()),
-                "reviewed": int((out["translation_status"] == "reviewed").sum()), "flagged_not_minimal": flagged,
-                "error_categories": error_category_counts(reviewed)})
+                "reviewed": int(is_reviewed.sum()), "flagged_not_minimal": flagged,
+                "reviewed_flagged_not_minimal": int((is_reviewed & (out.get("minimal_ok", pd.Series(dtype=bool))
+                                                                    .astype(str).str.lower() == "false")).sum()),
+                "review_rows": len(usage), "review_rows_used": int(usage["used"].sum()) if len(usage) else 0,
+                "review_rows_not_used": usage.loc[~usage["used"].astype(bool)].to_dict("records") if len(usage) else [],
+                "error_categories": error_category_counts(reviewed, usage)})
     with stage_run(p["tracking"], TRANSLATE_RUN, model=gen_cfg["id"], params={"translation": cfg},
                    tags={"translation_status": "machine" if reviewed is None else "machine+reviewed"}) as run:
         run.log_metrics({"rows": len(out), "flagged_not_minimal": flagged})
     print(f"pairs-translate: {len(en)} pairs into {', '.join(t['language'] for t in cfg['targets'])} "
-          f"(machine, {flagged} flagged as not minimal; reviewed: {0 if reviewed is None else len(reviewed)})")
+          f"(machine, {flagged} flagged as not minimal; reviewed rows used: "
+          f"{int(usage['used'].sum()) if len(usage) else 0} of {len(usage)})")
 
 
 # ---------------------------------------------------------------- 6. evaluation
@@ -426,15 +444,13 @@ def evaluate(args: argparse.Namespace) -> None:
     scores = pd.concat(frames, ignore_index=True).assign(model=model_cfg["id"], metric=metric)
     write_csv(PROCESSED / "scores.csv", scores)
 
-    from stereolens.studies.pairs.minimal_pairs import groups_from_config
-
-    groups = groups_from_config(p["study.pairs.groups"])
+    groups = _all_groups(p)
     used = set(table["group_stereo"].dropna()) | set(table.get("group_anti", pd.Series(dtype=str)).dropna())
     frag_rows = []
     for language in sorted(set(table.loc[table["set"] != "crows", "language"])):
         # one term per group: its name in English, its first Devanagari form otherwise
-        terms = sorted({g.name if language == "en" else g.kok[0] for g in groups
-                        if g.name in used and (language == "en" or g.kok)})
+        terms = sorted({g.name if language == "en" else g.first_form(language) for g in groups
+                        if g.name in used and (language == "en" or g.first_form(language))})
         if terms:
             frag_rows.append({"model": model_cfg["id"], "language": language, **fragmentation(lm.tokenizer, terms)})
     frag = pd.DataFrame(frag_rows)

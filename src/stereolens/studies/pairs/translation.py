@@ -4,6 +4,7 @@ marked ``machine``, and import of reviewed translations with the Table 11 error 
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Sequence
 
 import pandas as pd
@@ -11,7 +12,7 @@ import pandas as pd
 from stereolens.errors import DataError
 from stereolens.io import read_csv_checked
 from stereolens.studies.pairs.generation import TRANSLATION_PROMPT
-from stereolens.studies.pairs.minimal_pairs import Group, non_identity_changes
+from stereolens.studies.pairs.minimal_pairs import Group, minimality_problems
 
 ERROR_CATEGORIES = ("gender_agreement", "literal_translation", "lexical_borrowing", "other")
 REVIEW_STATUSES = ("approved", "corrected", "rejected")
@@ -36,15 +37,14 @@ def machine_translate(lm, pairs: pd.DataFrame, *, language: str, language_name: 
 
 
 def flag_translations(translated: pd.DataFrame, groups: Sequence[Group], *, language: str) -> pd.DataFrame:
-    """``minimal_ok`` and ``minimal_issue``: a translated pair whose two sentences differ in more than
-    the identity term (in the target language's or the English surface forms) is flagged."""
+    """``minimal_ok`` and ``minimal_issue`` for every row: a translated pair whose two sentences differ
+    in more than the identity term (the target language's or the English surface forms), are identical,
+    or keep a form of the stereotyped group in the counter-sentence is flagged."""
     by_name = {g.name: g for g in groups}
     ok, issue = [], []
     for row in translated.to_dict("records"):
-        a, b = by_name.get(row["group_stereo"]), by_name.get(row["group_anti"])
-        forms_a = [*(a.surface(language) if a else ()), *(a.surface() if a else ())]
-        forms_b = [*(b.surface(language) if b else ()), *(b.surface() if b else ())]
-        bad = non_identity_changes(str(row["sent_stereo"]), str(row["sent_anti"]), forms_a, forms_b)
+        bad = minimality_problems(str(row["sent_stereo"]), str(row["sent_anti"]), by_name.get(row["group_stereo"]),
+                                  by_name.get(row["group_anti"]), languages=dict.fromkeys((language, "en")))
         ok.append(not bad)
         issue.append("; ".join(bad))
     return translated.assign(minimal_ok=ok, minimal_issue=issue)
@@ -75,15 +75,45 @@ def import_reviewed(path: str | os.PathLike, known_pairs: Sequence[str] | None =
     return df.assign(translation_status="reviewed")
 
 
-def merge_reviewed(machine: pd.DataFrame, reviewed: pd.DataFrame | None) -> pd.DataFrame:
-    """Reviewed rows replace machine ones (rejected pairs leave); the rest stay ``machine``."""
+def script_share(text: str, script: str) -> float:
+    """Share of the letters of ``text`` whose Unicode name starts with ``script`` ("Devanagari")."""
+    letters = [ch for ch in text if ch.isalpha()]
+    if not letters:
+        return 0.0
+    return sum(unicodedata.name(ch, "").startswith(script.upper()) for ch in letters) / len(letters)
+
+
+def merge_reviewed(machine: pd.DataFrame, reviewed: pd.DataFrame | None, groups: Sequence[Group],
+                   scripts: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Reviewed rows replace machine ones (rejected pairs leave); the rest stay ``machine``.
+
+    Every reviewed pair is checked for minimality again and carries that result (a corrected
+    translation can fix a flagged pair or break a good one; an approved pair whose two sentences are
+    identical is no pair).  A reviewed row is not used when no machine translation has its
+    ``(pair_id, language)`` or when its text is not in the language's script (``scripts``:
+    language -> script name, e.g. ``{"kok": "Devanagari"}``).  Returns the merged table and one
+    row per reviewed row: ``pair_id, language, status, used, reason``."""
+    usage = []
     if reviewed is None or reviewed.empty:
-        return machine
+        return machine, pd.DataFrame(usage, columns=["pair_id", "language", "status", "used", "reason"])
+    by_name = {g.name: g for g in groups}
     out = machine.set_index(["pair_id", "language"])
+    translated = set(machine.loc[machine.get("translation_status", pd.Series(dtype=str)).isin(
+        ["machine", "reviewed"]), ["pair_id", "language"]].itertuples(index=False, name=None))
     for row in reviewed.to_dict("records"):
         key = (row["pair_id"], row["language"])
-        if key not in out.index:
+        note = {"pair_id": row["pair_id"], "language": row["language"], "status": row["status"]}
+        script = (scripts or {}).get(row["language"])
+        if key not in translated or key not in out.index:
+            usage.append({**note, "used": False, "reason": f"no machine translation of {row['pair_id']} into "
+                                                           f"{row['language']!r}"})
             continue
+        if row["status"] != "rejected" and script and min(script_share(row["sent_stereo"], script),
+                                                          script_share(row["sent_anti"], script)) < 0.5:
+            usage.append({**note, "used": False, "reason": f"not in {script} script, the script of "
+                                                           f"{row['language']!r}"})
+            continue
+        usage.append({**note, "used": True, "reason": ""})
         if row["status"] == "rejected":
             out = out.drop(index=key)
             continue
@@ -92,13 +122,21 @@ def merge_reviewed(machine: pd.DataFrame, reviewed: pd.DataFrame | None) -> pd.D
         out.loc[key, "translation_status"] = "reviewed"
         out.loc[key, "error_categories"] = row["error_categories"]
         out.loc[key, "reviewer"] = row["reviewer"]
-    return out.reset_index()
+        bad = minimality_problems(row["sent_stereo"], row["sent_anti"], by_name.get(out.loc[key, "group_stereo"]),
+                                  by_name.get(out.loc[key, "group_anti"]), languages=dict.fromkeys((key[1], "en")))
+        out.loc[key, "minimal_ok"] = not bad
+        out.loc[key, "minimal_issue"] = "; ".join(bad)
+    return out.reset_index(), pd.DataFrame(usage, columns=["pair_id", "language", "status", "used", "reason"])
 
 
-def error_category_counts(reviewed: pd.DataFrame | None) -> dict[str, int]:
+def error_category_counts(reviewed: pd.DataFrame | None, usage: pd.DataFrame | None = None) -> dict[str, int]:
+    """Table 11 category counts over the reviewed rows that were used (``usage`` from :func:`merge_reviewed`)."""
     counts = {c: 0 for c in ERROR_CATEGORIES}
     if reviewed is None:
         return counts
+    if usage is not None:
+        used = set(usage.loc[usage["used"].astype(bool), ["pair_id", "language"]].itertuples(index=False, name=None))
+        reviewed = reviewed[[k in used for k in zip(reviewed["pair_id"], reviewed["language"])]]
     for value in reviewed["error_categories"]:
         for c in str(value).split(";"):
             if c.strip() in counts:
