@@ -12,7 +12,7 @@ import pandas as pd
 
 from stereolens.figures import save_figure
 from stereolens.io import write_csv, write_json, write_text
-from stereolens.studies.pairs.analysis import ALL, STAR_LEGEND, PairsAnalysis, cell_mark
+from stereolens.studies.pairs.analysis import ALL, PairsAnalysis, cell_mark
 
 
 def write_outputs(
@@ -109,7 +109,7 @@ def report_markdown(analysis: PairsAnalysis, *, title: str, provenance: Mapping[
     if provenance:
         lines.append("")
     lines += ["Bias score: % pairs whose stereotypical sentence scores strictly higher (ties are not "
-              "stereotypical). " + STAR_LEGEND, ""]
+              "stereotypical). " + analysis.summary.get("star", ""), ""]
     if "corrections" in analysis.summary:
         lines += [analysis.summary["corrections"] + " Tables 5/6 list each model's `ties`, `p_holm` and `p_bh` "
                   "beside its score; the star stays the paper's rule, uncorrected.", ""]
