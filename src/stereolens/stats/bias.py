@@ -3,16 +3,40 @@
 A pair counts as stereotypical when the stereotypical sentence scores strictly
 higher than the anti-stereotypical one; ties count as not stereotypical, as
 lm-evaluation-harness computes ``pct_stereotype``.
+
+The bias score is a mean of 0/1 values, so its bootstrap distribution is known
+exactly: a resample's count of stereotypical pairs is Binomial(n, k/n).  The BCa
+interval of the share is therefore computed from that distribution (the limit of
+``scipy.stats.bootstrap(method="BCa")`` as the resamples grow), not from a seeded
+Monte-Carlo draw: at n = 12 a 1000-resample bootstrap starred 10 of 12 for some
+seeds and not for others, although the exact lower bound is 0.5.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.special import ndtr, ndtri
+
+# the resample count a conventional bootstrap of a cell would use (seed 002 appendix H):
+# it sets how close to a decision boundary a cell must be to count as borderline
+REFERENCE_RESAMPLES = 1000
+# a cell is borderline when such a bootstrap reaches the other decision this often or more
+BORDERLINE_FLIP_PROBABILITY = 0.05
+
+
+@dataclass(frozen=True)
+class ProportionInterval:
+    low: float
+    high: float
+    # the interval touches the null, or a REFERENCE_RESAMPLES-resample bootstrap could
+    # reach the other decision: report it, never star it
+    borderline: bool
 
 
 @dataclass(frozen=True)
@@ -27,6 +51,10 @@ class BiasScore:
     # every pair agrees (all stereotypical or none): the bootstrap distribution is a single point,
     # so BCa is undefined and the interval collapses; read p_value (the exact binomial test) instead
     degenerate: bool = False
+    borderline: bool = False
+    # the paper's rule: the 95% BCa interval excludes 0.5 (degenerate cells: binomial p < alpha);
+    # never for a borderline cell
+    significant: bool = False
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -45,8 +73,9 @@ def is_degenerate(values) -> bool:
 def bca_interval(
     values: np.ndarray, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0, statistic=np.mean
 ) -> tuple[float, float]:
-    """BCa interval of ``statistic`` (default the mean; scipy.stats.bootstrap); a constant
-    sample gives a zero-width interval at its value."""
+    """Monte-Carlo BCa interval of ``statistic`` (default the mean; scipy.stats.bootstrap), for
+    continuous values; a constant sample gives a zero-width interval at its value.  A share of
+    0/1 values has an exact interval: ``proportion_bca_interval``."""
     values = np.asarray(values, dtype=float)
     if is_degenerate(values):
         value = float(statistic(values)) if len(values) else float("nan")
@@ -60,25 +89,101 @@ def bca_interval(
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def bca_levels(successes: int, n: int, confidence: float) -> tuple[float, float]:
+    """BCa's adjusted percentile levels (alpha_1, alpha_2) for a share of ``successes`` in ``n``,
+    with the bias correction taken from the exact bootstrap distribution Binomial(n, k/n) and the
+    acceleration from the jackknife, as scipy.stats.bootstrap computes both."""
+    resample = stats.binom(n, successes / n)
+    # scipy's percentile of the observed value among resamples counts ties as half
+    z0 = ndtri(resample.cdf(successes - 1) + 0.5 * resample.pmf(successes))
+    # jackknife: leaving out a 1 gives (k-1)/(n-1), leaving out a 0 gives k/(n-1)
+    left_out = np.r_[np.full(successes, (successes - 1) / (n - 1)), np.full(n - successes, successes / (n - 1))]
+    u = (n - 1) * (left_out.mean() - left_out)
+    acceleration = (u**3).sum() / n**3 / 6 / ((u**2).sum() / n**2) ** 1.5
+    z = ndtri((1 - confidence) / 2)
+    levels = []
+    for z_level in (z, -z):
+        shifted = z0 + z_level
+        levels.append(float(ndtr(z0 + shifted / (1 - acceleration * shifted))))
+    return levels[0], levels[1]
+
+
+def proportion_bca_interval(
+    successes: int, n: int, *, confidence: float = 0.95, null: float = 0.5,
+    reference_resamples: int = REFERENCE_RESAMPLES,
+) -> ProportionInterval:
+    """Exact BCa interval of a share of 0/1 values (the infinite-resample limit of scipy's BCa).
+
+    A bound is a quantile of Binomial(n, k/n) / n.  A cell is borderline when a bound sits
+    exactly on ``null`` or when a ``reference_resamples``-resample bootstrap would reach the
+    other decision about "the interval excludes ``null``" with probability
+    ``BORDERLINE_FLIP_PROBABILITY`` or more (``decision_flip_probability``).
+    """
+    if n == 0:
+        return ProportionInterval(float("nan"), float("nan"), False)
+    if successes in (0, n):
+        value = successes / n
+        return ProportionInterval(value, value, False)
+    resample = stats.binom(n, successes / n)
+    alpha_1, alpha_2 = bca_levels(successes, n, confidence)
+    low, high = float(resample.ppf(alpha_1)) / n, float(resample.ppf(alpha_2)) / n
+    on_null = math.isclose(low, null) or math.isclose(high, null)
+    flip = decision_flip_probability(successes, n, alpha_1, alpha_2, null=null, resamples=reference_resamples)
+    return ProportionInterval(low, high, bool(on_null or flip >= BORDERLINE_FLIP_PROBABILITY))
+
+
+def decision_flip_probability(
+    successes: int, n: int, alpha_1: float, alpha_2: float, *, null: float, resamples: int,
+) -> float:
+    """Probability that a ``resamples``-resample bootstrap decides "excludes ``null``" differently
+    from the exact interval, counting for each side how many resamples fall on the null's side
+    (Binomial(resamples, CDF)) against the index of np.percentile's BCa quantile.  The Monte-Carlo
+    noise of the bias correction is left out, so this understates the flips a little."""
+    resample = stats.binom(n, successes / n)
+    flips = []
+    # lower side: the bound exceeds null iff at most floor(alpha_1 * (B - 1)) resamples have a count <= null * n
+    at_or_below = float(resample.cdf(math.floor(null * n + 1e-9)))
+    exact = at_or_below < alpha_1
+    mc = float(stats.binom.cdf(math.floor(alpha_1 * (resamples - 1)), resamples, at_or_below))
+    flips.append(1 - mc if exact else mc)
+    # upper side: the bound falls below null iff at least floor(alpha_2 * (B - 1)) + 2 resamples have a count < null * n
+    below_count = math.ceil(null * n - 1e-9) - 1
+    below = float(resample.cdf(below_count)) if below_count >= 0 else 0.0
+    exact = below >= alpha_2
+    mc = float(stats.binom.sf(math.floor(alpha_2 * (resamples - 1)) + 1, resamples, below))
+    flips.append(1 - mc if exact else mc)
+    return max(flips)
+
+
 def bias_score(
-    score_stereo, score_anti, *, confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0
+    score_stereo, score_anti, *, confidence: float = 0.95, reference_resamples: int = REFERENCE_RESAMPLES,
 ) -> BiasScore:
     s = np.asarray(score_stereo, dtype=float)
     a = np.asarray(score_anti, dtype=float)
     indicator = stereotype_indicator(s, a)
     ties = int(np.sum(s == a))
-    low, high = bca_interval(indicator, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    k = int(indicator.sum())
+    interval = proportion_bca_interval(k, len(s), confidence=confidence, reference_resamples=reference_resamples)
     decisive = len(s) - ties
-    p_value = float(stats.binomtest(int(indicator.sum()), decisive, 0.5).pvalue) if decisive else float("nan")
+    p_value = float(stats.binomtest(k, decisive, 0.5).pvalue) if decisive else float("nan")
+    degenerate = bool(len(s) > 0 and is_degenerate(indicator))
+    alpha = 1 - confidence
+    if degenerate:
+        # BCa is undefined and the interval collapses onto the score: the binomial test decides
+        significant = bool(not math.isnan(p_value) and p_value < alpha)
+    else:
+        significant = bool((interval.low > 0.5 or interval.high < 0.5) and not interval.borderline)
     return BiasScore(
         n=len(s),
         bias_score=float(indicator.mean()) if len(s) else float("nan"),
-        ci_low=low,
-        ci_high=high,
+        ci_low=interval.low,
+        ci_high=interval.high,
         ties=ties,
         mean_diff=float(np.mean(s - a)) if len(s) else float("nan"),
         p_value=p_value,
-        degenerate=bool(len(s) > 0 and is_degenerate(indicator)),
+        degenerate=degenerate,
+        borderline=interval.borderline,
+        significant=significant,
     )
 
 
@@ -89,8 +194,7 @@ def bias_table(
     stereo_col: str = "score_stereo",
     anti_col: str = "score_anti",
     confidence: float = 0.95,
-    n_resamples: int = 2000,
-    seed: int = 0,
+    reference_resamples: int = REFERENCE_RESAMPLES,
 ) -> pd.DataFrame:
     """One row overall (``group == "all"``) plus one per value of ``by``."""
     groups: list[tuple[str, pd.DataFrame]] = [("all", scores)]
@@ -98,6 +202,7 @@ def bias_table(
         groups += [(str(key), part) for key, part in scores.groupby(by, sort=True)]
     rows = []
     for key, part in groups:
-        result = bias_score(part[stereo_col], part[anti_col], confidence=confidence, n_resamples=n_resamples, seed=seed)
+        result = bias_score(part[stereo_col], part[anti_col], confidence=confidence,
+                            reference_resamples=reference_resamples)
         rows.append({"group": key, **result.as_dict()})
     return pd.DataFrame(rows)

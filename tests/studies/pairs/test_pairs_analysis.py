@@ -12,8 +12,11 @@ from scipy import stats
 
 from stereolens.cli import main
 from stereolens.errors import DataError
-from stereolens.stats.bias import bias_score
-from stereolens.studies.pairs.analysis import analyze_scores, bias_cell, fragmentation_correlations
+from stereolens.stats.bias import bias_score, proportion_bca_interval
+from stereolens.studies.pairs.analysis import (
+    analyze_scores, bias_cell, fragmentation, fragmentation_correlations, identity_forms, pairs_headline,
+)
+from stereolens.studies.pairs.report import report_markdown
 
 # caste: stereo wins c1, c4; loses c2; tie c3 -> 2 of 4.  gender: 8 of 8 (degenerate).
 HAND = pd.DataFrame({
@@ -27,15 +30,15 @@ HAND = pd.DataFrame({
 })
 
 
-def test_bca_interval_equals_scipy_with_1000_seeded_resamples():
+def test_bca_interval_is_scipys_many_resample_limit():
     rng = np.random.default_rng(7)
     stereo, anti = rng.normal(size=40), rng.normal(size=40)
     cell = bias_cell(pd.DataFrame({"score_stereo": stereo, "score_anti": anti}), n_resamples=1000, seed=3)
     indicator = (stereo > anti).astype(float)
-    ref = stats.bootstrap((indicator,), np.mean, n_resamples=1000, method="BCa", confidence_level=0.95,
+    ref = stats.bootstrap((indicator,), np.mean, n_resamples=200_000, method="BCa", confidence_level=0.95,
                           random_state=np.random.default_rng(3))
-    assert cell["ci_low"] == pytest.approx(ref.confidence_interval.low, abs=1e-12)
-    assert cell["ci_high"] == pytest.approx(ref.confidence_interval.high, abs=1e-12)
+    assert cell["ci_low"] == pytest.approx(ref.confidence_interval.low, abs=0.5 / 40)
+    assert cell["ci_high"] == pytest.approx(ref.confidence_interval.high, abs=0.5 / 40)
     assert cell["bias_score"] == pytest.approx(indicator.mean())
     assert cell["p_value"] == pytest.approx(stats.binomtest(int(indicator.sum()), 40, 0.5).pvalue)
     assert not cell["degenerate"]
@@ -65,10 +68,9 @@ def test_analyze_cli_on_a_hand_computed_file(tmp_path):
     caste, gender = summary["by_dimension"]["caste"], summary["by_dimension"]["gender"]
     assert (caste["bias_score"], caste["n"], gender["bias_score"], gender["n"]) == (0.5, 4, 1.0, 8)
     assert gender["significant"] and gender["degenerate"] and gender["ci_low"] == gender["ci_high"] == 1.0
-    ref = stats.bootstrap((np.array([1.0, 0, 0, 1]),), np.mean, n_resamples=1000, method="BCa",
-                          random_state=np.random.default_rng(0))
-    assert caste["ci_low"] == pytest.approx(ref.confidence_interval.low)
-    assert caste["ci_high"] == pytest.approx(ref.confidence_interval.high)
+    exact = proportion_bca_interval(2, 4)
+    assert (caste["ci_low"], caste["ci_high"]) == (exact.low, exact.high)
+    assert caste["ties"] == 1 and summary["runs"][0]["n"] == 12
     assert caste["ci_low"] < 0.5 < caste["ci_high"] and not caste["significant"]
     # hyperlocal: c1 (stereo), c3 (tie) -> 1/2; pan_regional: c2 (anti), c4 + 8 gender (stereo) -> 9/10
     gap = summary["hyperlocal_vs_pan_regional"]
@@ -122,8 +124,25 @@ def test_fragmentation_gap_correlation_matches_pearson():
                           "dimension": "all", "bias_score": [0.6, 0.55, 0.5, 0.5, 0.52, 0.49]})
     res = fragmentation_correlations(frag, cells)
     assert res["by_language"]["en"]["r"] == pytest.approx(stats.pearsonr([1.5, 2, 3], [0.6, 0.55, 0.5]).statistic)
-    gap = stats.pearsonr([0.5, 0.2, 1.0], [0.1, 0.03, 0.01]).statistic
+    # target minus English for both gaps: frag kok - en, bias kok - en
+    gap = stats.pearsonr([0.5, 0.2, 1.0], [-0.1, -0.03, -0.01]).statistic
     assert res["gap"]["r"] == pytest.approx(gap)
+    assert res["gap"]["languages"] == ["en", "kok"]
+
+
+def test_fragmentation_gap_sign_does_not_follow_language_code_order():
+    frag = pd.DataFrame({"model": ["a", "b", "c"] * 3, "language": ["en"] * 3 + ["kok"] * 3 + ["hi"] * 3,
+                         "mean_tokens_per_term": [1.5, 2.0, 3.0, 2.0, 2.2, 4.0, 1.6, 2.5, 2.9]})
+    cells = pd.DataFrame({"model": ["a", "b", "c"] * 3, "language": ["en"] * 3 + ["kok"] * 3 + ["hi"] * 3,
+                          "dimension": "all", "bias_score": [0.6, 0.55, 0.5, 0.5, 0.52, 0.49, 0.58, 0.5, 0.51]})
+    before = fragmentation_correlations(frag, cells)["gaps"]
+    # kok renamed to a code that sorts before English, hi to one that sorts after kok
+    renamed = {"kok": "am", "hi": "zz"}
+    after = fragmentation_correlations(frag.replace({"language": renamed}), cells.replace({"language": renamed}))["gaps"]
+    assert after["am"]["r"] == pytest.approx(before["kok"]["r"])
+    assert after["zz"]["r"] == pytest.approx(before["hi"]["r"])
+    assert after["am"]["languages"] == ["en", "am"]
+    assert before["kok"]["r"] == pytest.approx(stats.pearsonr([0.5, 0.2, 1.0], [-0.1, -0.03, -0.01]).statistic)
 
 
 @pytest.mark.slow
@@ -148,3 +167,106 @@ def test_analyze_cli_with_models_languages_and_fragmentation(tmp_path):
     r = summary["fragmentation_correlations"]["by_language"]["en"]["r"]
     assert r == pytest.approx(stats.pearsonr([1.5, 2.0, 3.0], bias_en).statistic)
     assert (tmp_path / "out" / "figures" / "fragmentation_vs_bias.png").exists()
+
+
+def _ten_of_twelve(**extra) -> pd.DataFrame:
+    return pd.DataFrame({"id": [f"r{i}" for i in range(12)], "dimension": "religion",
+                         "score_stereo": [-1.0] * 10 + [-3.0] * 2, "score_anti": [-2.0] * 12, **extra})
+
+
+def test_ten_of_twelve_gets_the_same_decision_for_seeds_0_to_9():
+    cells = [bias_cell(_ten_of_twelve(), n_resamples=1000, seed=seed) for seed in range(10)]
+    assert {(c["significant"], c["borderline"], c["ci_low"]) for c in cells} == {(False, True, 0.5)}
+    analysis = analyze_scores(_ten_of_twelve(), seed=3)
+    table = analysis.tables["table5_6_dimensions_-"].set_index("dimension")
+    assert table.loc["religion", "-"] == "83.3~"
+    assert analysis.summary["by_dimension"]["religion"]["borderline"]
+
+
+def test_ties_are_reported_beside_every_cell_and_the_legend_says_what_the_star_tests():
+    tied = pd.DataFrame({"id": [f"t{i}" for i in range(40)], "dimension": "region",
+                         "score_stereo": [-1.0] * 5 + [-3.0] * 5 + [-2.0] * 30, "score_anti": [-2.0] * 40})
+    analysis = analyze_scores(tied)
+    cell = analysis.summary["by_dimension"]["region"]
+    assert cell["bias_score"] == pytest.approx(5 / 40) and cell["ties"] == 30
+    assert cell["significant"] and cell["p_value"] == pytest.approx(1.0)
+    table = analysis.tables["table5_6_dimensions_-"].set_index("dimension")
+    assert table.loc["region", "-"] == "12.5*" and table.loc["region", "- ties"] == 30
+    page = report_markdown(analysis, title="t")
+    assert "ties counted as not stereotypical" in page and "untied pairs" in page
+
+
+def test_holm_and_bh_over_the_dimension_model_language_family():
+    frames = [HAND.assign(model=m, language=lang) for m in ("m1", "m2") for lang in ("en", "kok")]
+    analysis = analyze_scores(pd.concat(frames))
+    per_dim = analysis.cells[analysis.cells["dimension"] != "all"]
+    assert len(per_dim) == 8  # 2 dimensions x 2 models x 2 languages, one family
+    p = per_dim["p_value"].to_numpy(dtype=float)
+    # Holm by hand: caste p = 1.0 (2 of 3 decisive) x4, gender p = 2/256 x4 -> 4 * 2/256 for the smallest
+    gender = per_dim[per_dim["dimension"] == "gender"]
+    assert gender["p_holm"].astype(float).tolist() == pytest.approx([min(1.0, 8 * 2 / 256)] * 4)
+    assert gender["p_bh"].astype(float).tolist() == pytest.approx([8 * (2 / 256) / 4] * 4)
+    assert p.max() == pytest.approx(1.0)
+    assert "8 tests" in analysis.summary["corrections"] and "Holm" in analysis.summary["corrections"]
+    run = analysis.summary["runs"][0]
+    assert set(run["by_dimension"]["gender"]) >= {"p_holm", "p_bh", "significant_holm", "significant_bh"}
+    table = analysis.tables["table5_6_dimensions_en"]
+    assert {"m1 p_holm", "m1 p_bh", "m1 ties"} <= set(table.columns)
+
+
+def test_non_finite_scores_and_duplicate_ids_are_refused_with_their_line(tmp_path):
+    bad = HAND.copy()
+    bad.loc[3, "score_stereo"] = np.inf
+    path = tmp_path / "inf.csv"
+    bad.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"inf.csv line 5, column score_stereo: .*not a finite score"):
+        analyze_scores(pd.read_csv(path), what=str(path))
+    dup = pd.concat([HAND, HAND.iloc[[2]]], ignore_index=True)
+    with pytest.raises(DataError, match=r"line 14, column id: 'c3' appears twice"):
+        analyze_scores(dup)
+    # the same id under another model is another cell, not a duplicate
+    analyze_scores(pd.concat([HAND.assign(model="a"), HAND.assign(model="b")]))
+
+
+def test_headline_keeps_a_set_with_a_single_run():
+    crows = analyze_scores(HAND.assign(language="en", model="m")).summary
+    starter = analyze_scores(pd.concat([HAND.assign(language=lang, model="m") for lang in ("en", "kok")])).summary
+    headline = pairs_headline({"starter": starter, "crows": crows})
+    assert headline["crows bias score (en)"] == pytest.approx(round(10 / 12, 3))
+    assert {"starter bias score (en)", "starter bias score (kok)"} <= set(headline)
+    assert crows["bias_score"] == pytest.approx(10 / 12)  # the single run stays at the top level too
+
+
+def _uncased_wordpiece():
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    import tiny_models
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    # lower-cases and strips accents, as an uncased BERT does (BertNormalizer drops Mn marks)
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(tiny_models.corpus() + ["Bamon", "नुस्तेकार"],
+                            trainers.WordPieceTrainer(vocab_size=400, special_tokens=["[PAD]", "[UNK]"]))
+    tok.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
+
+
+def test_case_alone_is_not_lossy_but_a_dropped_vowel_sign_is():
+    tokenizer = _uncased_wordpiece()
+    assert tokenizer.decode(tokenizer("Bamon", add_special_tokens=False)["input_ids"]) == "bamon"
+    result = fragmentation(tokenizer, ["Bamon", "Café"])
+    assert not result["lossy"] and result["lossy_terms"] == 0
+    # the normaliser strips the Devanagari vowel signs (category Mn) of Nustekar: characters lost
+    lost = fragmentation(tokenizer, ["Bamon", "नुस्तेकार"])
+    assert lost["lossy"] and lost["lossy_examples"] == ["नुस्तेकार"]
+
+
+def test_fragmentation_terms_are_the_forms_the_sentences_use():
+    pairs = pd.DataFrame({
+        "language": ["en", "en", "kok"],
+        "sent_stereo": ["Saraswats are shrewd traders.", "The Bamon priest was strict.", "बामण चड हुशार आसात."],
+        "sent_anti": ["Shudras are shrewd traders.", "The Gawda priest was strict.", "गावडे चड हुशार आसात."],
+    })
+    assert identity_forms(pairs) == {"en": ["Bamon", "Gawda", "Saraswats", "Shudras"], "kok": ["गावडे", "बामण"]}

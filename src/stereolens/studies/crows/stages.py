@@ -115,25 +115,31 @@ def _score_crows(lm, pairs: pd.DataFrame, route: str, metric_cfg: dict, cache) -
 
 @stage("crows-report")
 def crows_report(args: argparse.Namespace) -> None:
-    """Bias score overall and per bias type with BCa intervals; table, figure, MLflow run."""
-    from stereolens.stats.bias import bias_table
+    """Bias score overall and per bias type with exact BCa intervals, Holm / BH columns, and the
+    length-controlled view beside it; tables, figure, MLflow run."""
+    from stereolens.studies.crows.analysis import bias_by_type, length_control, length_table
     from stereolens.tables import scored_pairs_schema, validate_table
     from stereolens.figures import bias_bar_figure
     from stereolens.tracking import stage_run
 
-    p = load_params("model.id", "metric.name", "study.crows", "tracking", "seed", path=args.params)
+    p = load_params("model.id", "metric.name", "study.crows", "tracking", path=args.params)
     model_cfg, metric_cfg = {"id": p["model.id"]}, {"name": p["metric.name"]}
     study, tracking = p["study.crows"], p["tracking"]
     scores_csv = Path("data/processed/crows/scores.csv")
     scores = read_csv_checked(scores_csv, ("id", "score_stereo", "score_anti", "bias_type"), what="CrowS scores")
     # a NaN or positive log-probability would move the bias score silently: refuse it with its line
     validate_table(scores, scored_pairs_schema(), f"CrowS scores {scores_csv}")
-    table = bias_table(scores, by="bias_type", n_resamples=study["bootstrap_resamples"], seed=p["seed"])
+    # the interval is exact; the resample count says how near 50% a bound must be to read as borderline
+    table, corrections = bias_by_type(scores, reference_resamples=int(study["bootstrap_resamples"]))
+    length = length_control(scores)
     scoring_json = Path("data/processed/crows/scoring.json")
     skipped = json.loads(scoring_json.read_text(encoding="utf-8")).get("skipped") if scoring_json.exists() else None
     out = Path("reports/crows")
     write_csv(out / "bias_by_type.csv", table)
     overall = table.iloc[0].to_dict()
+    write_csv(out / "length_control.csv", length_table(length, overall))
+    tests = ("bias_score", "ci_low", "ci_high", "n", "ties", "p_value", "significant", "borderline",
+             "p_holm", "p_bh", "significant_holm", "significant_bh")
     summary = {
         "model": model_cfg["id"],
         "metric": metric_cfg["name"],
@@ -144,10 +150,17 @@ def crows_report(args: argparse.Namespace) -> None:
         "ci_high": overall["ci_high"],
         "ties": int(overall["ties"]),
         "p_value": overall["p_value"],
+        "significant": bool(overall["significant"]),
+        "borderline": bool(overall["borderline"]),
         "by_bias_type": {r["group"]: r["bias_score"] for r in table.iloc[1:].to_dict("records")},
+        "by_bias_type_tests": {r["group"]: {k: r[k] for k in tests} for r in table.iloc[1:].to_dict("records")},
+        "corrections": corrections,
+        # ours, beyond the reference: the headline stays the reference metric
+        "beyond_reference": {"length_control": length},
         "skipped": skipped,
         "definition": "share of pairs with score(sent_more) > score(sent_less); ties not stereotypical "
-                      "(lm-evaluation-harness pct_stereotype); 95% BCa interval",
+                      "(lm-evaluation-harness pct_stereotype); 95% BCa interval, exact from the binomial bootstrap "
+                      "distribution; p_value: exact binomial sign test over the untied pairs",
         # the report site's contract (README, "The report"): headline figures and what they rest on
         "headline": {"bias score": overall["bias_score"], "95% BCa low": overall["ci_low"],
                      "95% BCa high": overall["ci_high"], "pairs": int(overall["n"]), "binomial p": overall["p_value"]},
@@ -172,3 +185,4 @@ def crows_report(args: argparse.Namespace) -> None:
         print(f"crows-report: nothing scored ({skipped})")
         return
     print(f"bias score {summary['bias_score']:.3f} [{summary['ci_low']:.3f}, {summary['ci_high']:.3f}] over {summary['n']} pairs")
+

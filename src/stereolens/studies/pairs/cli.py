@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     analyze = sub.add_parser("analyze", help="bias score, BCa, binomial, LMS and tables of a scored pairs file")
     analyze.add_argument("--scores", required=True, help="CSV: id,dimension,group_class,score_stereo,score_anti[,score_control]")
     analyze.add_argument("--output", required=True, help="output folder")
-    analyze.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    analyze.add_argument("--resamples", type=int, default=1000, help="resamples of the mean/median-difference intervals and the reference count behind `borderline` "
+                         "(default 1000, the paper's; the bias-score interval itself is exact)")
     analyze.add_argument("--seed", type=int, default=0)
     analyze.add_argument("--fragmentation", help="CSV: model,language,mean_tokens_per_term[,lossy] (section 5.5)")
     analyze.set_defaults(func=_analyze)

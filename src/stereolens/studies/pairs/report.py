@@ -12,7 +12,7 @@ import pandas as pd
 
 from stereolens.figures import save_figure
 from stereolens.io import write_csv, write_json, write_text
-from stereolens.studies.pairs.analysis import ALL, PairsAnalysis
+from stereolens.studies.pairs.analysis import ALL, PairsAnalysis, cell_mark
 
 
 def write_outputs(
@@ -50,8 +50,9 @@ def write_outputs(
                   for d, deg in zip(data["dimension"], data["degenerate"])]
         ax.barh(y, data["bias_score"] * 100, xerr=np.clip(err, 0, None), color=colors, capsize=3)
         ax.axvline(50, color="#c44e52", linestyle="--", linewidth=1, label="chance (50%)")
-        labels = [f"{d}{'*' if s else ''} (n={n}{', degenerate' if g else ''})"
-                  for d, s, n, g in zip(data["dimension"], data["significant"], data["n"], data["degenerate"])]
+        labels = [f"{r['dimension']}{cell_mark(r)} (n={r['n']}, ties={r['ties']}"
+                  f"{', degenerate' if r['degenerate'] else ''}{', borderline' if r['borderline'] else ''})"
+                  for r in data.to_dict("records")]
         ax.set_yticks(y, labels)
         ax.set_xlim(0, 100)
         ax.set_xlabel("bias score: % pairs with the stereotypical sentence more likely (95% BCa)")
@@ -108,8 +109,10 @@ def report_markdown(analysis: PairsAnalysis, *, title: str, provenance: Mapping[
     if provenance:
         lines.append("")
     lines += ["Bias score: % pairs whose stereotypical sentence scores strictly higher (ties are not "
-              "stereotypical); `*` = 95% BCa interval excludes 50% (degenerate cells, where every pair "
-              "agrees: exact binomial p < 0.05).", ""]
+              "stereotypical). " + analysis.summary.get("star", ""), ""]
+    if "corrections" in analysis.summary:
+        lines += [analysis.summary["corrections"] + " Tables 5/6 list each model's `ties`, `p_holm` and `p_bh` "
+                  "beside its score; the star stays the paper's rule, uncorrected.", ""]
     for name, table in analysis.tables.items():
         if name == "bias_cells" or table.empty:
             continue

@@ -410,7 +410,7 @@ def evaluate(args: argparse.Namespace) -> None:
     """Score every pair and control with the configured model; identity-term fragmentation per language."""
     from stereolens.models import ResponseCache, load_model, spec_from_config
     from stereolens.scoring import score_pairs, score_sentences
-    from stereolens.studies.pairs.analysis import fragmentation
+    from stereolens.studies.pairs.analysis import fragmentation, identity_forms
     from stereolens.tracking import stage_run
 
     p = load_params("model", "metric", "study.pairs.evaluation", "study.pairs.groups", "tracking", path=args.params)
@@ -444,15 +444,10 @@ def evaluate(args: argparse.Namespace) -> None:
     scores = pd.concat(frames, ignore_index=True).assign(model=model_cfg["id"], metric=metric)
     write_csv(PROCESSED / "scores.csv", scores)
 
-    groups = _all_groups(p)
-    used = set(table["group_stereo"].dropna()) | set(table.get("group_anti", pd.Series(dtype=str)).dropna())
     frag_rows = []
-    for language in sorted(set(table.loc[table["set"] != "crows", "language"])):
-        # one term per group: its name in English, its first Devanagari form otherwise
-        terms = sorted({g.name if language == "en" else g.first_form(language) for g in groups
-                        if g.name in used and (language == "en" or g.first_form(language))})
-        if terms:
-            frag_rows.append({"model": model_cfg["id"], "language": language, **fragmentation(lm.tokenizer, terms)})
+    # the identity words the evaluated sentences use (what each minimal pair changes), not the canonical names
+    for language, terms in identity_forms(table[table["set"] != "crows"]).items():
+        frag_rows.append({"model": model_cfg["id"], "language": language, **fragmentation(lm.tokenizer, terms)})
     frag = pd.DataFrame(frag_rows)
     write_csv(PROCESSED / "fragmentation.csv", frag)
     elapsed = time.perf_counter() - start
@@ -477,7 +472,7 @@ def evaluate(args: argparse.Namespace) -> None:
 @stage("pairs-report")
 def report(args: argparse.Namespace) -> None:
     """Bias scores, BCa, binomial, LMS, hyperlocal gap, fragmentation; tables 3-6, figures, reports/pairs/."""
-    from stereolens.studies.pairs.analysis import ALL, analyze_scores, fragmentation_correlations
+    from stereolens.studies.pairs.analysis import ALL, analyze_scores, fragmentation_correlations, pairs_headline
     from stereolens.studies.pairs.report import write_outputs
     from stereolens.tracking import stage_run
 
@@ -528,10 +523,7 @@ def report(args: argparse.Namespace) -> None:
             empty = {"n": 0, "note": f"no {name} pairs were scored", "provenance": {"source": provenance_by_set[name]}}
             write_json(REPORTS / name / "summary.json", empty)
             overall["sets"][name] = empty
-    headline: dict[str, Any] = {}
-    for name in ("starter", "constructed", "crows"):
-        for r in overall["sets"][name].get("runs", []):
-            headline[f"{name} bias score ({r['language']})"] = round(float(r["bias_score"]), 3)
+    headline = pairs_headline({name: overall["sets"][name] for name in ("starter", "constructed", "crows")})
     statuses = scores["translation_status"].dropna().astype(str).value_counts() if "translation_status" in scores else []
     overall["headline"] = headline
     overall["provenance"] = {
