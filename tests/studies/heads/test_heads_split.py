@@ -45,3 +45,8 @@ def test_too_few_instances_for_three_sets_is_refused():
     split_instances(["a", "b", "c"], shapley_fraction=0.3, pruning_fraction=0.2, seed=0)  # 1 / 1 / 1
     with pytest.raises(DataError, match="2 instances cannot be split into 1 for Shapley valuation, 1 for pruning"):
         split_instances(["a", "b"], shapley_fraction=0.3, pruning_fraction=0.2, seed=0)
+    # a fraction outside its range is an error, not clamped (the old two-way split clamped 1.5 to n - 1)
+    with pytest.raises(ValueError, match="split fractions must lie in"):
+        split_instances([str(i) for i in range(20)], shapley_fraction=1.5, pruning_fraction=0.0, seed=0)
+    with pytest.raises(ValueError, match="split fractions must lie in"):
+        split_instances([str(i) for i in range(20)], shapley_fraction=0.3, pruning_fraction=-0.2, seed=0)

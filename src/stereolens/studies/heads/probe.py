@@ -56,6 +56,9 @@ def split_instances(ids: Sequence, *, shapley_fraction: float, pruning_fraction:
     for Shapley valuation, the next ``round(pruning_fraction * n)`` (at least 1 unless the fraction is 0)
     for pruning evaluation, the rest (at least 1) for probe training.  Deterministic: the same ids and seed
     give the same split, whatever order the ids come in."""
+    if not (0 < shapley_fraction < 1 and 0 <= pruning_fraction < 1):
+        raise ValueError(f"split fractions must lie in (0, 1) for Shapley and [0, 1) for pruning, "
+                         f"got {shapley_fraction} and {pruning_fraction}")
     unique = sorted(set(ids), key=str)
     n = len(unique)
     n_shapley = max(1, int(round(shapley_fraction * n)))
