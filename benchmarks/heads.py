@@ -5,10 +5,10 @@ set of heads active, heads gated off at the attention output) from the same
 permutations: Captum draws them with ``torch.randperm`` after a seed, and we
 replay that seed.  Captum evaluates one coalition per call with a full forward
 pass; the study's estimator batches coalitions, evaluates each distinct
-coalition once, replays the frozen layers below the first player layer and, as
-in the study's default, stops a permutation exactly once its remaining heads
-provably cannot change accuracy (``bounds.ExactStop``).  It is also run without
-that stop, to show the values are identical and how often the stop fires.
+coalition once and replays the frozen layers below the first player layer.
+The probe trains on 70% of the instances and the game is valued on the other
+30% (the study's three-way split with no pruning set, since nothing is pruned
+here: the same rows as the measurements before the split was introduced).
 Writes values, standard errors, timings and the speed ratio to
 ``benchmarks/results/heads.json``.
 
@@ -75,7 +75,6 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     from stereolens.studies.heads.attribution import heads_of_layers, resolve_layers
-    from stereolens.studies.heads.bounds import ExactStop
     from stereolens.studies.heads.probe import (
         GatedEncoder, ProbeSettings, ProbeValue, probe_examples, split_instances, train_probe,
     )
@@ -91,10 +90,10 @@ def main() -> None:
     pooling = "last" if args.kind == "causal" else "first"
 
     examples = probe_examples(instances)
-    train_ids, _ = split_instances(examples["id"], test_fraction=0.3, seed=0)
+    split = split_instances(examples["id"], shapley_fraction=0.3, pruning_fraction=0.0, seed=0)
     labels = torch.tensor(examples["label"].to_numpy(), dtype=torch.long)
-    train_rows = np.flatnonzero(examples["id"].isin(train_ids)).tolist()
-    test_rows = np.flatnonzero(~examples["id"].isin(train_ids)).tolist()
+    train_rows = np.flatnonzero(examples["id"].isin(split.train)).tolist()
+    test_rows = np.flatnonzero(examples["id"].isin(split.shapley)).tolist()
 
     plain = GatedEncoder(model.base_model, tok, pooling=pooling, gated_layers=[0], reuse_prefix=False)
     n_layers = plain.gate.n_layers
@@ -118,26 +117,18 @@ def main() -> None:
     captum_seconds = time.perf_counter() - start
     plain.gate.remove()
 
-    # this study: same permutations, same probe, batched, deduplicated, frozen prefix replayed,
-    # with the exact stop (the study's default) and without it
+    # this study: same permutations, same probe, batched, deduplicated, frozen prefix replayed
     torch.manual_seed(args.seed)
     perms = np.array([torch.randperm(n).tolist() for _ in range(args.permutations)])
-
-    def run_ours(exact: bool):
-        start = time.perf_counter()
-        fast = GatedEncoder(model.base_model, tok, pooling=pooling, gated_layers=layers, reuse_prefix=True)
-        try:
-            fast.encode(examples["text"].tolist())
-            value = ProbeValue(fast, probe, test_rows, labels, players, max_rows=256)
-            stop = ExactStop(fast, probe, players) if exact else None
-            value.exact_stop = stop if stop is not None and stop.active else None
-            estimate = permutation_shapley(value, perms, exact_stop=value.exact_stop)
-        finally:
-            fast.gate.remove()
-        return estimate, value, stop, time.perf_counter() - start
-
-    ours, ours_value, stop, ours_seconds = run_ours(exact=True)
-    plain_walk, plain_value, _, plain_walk_seconds = run_ours(exact=False)
+    start = time.perf_counter()
+    fast = GatedEncoder(model.base_model, tok, pooling=pooling, gated_layers=layers, reuse_prefix=True)
+    try:
+        fast.encode(examples["text"].tolist())
+        ours_value = ProbeValue(fast, probe, test_rows, labels, players, max_rows=256)
+        ours = permutation_shapley(ours_value, perms)
+    finally:
+        fast.gate.remove()
+    ours_seconds = time.perf_counter() - start
 
     diff = np.abs(ours.values - captum_values)
     se = ours.standard_errors
@@ -151,17 +142,7 @@ def main() -> None:
                    "forward_passes": captum_value.forward_passes, "values": captum_values.tolist()},
         "ours": {"seconds": ours_seconds, "forward_passes": ours_value.forward_passes,
                  "distinct_coalitions": ours.n_evaluations, "values": ours.values.tolist(),
-                 "standard_errors": se.tolist(),
-                 "exact_stop": {"note": stop.reason or "tried once the remaining heads are all in the top layer",
-                                "possible_permutations": int(sum(stop.possible_from(p) < n for p in perms)),
-                                "checks": stop.n_checks, "settled": stop.n_settled,
-                                "stops": int((ours.exact_stop_at < n).sum()),
-                                "stop_positions": ours.exact_stop_at.tolist(),
-                                "coalitions_saved": ours.n_evaluations_saved,
-                                "max_replica_disagreement": stop.max_disagreement}},
-        "ours_without_exact_stop": {"seconds": plain_walk_seconds, "forward_passes": plain_value.forward_passes,
-                                    "distinct_coalitions": plain_walk.n_evaluations,
-                                    "values_identical": bool(np.array_equal(plain_walk.values, ours.values))},
+                 "standard_errors": se.tolist()},
         "max_abs_difference": float(diff.max()),
         "within_sampling_error": bool(np.all(diff <= 2 * np.maximum(se, 1e-12))),
         "speed_ratio": captum_seconds / ours_seconds,
@@ -172,9 +153,7 @@ def main() -> None:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"captum {captum_seconds:.1f}s, ours {ours_seconds:.1f}s: {result['speed_ratio']:.1f}x; "
-          f"max |difference| {result['max_abs_difference']:.2g} (within 2 SE: {result['within_sampling_error']}); "
-          f"exact stops {result['ours']['exact_stop']['stops']}/{args.permutations}, "
-          f"without them {plain_walk_seconds:.1f}s, values identical: {result['ours_without_exact_stop']['values_identical']}")
+          f"max |difference| {result['max_abs_difference']:.2g} (within 2 SE: {result['within_sampling_error']})")
 
 
 if __name__ == "__main__":

@@ -150,21 +150,23 @@ def test_every_study_summary_is_written_by_its_block_and_read_by_the_report_stag
     assert summaries <= {f"reports/{s}/summary.json" for s in STUDIES}, summaries
 
 
-def _null_keys(node, prefix: str = "") -> set[str]:
+def _config_keys(node, prefix: str = "") -> set[str]:
     if not isinstance(node, dict):
-        return {prefix} if node is None else set()
-    return set().union(*(_null_keys(v, f"{prefix}.{k}" if prefix else str(k)) for k, v in node.items()))
+        return {prefix}
+    own = {prefix} if prefix else set()
+    return own.union(*(_config_keys(v, f"{prefix}.{k}" if prefix else str(k)) for k, v in node.items()))
 
 
 @pytest.mark.parametrize("study", [s for s in STUDIES if (PACKAGE / "studies" / s / "config.py").is_file()])
-def test_a_study_config_module_types_exactly_null_default_keys(study):
-    """``config.py`` (optional) holds ``PARAM_TYPES``: a type for keys whose default is null."""
+def test_a_study_config_module_types_keys_its_default_has(study):
+    """``config.py`` (optional) holds ``PARAM_TYPES``: a type for keys of the study's config (needed where the
+    default is null, since a non-null default already fixes its key's type)."""
     types = getattr(importlib.import_module(f"stereolens.studies.{study}.config"), "PARAM_TYPES", None)
     assert isinstance(types, dict), f"studies/{study}/config.py defines no PARAM_TYPES dict"
     default = yaml.safe_load((REPO / "conf" / "study" / study / "default.yaml").read_text(encoding="utf-8"))
-    nulls = _null_keys(default)
+    keys = _config_keys(default)
     for key, declared in types.items():
-        assert key in nulls, f"studies/{study}/config.py types {key!r}, which is not a null key of its default.yaml"
+        assert key in keys, f"studies/{study}/config.py types {key!r}, which is not a key of its default.yaml"
         kinds = declared if isinstance(declared, tuple) else (declared,)
         assert all(isinstance(k, type) for k in kinds), f"studies/{study}/config.py: {key!r} -> {declared!r}"
 

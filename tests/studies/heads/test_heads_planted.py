@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from stereolens.studies.heads.attribution import (
-    ShapleySettings, heads_of_layers, probe_and_attribute, shapley_table, sweeps,
+    ShapleySettings, SplitSettings, heads_of_layers, probe_and_attribute, pruning_inputs, shapley_table, sweeps,
 )
-from stereolens.studies.heads.probe import GatedEncoder, ProbeSettings
+from stereolens.studies.heads.probe import GatedEncoder, ProbeSettings, probe_examples
 
 from heads_data import PLANTED
 
@@ -22,7 +22,7 @@ def planted_result(planted_model, instances):
     encoder = GatedEncoder(model.base_model, tok, pooling="first", gated_layers=[0, 1], reuse_prefix=True)
     players = heads_of_layers([0, 1], encoder.gate.n_heads)
     result, value_fn = probe_and_attribute(
-        encoder, instances, players, country="all", test_fraction=0.5, split_seed=0,
+        encoder, instances, players, country="all", split=SplitSettings(shapley_fraction=0.4, pruning_fraction=0.1),
         probe_settings=ProbeSettings(learning_rate=1e-2, epochs=60, batch_size=16),
         shapley=ShapleySettings(permutations=24, antithetic=False, seed=0, step=2),
     )
@@ -55,6 +55,28 @@ def test_pruning_the_planted_head_drops_accuracy_the_most(planted_result, instan
     assert {"ss", "lms", "icat"} <= set(top.columns) and top["ss"].notna().all()
     bottom = table[table["direction"] == "bottom_up"]
     assert bottom["ss"].isna().all() if "ss" in bottom else True
+
+
+def test_the_probe_shapley_and_pruning_sets_are_disjoint_and_each_used_for_its_own_job(planted_result, instances):
+    result, value_fn, encoder, *_ = planted_result
+    split = result.split
+    train, shapley, pruning = set(split.train), set(split.shapley), set(split.pruning)
+    assert not (train & shapley) and not (train & pruning) and not (shapley & pruning)
+    assert train | shapley | pruning == set(instances["id"])
+    assert result.probe_summary["split"] == split.record()  # written to probe.json
+    example_ids = probe_examples(instances)["id"]
+
+    def ids_of(rows) -> set:
+        return set(example_ids.iloc[list(rows)])
+
+    assert ids_of(result.rows["train"]) == train
+    assert ids_of(value_fn.eval_rows.tolist()) == shapley  # the ranking is measured on the Shapley set only
+    pruning_value, items = pruning_inputs(encoder, result, instances, metric="accuracy", max_rows=256,
+                                          stereoset_items=None)
+    assert ids_of(pruning_value.eval_rows.tolist()) == pruning
+    assert set(items["id"]) == pruning
+    _, first_three = pruning_inputs(encoder, result, instances, metric="accuracy", max_rows=256, stereoset_items=3)
+    assert list(first_three["id"]) == list(items["id"])[:3]
 
 
 def test_batched_coalitions_equal_one_coalition_at_a_time(planted_result):

@@ -58,14 +58,31 @@ def test_antithetic_pairs_are_reversed_permutations_and_reduce_the_error():
     assert plain.standard_errors.max() > 0
 
 
-def test_truncation_stops_at_the_full_value_and_is_recorded():
-    # only player 0 matters: once it is in, the coalition has the full value
-    def one_player(masks):
-        return np.asarray(masks, dtype=float)[:, 0]
+def test_an_odd_number_of_antithetic_permutations_is_refused():
+    # a permutation without its reverse is not a sample of the same kind as a pair's mean
+    with pytest.raises(ValueError, match="even number of permutations"):
+        sample_permutations(4, 7, seed=0, antithetic=True)
+    perms = sample_permutations(4, 6, seed=0, antithetic=True)
+    with pytest.raises(ValueError, match="even number of permutations"):
+        permutation_shapley(weighted_game, perms[:5], antithetic=True)
 
-    perms = np.array([[0, 1, 2, 3], [2, 0, 1, 3], [1, 2, 3, 0]])
-    estimate = permutation_shapley(one_player, perms, step=1, truncation_tolerance=0.0)
-    assert estimate.truncated_at.tolist() == [1, 2, 4]
-    np.testing.assert_allclose(estimate.values, [1, 0, 0, 0])
-    untruncated = permutation_shapley(one_player, perms, step=1)
-    assert estimate.n_evaluations < untruncated.n_evaluations
+
+def test_standard_errors_equal_a_hand_computation():
+    # one player who adds 1 on its own and 3 with player 1 before it: marginal 1 or 3 by position
+    def game(masks):
+        masks = np.asarray(masks, dtype=float)
+        return masks[:, 0] * (1.0 + 2.0 * masks[:, 1])
+
+    perms = np.array([[0, 1], [1, 0], [0, 1], [1, 0]])
+    # player 0's marginals: 1, 3, 1, 3; player 1's: 2, 0, 2, 0
+    plain = permutation_shapley(game, perms)
+    np.testing.assert_allclose(plain.values, [2.0, 1.0])
+    # independent permutations: sample sd of (1, 3, 1, 3) is sqrt(4/3), over sqrt(4)
+    np.testing.assert_allclose(plain.standard_errors, [np.sqrt(4 / 3) / 2, np.sqrt(4 / 3) / 2])
+    # antithetic pairs (0 1)+(1 0): each pair's mean is (2, 1) exactly, so the error is 0
+    anti = permutation_shapley(game, perms, antithetic=True)
+    np.testing.assert_allclose(anti.values, [2.0, 1.0])
+    np.testing.assert_allclose(anti.standard_errors, [0.0, 0.0], atol=1e-15)
+    # pairs whose means differ: (0 1)(1 0) -> player 0 means 2, then (0 1)(0 1) -> 1; sd of (2, 1) over sqrt(2)
+    mixed = permutation_shapley(game, np.array([[0, 1], [1, 0], [0, 1], [0, 1]]), antithetic=True)
+    np.testing.assert_allclose(mixed.standard_errors, [np.sqrt(0.5) / np.sqrt(2)] * 2)

@@ -63,9 +63,18 @@ def test_probe_and_report_stages_write_every_output(tmp_path, monkeypatch, tiny_
     assert "pooling auto (used: last)" in report
     # every choice of ours is named on the page
     for choice in ("value function", "encoder", "split", "probe set", "epochs", "optimiser", "players",
-                   "permutations", "early stop", "pruning step", "StereoSet items", "head removal"):
+                   "permutations", "pruning step", "StereoSet items", "head removal"):
         assert f"- **{choice}**:" in report, choice
-    assert "exact: a permutation stops once interval bounds" in report and "frozen; only the probe is trained" in report
+    assert "frozen; only the probe is trained" in report and "exact" not in report
     probe = json.loads((tmp_path / "data/processed/heads/probe.json").read_text())
+    instances = make_instances(12)
     for country in probe["countries"]:
-        assert len(country["exact_stop_positions"]) == 4 and country["exact_stop_note"].startswith("tried")
+        # 12 instances: 4 (round 3.6) valued, 2 (round 2.4) for pruning, 6 train the probe, recorded by id
+        split = country["split"]
+        assert (len(split["probe_train"]), len(split["shapley"]), len(split["pruning"])) == (6, 4, 2)
+        ids = [set(split[name]) for name in ("probe_train", "shapley", "pruning")]
+        assert set.union(*ids) == set(instances.loc[instances["country"] == country["country"], "id"])
+        assert sum(map(len, ids)) == 12
+        # StereoSet during pruning: the pruning set's 2 instances, not the first 4 of the country
+        part = sweeps[(sweeps["country"] == country["country"]) & (sweeps["direction"] == "top_down")]
+        assert country["n_stereoset_items"] == 2 and (part["n_stereoset_items"] == 2).all()

@@ -1,4 +1,5 @@
-"""One country's analysis: train the probe, estimate each head's Shapley value, run the sweeps."""
+"""One country's analysis: split its instances three ways, train the probe, estimate each head's
+Shapley value, run the pruning sweeps."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import pandas as pd
 import torch
 
 from stereolens.stats.stereoset import stereoset_scores
-from stereolens.studies.heads.bounds import ExactStop
 from stereolens.studies.heads.candidates import candidate_scores
+from stereolens.studies.heads.config import check_layers
 from stereolens.studies.heads.probe import (
-    GatedEncoder, LinearProbe, ProbeSettings, ProbeValue, probe_examples, split_instances, train_probe,
+    GatedEncoder, InstanceSplit, LinearProbe, ProbeSettings, ProbeValue, probe_examples, split_instances, train_probe,
 )
 from stereolens.studies.heads.pruning import run_sweep
 from stereolens.studies.heads.shapley import ShapleyEstimate, permutation_shapley, sample_permutations
@@ -24,12 +25,16 @@ from stereolens.studies.heads.shapley import ShapleyEstimate, permutation_shaple
 class ShapleySettings:
     permutations: int = 256
     antithetic: bool = False
-    truncation_tolerance: float | None = None  # truncated Monte Carlo: approximate, off by default
-    exact_stop: bool = True          # stop a permutation once the remaining heads provably cannot change accuracy
-    exact_stop_enumerate: int = 4    # remaining heads whose on/off settings the bound enumerates; the rest are intervals
     step: int | None = None          # permutation positions per batched call (None: whole permutation)
     max_rows: int = 256              # examples x coalitions per forward pass
     value: str = "accuracy"
+    seed: int = 0
+
+
+@dataclass
+class SplitSettings:
+    shapley_fraction: float = 0.3    # instances whose rows the Shapley value function measures
+    pruning_fraction: float = 0.2    # instances whose rows the pruning sweeps measure; the rest train the probe
     seed: int = 0
 
 
@@ -45,77 +50,60 @@ class CountryResult:
     probe_summary: dict
     seconds: float
     probe: LinearProbe
-    test_rows: list[int] = field(default_factory=list)
+    split: InstanceSplit
+    rows: dict[str, list[int]] = field(default_factory=dict)  # encoded example rows of each set of the split
+    labels: torch.Tensor | None = None                          # label of every encoded example
+
+
+def rows_of_split(examples: pd.DataFrame, split: InstanceSplit) -> dict[str, list[int]]:
+    """The example rows (both sentences of an instance) of each set of the split."""
+    return {name: np.flatnonzero(examples["id"].isin(ids)).tolist()
+            for name, ids in (("train", split.train), ("shapley", split.shapley), ("pruning", split.pruning))}
 
 
 def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players: Sequence[tuple[int, int]], *,
-                        country: str, test_fraction: float, split_seed: int, probe_settings: ProbeSettings,
+                        country: str, split: SplitSettings, probe_settings: ProbeSettings,
                         shapley: ShapleySettings) -> tuple[CountryResult, ProbeValue]:
+    """Train the probe on the training set and estimate the Shapley values on the Shapley set.
+    Returns the result and the Shapley value function; the pruning set is left untouched."""
     start = time.perf_counter()
     examples = probe_examples(instances)
-    train_ids, test_ids = split_instances(examples["id"], test_fraction=test_fraction, seed=split_seed)
+    instance_split = split_instances(examples["id"], shapley_fraction=split.shapley_fraction,
+                                     pruning_fraction=split.pruning_fraction, seed=split.seed)
+    rows = rows_of_split(examples, instance_split)
     encoder.encode(examples["text"].tolist())
     labels = torch.tensor(examples["label"].to_numpy(), dtype=torch.long)
-    train_rows = np.flatnonzero(examples["id"].isin(train_ids)).tolist()
-    test_rows = np.flatnonzero(examples["id"].isin(test_ids)).tolist()
-    probe, losses = train_probe(encoder, train_rows, labels, probe_settings)
-    value_fn = ProbeValue(encoder, probe, test_rows, labels, players, metric=shapley.value, max_rows=shapley.max_rows)
-    train_value = ProbeValue(encoder, probe, train_rows, labels, players, metric="accuracy", max_rows=shapley.max_rows)
+    probe, losses = train_probe(encoder, rows["train"], labels, probe_settings)
+    value_fn = ProbeValue(encoder, probe, rows["shapley"], labels, players, metric=shapley.value,
+                          max_rows=shapley.max_rows)
+    train_value = ProbeValue(encoder, probe, rows["train"], labels, players, metric="accuracy", max_rows=shapley.max_rows)
     perms = sample_permutations(len(players), shapley.permutations, seed=shapley.seed, antithetic=shapley.antithetic)
-    stop, stop_note = exact_stop_for(encoder, probe, players, shapley)
-    value_fn.exact_stop = stop
-    try:
-        estimate = permutation_shapley(value_fn, perms, step=shapley.step,
-                                       truncation_tolerance=shapley.truncation_tolerance,
-                                       antithetic=shapley.antithetic, exact_stop=stop)
-    finally:
-        value_fn.exact_stop = None  # the sweeps evaluate coalitions of their own
-    if stop is not None and stop.reason:
-        stop_note = stop.reason
+    estimate = permutation_shapley(value_fn, perms, step=shapley.step, antithetic=shapley.antithetic)
     full = np.ones((1, len(players)), dtype=bool)
     summary = {
-        "country": country, "n_instances": int(instances["id"].nunique()), "n_train_instances": len(train_ids),
-        "n_test_instances": len(test_ids), "train_accuracy": float(train_value(full)[0]),
+        "country": country, "n_instances": int(instances["id"].nunique()),
+        "n_train_instances": len(instance_split.train), "n_shapley_instances": len(instance_split.shapley),
+        "n_pruning_instances": len(instance_split.pruning), "split": instance_split.record(),
+        "train_accuracy": float(train_value(full)[0]),
         "test_value_all_heads": estimate.full_value, "test_value_no_probed_heads": estimate.empty_value,
         "final_train_loss": losses[-1] if losses else None, "n_permutations": int(len(perms)),
-        "n_truncated_permutations": int((estimate.truncated_at < len(players)).sum()),
-        "mean_truncation_position": float(estimate.truncated_at.mean()),
-        "early_stop": early_stop_kind(shapley), "exact_stop_note": stop_note,
-        "n_exact_stops": int((estimate.exact_stop_at < len(players)).sum()),
-        "exact_stop_positions": estimate.exact_stop_at.tolist(),
-        "exact_stop_evaluations_saved": estimate.evaluations_saved.tolist(),
-        "n_coalitions_saved_by_exact_stop": estimate.n_evaluations_saved,
-        "exact_stop_checks": stop.n_checks if stop is not None else 0,
-        "exact_stop_checks_settled": stop.n_settled if stop is not None else 0,
         "n_coalitions_evaluated": estimate.n_evaluations, "n_value_calls": estimate.n_value_calls,
         "n_forward_passes": value_fn.forward_passes,
     }
-    result = CountryResult(country, list(players), estimate, summary, time.perf_counter() - start, probe, test_rows)
+    result = CountryResult(country, list(players), estimate, summary, time.perf_counter() - start, probe,
+                           instance_split, rows, labels)
     return result, value_fn
 
 
-def early_stop_kind(shapley: ShapleySettings) -> str:
-    """How permutations may stop early, in words for the report."""
-    kinds = []
-    if shapley.exact_stop and shapley.value == "accuracy":
-        kinds.append("exact (interval bound on the probe's logits over the remaining top-layer heads)")
-    if shapley.truncation_tolerance is not None:
-        kinds.append(f"truncated Monte Carlo, tolerance {shapley.truncation_tolerance} (approximate)")
-    return "; ".join(kinds) or "none"
-
-
-def exact_stop_for(encoder: GatedEncoder, probe: LinearProbe, players: Sequence[tuple[int, int]],
-                   shapley: ShapleySettings) -> tuple[ExactStop | None, str]:
-    """The exact stop rule for this run, or None, and a note saying why it is off or where it applies."""
-    if not shapley.exact_stop:
-        return None, "off (config)"
-    if shapley.value != "accuracy":
-        return None, f"off: the bound proves that predictions cannot flip, which fixes accuracy, not the {shapley.value}"
-    stop = ExactStop(encoder, probe, players, enumerate_heads=shapley.exact_stop_enumerate)
-    if stop.reason:
-        return None, f"off: {stop.reason}"
-    return stop, (f"tried once a permutation's remaining heads are all in the top layer ({stop.top}); "
-                  f"{shapley.exact_stop_enumerate} largest enumerated, the rest bounded by intervals")
+def pruning_inputs(encoder: GatedEncoder, result: CountryResult, instances: pd.DataFrame, *, metric: str,
+                   max_rows: int, stereoset_items: int | None) -> tuple[ProbeValue, pd.DataFrame]:
+    """What the pruning sweeps are judged on, from the pruning set only (rows neither the probe was trained
+    on nor the Shapley ranking measured): the probe's value function there, and the StereoSet items
+    (the first ``stereoset_items`` of the set's instances; None: all)."""
+    value_fn = ProbeValue(encoder, result.probe, result.rows["pruning"], result.labels, result.players,
+                          metric=metric, max_rows=max_rows)
+    items = instances[instances["id"].isin(result.split.pruning)]
+    return value_fn, (items if stereoset_items is None else items.head(stereoset_items))
 
 
 def shapley_table(result: CountryResult) -> pd.DataFrame:
@@ -157,22 +145,18 @@ class StudySettings:
     pooling: str = "auto"
     reuse_prefix: bool = True
     max_length: int = 128
-    test_fraction: float = 0.3
-    split_seed: int = 0
+    split: SplitSettings = field(default_factory=SplitSettings)
     prune_step: int = 1
     stereoset_items: int | None = None  # StereoSet items per country scored after each top-down step; None: all
     batch_size: int = 16
 
 
 def resolve_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
-    from stereolens.errors import ConfigError
-
+    """The player layers as indices from the bottom (null: every layer)."""
     if layers is None:
         return list(range(n_layers))
-    out = sorted({layer % n_layers if -n_layers <= layer < n_layers else -999 for layer in layers})
-    if -999 in out:
-        raise ConfigError(f"study.heads.shapley.layers {list(layers)} out of range for a model with {n_layers} layers")
-    return out
+    check_layers(layers, n_layers)
+    return sorted({layer % n_layers for layer in layers})
 
 
 def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, study: StudySettings,
@@ -201,12 +185,12 @@ def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, stud
         encoder = GatedEncoder(base, tokenizer, pooling=pooling, gated_layers=layers, reuse_prefix=reuse,
                                max_length=study.max_length)
         try:
-            result, value_fn = probe_and_attribute(encoder, part, players, country=country,
-                                                   test_fraction=study.test_fraction, split_seed=study.split_seed,
-                                                   probe_settings=probe_settings, shapley=shapley)
-            items = part if study.stereoset_items is None else part.head(study.stereoset_items)
+            result, _ = probe_and_attribute(encoder, part, players, country=country, split=study.split,
+                                            probe_settings=probe_settings, shapley=shapley)
+            pruning_value, items = pruning_inputs(encoder, result, part, metric=shapley.value,
+                                                  max_rows=shapley.max_rows, stereoset_items=study.stereoset_items)
             t0 = time.perf_counter()
-            sweep = sweeps(value_fn, result, step=study.prune_step, lm=model, tokenizer=tokenizer, kind=kind,
+            sweep = sweeps(pruning_value, result, step=study.prune_step, lm=model, tokenizer=tokenizer, kind=kind,
                            stereoset_items=items, batch_size=study.batch_size)
             result.probe_summary.update({"pooling": pooling, "shapley_seconds": result.seconds,
                                          "sweep_seconds": time.perf_counter() - t0,

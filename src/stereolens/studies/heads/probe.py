@@ -2,9 +2,10 @@
 
 Each instance gives two examples: its context followed by the stereotypical
 sentence (label 1) and the same context followed by the anti-stereotypical
-sentence (label 0), seed 003's "comparative pairs".  Both examples of an
-instance land in the same split, so the probe never sees the other half of a
-test pair.  The probe is a linear classifier on one pooled vector per example
+sentence (label 0), seed 003's "comparative pairs".  Instances are split three
+ways (probe training, Shapley valuation, pruning evaluation) and both examples
+of an instance land in the same set, so the probe never sees the other half of
+a held-out pair.  The probe is a linear classifier on one pooled vector per example
 (first token for encoders, last real token for causal models, or the mean over
 real tokens), trained on the frozen model by default.
 """
@@ -12,7 +13,6 @@ real tokens), trained on the frozen model by default.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,9 +20,8 @@ import pandas as pd
 import torch
 
 from stereolens.errors import ConfigError, DataError
+from stereolens.studies.heads.config import POOLINGS, VALUE_METRICS
 from stereolens.studies.heads.gates import FrozenPrefix, HeadGate
-
-POOLINGS = ("first", "last", "mean")
 
 
 def probe_examples(instances: pd.DataFrame, *, separator: str = " ") -> pd.DataFrame:
@@ -35,15 +34,43 @@ def probe_examples(instances: pd.DataFrame, *, separator: str = " ") -> pd.DataF
     return pd.DataFrame(rows, columns=["id", "country", "label", "text"])
 
 
-def split_instances(ids: Sequence, *, test_fraction: float, seed: int) -> tuple[list, list]:
-    """(train ids, test ids): a seeded shuffle of the distinct instance ids."""
+@dataclass(frozen=True)
+class InstanceSplit:
+    """Disjoint sets of instance ids, one job each: ``train`` trains the probe, ``shapley`` is where the
+    Shapley value function measures the probe, ``pruning`` is where the pruning sweeps measure the probe
+    and StereoSet, so neither the ranking nor the probe has seen the rows a sweep is judged on."""
+
+    train: tuple
+    shapley: tuple
+    pruning: tuple
+    seed: int
+
+    def record(self) -> dict:
+        """The split as written to ``probe.json``: the seed and the ids of each set."""
+        return {"seed": self.seed, "probe_train": list(self.train), "shapley": list(self.shapley),
+                "pruning": list(self.pruning)}
+
+
+def split_instances(ids: Sequence, *, shapley_fraction: float, pruning_fraction: float, seed: int) -> InstanceSplit:
+    """A seeded shuffle of the distinct instance ids: the first ``round(shapley_fraction * n)`` (at least 1)
+    for Shapley valuation, the next ``round(pruning_fraction * n)`` (at least 1 unless the fraction is 0)
+    for pruning evaluation, the rest (at least 1) for probe training.  Deterministic: the same ids and seed
+    give the same split, whatever order the ids come in."""
+    if not (0 < shapley_fraction < 1 and 0 <= pruning_fraction < 1):
+        raise ValueError(f"split fractions must lie in (0, 1) for Shapley and [0, 1) for pruning, "
+                         f"got {shapley_fraction} and {pruning_fraction}")
     unique = sorted(set(ids), key=str)
-    if len(unique) < 2:
-        raise DataError(f"the probe needs at least 2 instances to split, got {len(unique)}")
-    order = np.random.default_rng(seed).permutation(len(unique))
-    n_test = min(max(1, int(round(test_fraction * len(unique)))), len(unique) - 1)
-    test = {unique[i] for i in order[:n_test]}
-    return [i for i in unique if i not in test], sorted(test, key=str)
+    n = len(unique)
+    n_shapley = max(1, int(round(shapley_fraction * n)))
+    n_pruning = max(1, int(round(pruning_fraction * n))) if pruning_fraction > 0 else 0
+    if n_shapley + n_pruning >= n:
+        raise DataError(f"{n} instances cannot be split into {n_shapley} for Shapley valuation, {n_pruning} for "
+                        "pruning evaluation and at least 1 for probe training: give more instances or smaller "
+                        "study.heads.split fractions")
+    order = [unique[i] for i in np.random.default_rng(seed).permutation(n)]
+    return InstanceSplit(train=tuple(sorted(order[n_shapley + n_pruning:], key=str)),
+                         shapley=tuple(sorted(order[:n_shapley], key=str)),
+                         pruning=tuple(sorted(order[n_shapley:n_shapley + n_pruning], key=str)), seed=int(seed))
 
 
 @dataclass
@@ -86,11 +113,6 @@ class GatedEncoder:
                                                        attention_mask=self.encoded.attention_mask),
                                     len(self.encoded))
         return self.encoded
-
-    def pooled_positions(self, rows: Sequence[int] | torch.Tensor) -> torch.Tensor:
-        """The token position each row's pooled vector is read at (first or last pooling)."""
-        mask = self.encoded.attention_mask[torch.as_tensor(rows, dtype=torch.long)]
-        return torch.zeros(mask.shape[0], dtype=torch.long) if self.pooling == "first" else mask.sum(dim=1) - 1
 
     def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.pooling == "first":
@@ -181,20 +203,17 @@ class ProbeValue:
 
     Called with a (coalitions x players) boolean array, it builds one gate per
     (coalition, example) row and runs up to ``max_rows`` rows per forward pass.
-    With ``exact_stop`` (a ``bounds.ExactStop``) set, each pass also lets it record
-    the top layer's inputs and decide which coalitions are settled.
     """
 
     def __init__(self, encoder: GatedEncoder, probe: LinearProbe, eval_rows: Sequence[int], labels: torch.Tensor,
                  players: Sequence[tuple[int, int]], *, metric: str = "accuracy", max_rows: int = 256) -> None:
-        if metric not in ("accuracy", "loss"):
-            raise ConfigError(f"value metric must be 'accuracy' or 'loss', got {metric!r}")
+        if metric not in VALUE_METRICS:
+            raise ConfigError(f"value metric must be one of {VALUE_METRICS}, got {metric!r}")
         self.encoder, self.probe, self.metric, self.max_rows = encoder, probe, metric, max_rows
         self.eval_rows = torch.as_tensor(eval_rows, dtype=torch.long)
         self.labels = labels[self.eval_rows]
         self.players = list(players)
         self.forward_passes = 0
-        self.exact_stop = None
 
     def gates_for(self, coalitions: np.ndarray) -> torch.Tensor:
         base = self.encoder.gate.ones()
@@ -214,12 +233,7 @@ class ProbeValue:
                 g = gates[start:start + per_pass]
                 k = g.shape[0]
                 rows = self.eval_rows.repeat(k)
-                chunk = coalitions[start:start + k]
-                recording = self.exact_stop.recording(chunk) if self.exact_stop is not None else nullcontext({})
-                with recording as captured:
-                    logits = self.probe(self.encoder.features(rows, g.repeat_interleave(n_eval, dim=0)))
-                if captured:
-                    self.exact_stop.observe(chunk, captured, self.encoder.pooled_positions(rows), logits)
+                logits = self.probe(self.encoder.features(rows, g.repeat_interleave(n_eval, dim=0)))
                 self.forward_passes += 1
                 labels = self.labels.repeat(k)
                 if self.metric == "accuracy":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,17 +14,64 @@ from stereolens.figures import save_figure
 from stereolens.io import write_csv, write_json, write_text
 
 
-def country_correlations(shap: pd.DataFrame) -> pd.DataFrame:
-    """Spearman correlation of head contributions between every two countries (seed 003 Figure 2)."""
-    wide = shap.pivot_table(index=["layer", "head"], columns="country", values="shapley")
+UNDEFINED = "undefined"
+
+
+def spearman_undefined_reason(values: dict[str, pd.Series]) -> str | None:
+    """Why Spearman's rho between these countries' head values does not exist, or None when it does:
+    it needs two heads, and every country's values must vary (a constant series has no ranking)."""
+    first = next(iter(values.values()))
+    if len(first) < 2:
+        return f"only {len(first)} head: a rank correlation needs at least two"
+    missing = [c for c, v in values.items() if v.isna().any()]
+    if missing:
+        return f"{' and '.join(missing)} lack(s) a Shapley value for some head"
+    constant = [c for c, v in values.items() if v.nunique() == 1]
+    if constant:
+        parts = [f"{c}'s Shapley values are all {values[c].iloc[0]:+.4g}" for c in constant]
+        return "; ".join(parts) + " (no ranking of heads to correlate)"
+    return None
+
+
+@dataclass
+class CountryCorrelations:
+    """Spearman's rho between every two countries' head values; ``rho`` is NaN exactly where the
+    correlation is undefined, and ``undefined`` says why (never shown as NaN)."""
+
+    rho: pd.DataFrame
+    undefined: dict[tuple[str, str], str]
+
+    def display(self) -> pd.DataFrame:
+        """The matrix for tables and CSV: rho, or ``undefined`` where it does not exist."""
+        shown = self.rho.astype(object)
+        for a, b in self.undefined:
+            shown.loc[a, b] = shown.loc[b, a] = UNDEFINED
+        return shown
+
+    def undefined_records(self) -> list[dict]:
+        return [{"countries": [a, b], "reason": reason} for (a, b), reason in sorted(self.undefined.items())]
+
+    def as_json(self) -> dict:
+        """summary.json's ``correlation``: rho rounded to 4 places, or ``undefined``."""
+        return {b: {a: (v if v == UNDEFINED else round(float(v), 4)) for a, v in column.items()}
+                for b, column in self.display().items()}
+
+
+def country_correlations(shap: pd.DataFrame) -> CountryCorrelations:
+    """Spearman correlation of head contributions between every two countries (seed 003 Figure 2),
+    each country with itself included (1, or undefined when its values are constant)."""
+    wide = shap.pivot_table(index=["layer", "head"], columns="country", values="shapley", dropna=False)
     countries = list(wide.columns)
-    matrix = np.eye(len(countries))
+    rho = pd.DataFrame(np.nan, index=countries, columns=countries)
+    undefined = {}
     for i, a in enumerate(countries):
-        for j, b in enumerate(countries):
-            if i < j:
-                rho = stats.spearmanr(wide[a], wide[b]).statistic if len(wide) > 1 else np.nan
-                matrix[i, j] = matrix[j, i] = rho
-    return pd.DataFrame(matrix, index=countries, columns=countries)
+        for b in countries[i:]:
+            reason = spearman_undefined_reason({c: wide[c] for c in dict.fromkeys((a, b))})
+            if reason:
+                undefined[(a, b)] = reason
+            else:
+                rho.loc[a, b] = rho.loc[b, a] = 1.0 if a == b else stats.spearmanr(wide[a], wide[b]).statistic
+    return CountryCorrelations(rho, undefined)
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -53,18 +101,27 @@ def heatmap_figure(shap: pd.DataFrame, stem: Path, title: str) -> None:
     save_figure(fig, stem)
 
 
-def correlation_figure(corr: pd.DataFrame, stem: Path, title: str) -> None:
+def correlation_figure(corr: CountryCorrelations, stem: Path, title: str) -> None:
+    """Figure 2's matrix; an undefined cell is grey, marked ``undef.``, and its reason is printed below."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1.0 * len(corr) + 2.5, 1.0 * len(corr) + 1.8))
-    im = ax.imshow(corr.to_numpy(), cmap="Greens", vmin=-1, vmax=1)
-    ax.set_xticks(range(len(corr)), corr.columns, rotation=45)
-    ax.set_yticks(range(len(corr)), corr.index)
-    for i in range(len(corr)):
-        for j in range(len(corr)):
-            ax.text(j, i, f"{corr.iat[i, j]:.2f}", ha="center", va="center", fontsize=8)
+    rho = corr.rho
+    n = len(rho)
+    fig, ax = plt.subplots(figsize=(1.0 * n + 2.5, 1.0 * n + 1.8))
+    cmap = plt.get_cmap("Greens").with_extremes(bad="#d9d9d9")
+    im = ax.imshow(np.ma.masked_invalid(rho.to_numpy(dtype=float)), cmap=cmap, vmin=-1, vmax=1)
+    ax.set_xticks(range(n), rho.columns, rotation=45)
+    ax.set_yticks(range(n), rho.index)
+    for i in range(n):
+        for j in range(n):
+            value = rho.iat[i, j]
+            ax.text(j, i, "undef." if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=8)
     fig.colorbar(im, ax=ax, label="Spearman rho")
     ax.set_title(title)
+    if corr.undefined:
+        notes = [f"undef. {a}-{b}: {reason}" if a != b else f"undef. {a}: {reason}"
+                 for (a, b), reason in sorted(corr.undefined.items())]
+        fig.text(0.01, -0.02, "\n".join(notes), ha="left", va="top", fontsize=7, wrap=True)
     save_figure(fig, stem)
 
 
@@ -119,35 +176,84 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def country_rows(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, value: str) -> list[dict]:
+    """One row per country: set sizes, probe accuracy, top heads, StereoSet before and after top-down pruning."""
+    rows = []
+    for s in probe["countries"]:
+        c = s["country"]
+        part = shap[shap["country"] == c].sort_values("rank")
+        top = sweeps[(sweeps["country"] == c) & (sweeps["direction"] == "top_down")].sort_values("n_removed")
+        first, last = top.iloc[0], top.iloc[-1]
+        row = {"country": c, "train_instances": s["n_train_instances"], "shapley_instances": s["n_shapley_instances"],
+               "pruning_instances": s["n_pruning_instances"], "probe_train_acc": s["train_accuracy"],
+               f"probe_test_{value}": s["test_value_all_heads"],
+               "top_heads": ", ".join(f"L{int(r.layer)}H{int(r.head)} ({r.shapley:+.3f}±{r.se:.3f})"
+                                      for r in part.head(3).itertuples())}
+        if "ss" in top:
+            row.update({"ss_before": first["ss"], "ss_all_pruned": last["ss"], "lms_before": first["lms"],
+                        "lms_all_pruned": last["lms"], "icat_before": first["icat"], "icat_all_pruned": last["icat"]})
+        rows.append(row)
+    return rows
+
+
+def configuration_choices(cfg: dict, probe: dict) -> list[tuple[str, str]]:
+    """The choices seed 003 leaves to Ma et al. (or that are ours), as printed on the report page."""
+    probe_cfg, shap_cfg, split_cfg = cfg["probe"], cfg["shapley"], cfg["split"]
+    value = shap_cfg["value"]
+    sizes = ", ".join(f"{s['country']} {s['n_train_instances']}/{s['n_shapley_instances']}/{s['n_pruning_instances']}"
+                      for s in probe["countries"])
+    items = cfg["pruning"]["stereoset_items_per_country"]
+    return [
+        ("value function", f"probe {value} on the Shapley set"),
+        ("encoder", "fine-tuned with the probe" if probe_cfg["finetune"] else "frozen; only the probe is trained"),
+        ("probe", f"standardised pooled vector -> one linear layer; pooling {probe_cfg['pooling']} "
+                  f"(used: {', '.join(sorted({s.get('pooling', '?') for s in probe['countries']}))})"),
+        ("optimiser", f"AdamW, lr {probe_cfg['learning_rate']}, {probe_cfg['epochs']} epochs, batch {probe_cfg['batch_size']}, "
+                      f"weight decay {probe_cfg['weight_decay']}"),
+        ("split", f"per country, instances split three ways with seed {split_cfg['seed']}: "
+                  f"{split_cfg['shapley_fraction']:.0%} for the Shapley values, {split_cfg['pruning_fraction']:.0%} for "
+                  "pruning evaluation, the rest to train the probe; both sentences of an instance in one set, "
+                  "the ids of each set in probe.json (ours: keeps the pruning curves off the rows that trained "
+                  "the probe and ranked the heads)"),
+        ("probe set", f"instances per country, train/Shapley/pruning: {sizes}; at most "
+                      f"{cfg.get('max_instances_per_country') or 'all'} instances per country; "
+                      f"countries {cfg.get('countries') or 'all'}"),
+        ("epochs", f"{probe_cfg['epochs']}"),
+        ("players", f"heads of layers {shap_cfg['layers'] if shap_cfg['layers'] is not None else 'all'}; every other head always on"),
+        ("permutations", f"{shap_cfg['permutations']} (antithetic: {shap_cfg['antithetic']}), seed {shap_cfg['seed']}; "
+                         "every permutation walked to the end"),
+        ("pruning step", f"{cfg['pruning']['step']} head(s) per step; probe {value} on the pruning set"),
+        ("StereoSet items", f"the pruning set's instances, first {items} per country" if items
+         else "the pruning set's instances, all"),
+        ("head removal", "the head's slice of the attention output is multiplied by 0 before the output projection"),
+    ]
+
+
+def correlation_notes(corr: CountryCorrelations) -> list[str]:
+    """The report page's lines for correlations that do not exist, with the reason."""
+    if not corr.undefined:
+        return []
+    return ["", "Undefined correlations (Spearman's rho needs two varying rankings):", "",
+            *[f"- {a} / {b}: {reason}" if a != b else f"- {a} (with itself): {reason}"
+              for (a, b), reason in sorted(corr.undefined.items())]]
+
+
 def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dict, out: Path, *, model_id: str) -> dict:
+    """Tables, figures, ``summary.json`` and ``report.md``; returns the summary."""
     out = Path(out)
     value = cfg["shapley"]["value"]
     ylabel = "probe accuracy" if value == "accuracy" else "minus probe cross-entropy"
     corr = country_correlations(shap)
     write_csv(out / "shapley.csv", shap)
     write_csv(out / "sweeps.csv", sweeps)
-    write_csv(out / "country_correlation.csv", corr, index=True)
+    write_csv(out / "country_correlation.csv", corr.display(), index=True)
     heatmap_figure(shap, out / "head_contributions", f"Head contributions (Shapley), {model_id} (Figures F1/F4)")
     correlation_figure(corr, out / "country_correlation", f"Spearman rho of head contributions, {model_id} (Figure 2)")
     pruning_figure(sweeps, out / "pruning_probe", f"Head pruning, {model_id} (Figures F2/F5)", ylabel)
     if "ss" in sweeps:
         stereoset_figure(sweeps, out / "pruning_stereoset", f"SS, LMS, iCAT during top-down pruning, {model_id} (Figures F3/F6)")
 
-    per_country = []
-    for s in probe["countries"]:
-        c = s["country"]
-        part = shap[shap["country"] == c].sort_values("rank")
-        top = sweeps[(sweeps["country"] == c) & (sweeps["direction"] == "top_down")].sort_values("n_removed")
-        first, last = top.iloc[0], top.iloc[-1]
-        row = {"country": c, "test_instances": s["n_test_instances"], "probe_train_acc": s["train_accuracy"],
-               f"probe_test_{value}": s["test_value_all_heads"],
-               "top_heads": ", ".join(f"L{int(r.layer)}H{int(r.head)} ({r.shapley:+.3f}±{r.se:.3f})" for r in part.head(3).itertuples()),
-               "truncated_perms": s["n_truncated_permutations"], "exact_stops": s.get("n_exact_stops", 0),
-               "coalitions_saved": s.get("n_coalitions_saved_by_exact_stop", 0)}
-        if "ss" in top:
-            row.update({"ss_before": first["ss"], "ss_all_pruned": last["ss"], "lms_before": first["lms"],
-                        "lms_all_pruned": last["lms"], "icat_before": first["icat"], "icat_all_pruned": last["icat"]})
-        per_country.append(row)
+    per_country = country_rows(shap, sweeps, probe, value)
     table = pd.DataFrame(per_country)
     write_csv(out / "countries.csv", table)
 
@@ -164,40 +270,10 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
         provenance["translation_status"] = "authored"
     summary = {"model": model_id, "value": value, "countries": per_country, "metrics": metrics,
                "instance_sources": sources, "config": cfg, "headline": headline, "provenance": provenance,
-               "correlation": corr.round(4).to_dict(), "seconds": probe.get("seconds")}
+               "correlation": corr.as_json(), "correlation_undefined": corr.undefined_records(),
+               "seconds": probe.get("seconds")}
     write_json(out / "summary.json", summary)
 
-    probe_cfg, shap_cfg = cfg["probe"], cfg["shapley"]
-    held_out = ", ".join(f"{s['country']} {s['n_test_instances']} instances ({2 * s['n_test_instances']} examples)"
-                         for s in probe["countries"])
-    exact_notes = sorted({s.get("exact_stop_note", "") for s in probe["countries"]} - {""})
-    early_stop = []
-    if shap_cfg.get("exact_stop"):
-        early_stop.append("exact: a permutation stops once interval bounds on the probe's logits prove that no on/off "
-                          "setting of its remaining heads flips any held-out prediction (remaining marginals exactly 0; "
-                          f"{shap_cfg.get('exact_stop_enumerate')} largest remaining heads enumerated, the rest as intervals; "
-                          f"{'; '.join(exact_notes)})")
-    if shap_cfg.get("truncated_mc_tolerance") is not None:
-        early_stop.append(f"truncated Monte Carlo (approximate): a permutation stops when its coalition is within "
-                          f"{shap_cfg['truncated_mc_tolerance']} of the all-heads value; the rest get 0")
-    choices = [
-        ("value function", f"probe {value} on the held-out split"),
-        ("encoder", "fine-tuned with the probe" if probe_cfg["finetune"] else "frozen; only the probe is trained"),
-        ("probe", f"standardised pooled vector -> one linear layer; pooling {probe_cfg['pooling']} "
-                  f"(used: {', '.join(sorted({s.get('pooling', '?') for s in probe['countries']}))})"),
-        ("optimiser", f"AdamW, lr {probe_cfg['learning_rate']}, {probe_cfg['epochs']} epochs, batch {probe_cfg['batch_size']}, "
-                      f"weight decay {probe_cfg['weight_decay']}"),
-        ("split", f"{probe_cfg['test_fraction']:.0%} of instances held out, seed {probe_cfg['split_seed']}; both sentences of an instance in one split"),
-        ("probe set", f"held out per country: {held_out}; at most {cfg.get('max_instances_per_country') or 'all'} "
-                      f"instances per country; countries {cfg.get('countries') or 'all'}"),
-        ("epochs", f"{probe_cfg['epochs']}"),
-        ("players", f"heads of layers {shap_cfg['layers'] if shap_cfg['layers'] is not None else 'all'}; every other head always on"),
-        ("permutations", f"{shap_cfg['permutations']} (antithetic: {shap_cfg['antithetic']}), seed {shap_cfg['seed']}"),
-        ("early stop", " + ".join(early_stop) or "none: every permutation walked to the end"),
-        ("pruning step", f"{cfg['pruning']['step']} head(s) per step"),
-        ("StereoSet items", f"first {cfg['pruning']['stereoset_items_per_country']} per country" if cfg['pruning']['stereoset_items_per_country'] else "all"),
-        ("head removal", "the head's slice of the attention output is multiplied by 0 before the output projection"),
-    ]
     lines = [
         f"# Attention-head probing and pruning: {model_id}",
         "",
@@ -207,7 +283,7 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
         "",
         "## Configuration (choices seed 003 leaves to Ma et al. 2023, and this run's restrictions)",
         "",
-        *[f"- **{k}**: {v}" for k, v in choices],
+        *[f"- **{k}**: {v}" for k, v in configuration_choices(cfg, probe)],
         "",
         "```yaml",
         yaml.safe_dump(cfg, sort_keys=False).strip(),
@@ -217,12 +293,14 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
         "",
         _md_table(table),
         "",
-        "Values are Shapley values of the probe's " + value + " (± standard error over permutations"
-        + (", antithetic pairs as one sample" if shap_cfg["antithetic"] else "") + ").",
+        "Values are Shapley values of the probe's " + value + " on the Shapley set (± standard error over permutations"
+        + (", an antithetic pair's mean as one sample" if cfg["shapley"]["antithetic"] else "") + "). "
+        "Probe accuracy and StereoSet during pruning are measured on the pruning set.",
         "",
         "## Spearman correlation of head contributions between countries (Figure 2)",
         "",
-        _md_table(corr.reset_index().rename(columns={"index": "country"})),
+        _md_table(corr.display().reset_index().rename(columns={"index": "country"})),
+        *correlation_notes(corr),
         "",
         "Figures: `head_contributions` (F1/F4), `country_correlation` (Figure 2), `pruning_probe` (F2/F5), "
         "`pruning_stereoset` (F3/F6), each PNG + SVG. StereoSet scores are on the 0-100 scale "

@@ -9,17 +9,16 @@ from pathlib import Path
 
 from stereolens.stages.common import load_params
 from stereolens.stages.registry import stage
+from stereolens.studies.heads.config import check_heads_config
 from stereolens.tracking import declare_run
 
 # the report's per-country StereoSet columns: present only when the pruning sweeps scored StereoSet
 PRUNING_STEREOSET = ("ss_before", "ss_all_pruned", "lms_before", "lms_all_pruned", "icat_before", "icat_all_pruned")
 PROBE_RUN = declare_run("heads", "probe", params=("model", "study"),
-                        metrics=("{country}.probe_test_{value}", "{country}.probe_train_accuracy",
-                                 "{country}.truncated_permutations", "{country}.exact_stops",
-                                 "{country}.coalitions_saved_by_exact_stop", "seconds"))
+                        metrics=("{country}.probe_test_{value}", "{country}.probe_train_accuracy", "seconds"))
 REPORT_RUN = declare_run("heads", "report", params=("study",),
-                         metrics=("{country}.test_instances", "{country}.probe_train_acc", "{country}.probe_test_{value}",
-                                  "{country}.truncated_perms", "{country}.exact_stops", "{country}.coalitions_saved",
+                         metrics=("{country}.train_instances", "{country}.shapley_instances",
+                                  "{country}.pruning_instances", "{country}.probe_train_acc", "{country}.probe_test_{value}",
                                   *(f"{{country}}.{k}" for k in PRUNING_STEREOSET)))
 
 OUT_DATA = Path("data/processed/heads")
@@ -49,6 +48,42 @@ def read_instances(path: Path, countries: list[str] | None, max_per_country: int
     return table.reset_index(drop=True)
 
 
+def model_layer_count(name: str) -> int | None:
+    """The model's number of layers from its config.json (no weights), or None when the config cannot be
+    read here (loading the model then reports the problem)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError):
+        return None
+    config = getattr(config, "text_config", None) or config
+    layers = getattr(config, "num_hidden_layers", None)
+    return int(layers) if layers else None
+
+
+def study_settings(cfg: dict, *, seed: int):
+    """(study, probe, Shapley) settings from a checked ``study.heads`` section; ``seed`` seeds the probe."""
+    from stereolens.studies.heads.attribution import ShapleySettings, SplitSettings, StudySettings
+    from stereolens.studies.heads.probe import ProbeSettings
+
+    probe_cfg, shap_cfg, prune_cfg, split_cfg = cfg["probe"], cfg["shapley"], cfg["pruning"], cfg["split"]
+    split = SplitSettings(shapley_fraction=float(split_cfg["shapley_fraction"]),
+                          pruning_fraction=float(split_cfg["pruning_fraction"]), seed=int(split_cfg["seed"]))
+    study = StudySettings(layers=shap_cfg.get("layers"), pooling=probe_cfg["pooling"],
+                          reuse_prefix=bool(shap_cfg["reuse_prefix"]), max_length=int(probe_cfg["max_length"]),
+                          split=split, prune_step=int(prune_cfg["step"]),
+                          stereoset_items=prune_cfg.get("stereoset_items_per_country"),
+                          batch_size=int(prune_cfg["batch_size"]))
+    probe = ProbeSettings(learning_rate=float(probe_cfg["learning_rate"]), epochs=int(probe_cfg["epochs"]),
+                          batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
+                          finetune=bool(probe_cfg["finetune"]), seed=seed)
+    shapley = ShapleySettings(permutations=int(shap_cfg["permutations"]), antithetic=bool(shap_cfg["antithetic"]),
+                              step=shap_cfg.get("step"), max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"],
+                              seed=int(shap_cfg["seed"]))
+    return study, probe, shapley
+
+
 @stage("heads-probe")
 def heads_probe(args: argparse.Namespace) -> None:
     """Per country: train the stereotype-detection probe, Shapley value per head, pruning sweeps."""
@@ -56,29 +91,16 @@ def heads_probe(args: argparse.Namespace) -> None:
 
     from stereolens.io import write_csv, write_json
     from stereolens.models import load_model, spec_from_config
-    from stereolens.studies.heads.attribution import ShapleySettings, StudySettings, analyse_countries
-    from stereolens.studies.heads.probe import ProbeSettings
+    from stereolens.studies.heads.attribution import analyse_countries
     from stereolens.tracking import stage_run
 
     p = load_params("model", "study.heads", "tracking", "seed", path=args.params)
     model_cfg, cfg, tracking = p["model"], p["study.heads"], p["tracking"]
+    check_heads_config(cfg, n_layers=model_layer_count(model_cfg["name"]))
     instances_path = Path(cfg["instances"])
     instances = read_instances(instances_path, cfg.get("countries"), cfg.get("max_instances_per_country"))
-    probe_cfg, shap_cfg, prune_cfg = cfg["probe"], cfg["shapley"], cfg["pruning"]
+    study, probe_settings, shapley = study_settings(cfg, seed=int(p["seed"]))
     torch.set_num_threads(max(1, int(cfg.get("threads") or torch.get_num_threads())))
-    study = StudySettings(layers=shap_cfg.get("layers"), pooling=probe_cfg["pooling"],
-                          reuse_prefix=bool(shap_cfg["reuse_prefix"]), max_length=int(probe_cfg["max_length"]),
-                          test_fraction=float(probe_cfg["test_fraction"]), split_seed=int(probe_cfg["split_seed"]),
-                          prune_step=int(prune_cfg["step"]), stereoset_items=prune_cfg.get("stereoset_items_per_country"),
-                          batch_size=int(prune_cfg["batch_size"]))
-    probe_settings = ProbeSettings(learning_rate=float(probe_cfg["learning_rate"]), epochs=int(probe_cfg["epochs"]),
-                                   batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
-                                   finetune=bool(probe_cfg["finetune"]), seed=int(p["seed"]))
-    shapley = ShapleySettings(permutations=int(shap_cfg["permutations"]), antithetic=bool(shap_cfg["antithetic"]),
-                              truncation_tolerance=shap_cfg.get("truncated_mc_tolerance"),
-                              exact_stop=bool(shap_cfg["exact_stop"]),
-                              exact_stop_enumerate=int(shap_cfg["exact_stop_enumerate"]), step=shap_cfg.get("step"),
-                              max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"], seed=int(shap_cfg["seed"]))
     sources = sorted(set(instances["source"].astype(str)))
     countries = sorted(set(instances["country"].astype(str)))
     with stage_run(tracking, PROBE_RUN, model=model_cfg["id"], axes={"country": countries, "value": [shapley.value]},
@@ -97,10 +119,7 @@ def heads_probe(args: argparse.Namespace) -> None:
         })
         for s in summaries:
             run.log_metrics({f"{s['country']}.probe_test_{shapley.value}": s["test_value_all_heads"],
-                             f"{s['country']}.probe_train_accuracy": s["train_accuracy"],
-                             f"{s['country']}.truncated_permutations": s["n_truncated_permutations"],
-                             f"{s['country']}.exact_stops": s["n_exact_stops"],
-                             f"{s['country']}.coalitions_saved_by_exact_stop": s["n_coalitions_saved_by_exact_stop"]})
+                             f"{s['country']}.probe_train_accuracy": s["train_accuracy"]})
         run.log_metrics({"seconds": elapsed})
         run.log_artifact(OUT_DATA / "shapley.csv")
         run.log_artifact(OUT_DATA / "sweeps.csv")

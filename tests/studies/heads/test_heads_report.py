@@ -1,0 +1,75 @@
+"""The report's Spearman correlations between countries: a country whose Shapley values are constant
+has no ranking, so its correlations are reported as undefined with the reason, never as NaN."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from stereolens.studies.heads.report import country_correlations, write_report
+
+
+def _shapley(values: dict[str, list[float]]) -> pd.DataFrame:
+    rows = []
+    for country, vals in values.items():
+        for i, v in enumerate(vals):
+            rows.append({"country": country, "layer": i // 2, "head": i % 2, "shapley": v, "se": 0.01})
+    table = pd.DataFrame(rows)
+    table["rank"] = table.groupby("country")["shapley"].rank(ascending=False, method="first").astype(int)
+    return table
+
+
+VALUES = {"Mexico": [0.3, 0.1, -0.2, 0.0], "Spain": [0.0, 0.0, 0.0, 0.0], "Peru": [0.1, 0.4, -0.1, 0.2]}
+
+
+def test_a_constant_country_has_undefined_correlations_with_the_reason():
+    corr = country_correlations(_shapley(VALUES))
+    # the defined pair against scipy
+    rho = stats.spearmanr(VALUES["Mexico"], VALUES["Peru"]).statistic
+    assert corr.rho.loc["Mexico", "Peru"] == pytest.approx(rho) and corr.rho.loc["Peru", "Peru"] == 1.0
+    assert set(corr.undefined) == {("Mexico", "Spain"), ("Peru", "Spain"), ("Spain", "Spain")}
+    assert all("Spain's Shapley values are all +0" in reason for reason in corr.undefined.values())
+    shown = corr.display()
+    assert shown.loc["Mexico", "Spain"] == shown.loc["Spain", "Mexico"] == "undefined"
+    assert shown.loc["Spain", "Spain"] == "undefined"
+
+
+def test_one_head_is_undefined_too():
+    corr = country_correlations(_shapley({"Mexico": [0.3], "Spain": [0.1]}))
+    assert "a rank correlation needs at least two" in corr.undefined[("Mexico", "Spain")]
+
+
+def test_no_nan_reaches_the_tables_the_summary_the_page_or_the_figure(tmp_path):
+    shap = _shapley(VALUES)
+    sweeps = pd.DataFrame([{"country": c, "direction": d, "step": k, "n_removed": 2 * k, "probe_value": 0.5,
+                            "removed_this_step": ""} for c in VALUES for d in ("top_down", "bottom_up") for k in range(3)])
+    probe = {"instances": "x.csv", "instance_sources": ["test"], "seconds": 1.0,
+             "countries": [{"country": c, "n_train_instances": 4, "n_shapley_instances": 2, "n_pruning_instances": 2,
+                            "train_accuracy": 1.0, "test_value_all_heads": 0.5, "pooling": "last"} for c in VALUES]}
+    cfg = {"countries": None, "max_instances_per_country": None,
+           "split": {"shapley_fraction": 0.3, "pruning_fraction": 0.2, "seed": 0},
+           "probe": {"pooling": "auto", "learning_rate": 1e-4, "epochs": 1, "batch_size": 16, "weight_decay": 0.0,
+                     "finetune": False},
+           "shapley": {"layers": [-2, -1], "permutations": 4, "antithetic": True, "seed": 0, "value": "accuracy"},
+           "pruning": {"step": 2, "stereoset_items_per_country": None}}
+    summary = write_report(shap, sweeps, probe, cfg, tmp_path, model_id="tiny")
+    assert summary["correlation"]["Spain"]["Mexico"] == "undefined"
+    assert summary["correlation"]["Peru"]["Mexico"] == pytest.approx(
+        stats.spearmanr(VALUES["Mexico"], VALUES["Peru"]).statistic, abs=1e-4)
+    assert any(r["countries"] == ["Mexico", "Spain"] and "Spain's Shapley values" in r["reason"]
+               for r in summary["correlation_undefined"])
+    text = (tmp_path / "summary.json").read_text()
+    json.loads(text)  # strict JSON: a NaN would be written as the bare word NaN
+    assert "NaN" not in text
+    table = pd.read_csv(tmp_path / "country_correlation.csv", index_col=0, keep_default_na=False)
+    assert table.loc["Mexico", "Spain"] == "undefined" and "nan" not in table.to_string().lower()
+    page = (tmp_path / "report.md").read_text()
+    section = page[page.index("## Spearman"):]
+    assert "nan" not in section.lower() and "undefined" in section and "Spain's Shapley values are all" in section
+    svg = (tmp_path / "country_correlation.svg").read_text()
+    assert "undef." in svg and "nan" not in svg.lower()
+    assert np.isnan(country_correlations(shap).rho.loc["Mexico", "Spain"])  # NaN stays internal only
