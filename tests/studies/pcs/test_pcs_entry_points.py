@@ -8,7 +8,7 @@ import pandas as pd
 import yaml
 
 from stereolens.cli import main
-from stereolens.io import write_csv, write_json
+from stereolens.io import write_csv
 from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS
 
 # cell (language, scenario, feature) -> A, B, C; the 0.04 gap is below the default minimum gain, the 0.5 gap above it
@@ -34,14 +34,8 @@ def test_default_min_gain_is_the_configured_one(repo_root):
     assert params["study"]["pcs"]["analysis"]["min_gain_steps"] == DEFAULT_MIN_GAIN_STEPS
 
 
-def test_cli_and_stage_give_the_same_summary_on_the_same_file(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_cli_and_stage_give_the_same_summary_on_the_same_file(tmp_path, analyze_stage):
     write_csv(tmp_path / "data/interim/pcs/scores.csv", scores())
-    write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
-    params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": {"enabled": False},
-              "seed": 0, "study": {"pcs": {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
-                                           "judges": {"panel": []}, "human_validation": {}, "analysis": {}}}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     assert main(["stage", "pcs-analyze"]) == 0
     assert main(["pcs", "analyze", "--scores", "data/interim/pcs/scores.csv", "--output", "cli",
                  "--rubrics", "/nonexistent-but-not-default.yaml"]) == 2  # a named rubrics file must exist

@@ -9,12 +9,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from scipy import stats
 
 from stereolens.cli import main
 from stereolens.errors import DataError
-from stereolens.io import write_csv, write_json
+from stereolens.io import write_csv
 from stereolens.studies.pcs import analysis as pcs
 
 
@@ -145,20 +144,14 @@ def test_hindi_urdu_headline_refused_when_too_few_valid_responses():
     assert hu["note"].startswith("not computed: 1 valid hi and 6 valid ur Prompt A responses")
 
 
-def test_analyze_stage_takes_validity_from_the_responses(tmp_path, monkeypatch):
+def test_analyze_stage_takes_validity_from_the_responses(tmp_path, analyze_stage):
     """The stage joins responses.csv's invalid_reason onto the judged scores by response_id."""
-    monkeypatch.chdir(tmp_path)
     scores = _hindi_urdu(planted=1.0).drop(columns="invalid_reason")
     scores["response_id"] = (scores["language"] + "-" + scores["scenario_id"] + "-" + scores["condition"])
     write_csv(tmp_path / "data/interim/pcs/scores.csv", scores)
     responses = scores.drop_duplicates("response_id").assign(domain="workplace", translation_status="authored")
     responses["invalid_reason"] = np.where(responses["response_id"] == "hi-s6-A", "wrong_language", "")
     write_csv(tmp_path / "data/interim/pcs/responses.csv", responses)
-    write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
-    params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": {"enabled": False},
-              "seed": 0, "study": {"pcs": {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
-                                           "judges": {"panel": []}, "human_validation": {}, "analysis": {}}}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     assert main(["stage", "pcs-analyze"]) == 0
     stage = json.loads((tmp_path / "reports/pcs/summary.json").read_text())
     assert stage["hud"] == pytest.approx(pcs.analyze_scores(_hindi_urdu()).summary["hud"])
@@ -167,8 +160,7 @@ def test_analyze_stage_takes_validity_from_the_responses(tmp_path, monkeypatch):
     report = (tmp_path / "reports/pcs/report.md").read_text()
     assert "## excluded_responses" in report and "## pcs_min_gain_sensitivity" in report
     # the renamed key is refused in one line, not silently ignored
-    params["study"]["pcs"]["analysis"] = {"min_gap": 0.05}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    analyze_stage({"min_gap": 0.05})
     assert main(["stage", "pcs-analyze"]) != 0
 
 
