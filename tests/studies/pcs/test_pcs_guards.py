@@ -142,6 +142,12 @@ def test_hindi_urdu_headline_refused_when_too_few_valid_responses():
     hu = pcs.analyze_scores(df).statistics["hindi_urdu"]
     assert hu["t"] is None and hu["p"] is None and hu["n_hindi_responses"] == 1
     assert hu["note"].startswith("not computed: 1 valid hi and 6 valid ur Prompt A responses")
+    # with no valid Hindi Prompt A response at all, HUD is undefined and says why
+    df.loc[hindi_a, "invalid_reason"] = "wrong_language"
+    result = pcs.analyze_scores(df)
+    assert result.summary["hud"] == {"overall": None}
+    assert result.statistics["hud_note"] == "undefined: no valid Prompt A score in hi (invalid responses are excluded)"
+    assert result.statistics["hindi_urdu"]["note"].startswith("not computed: 0 valid hi")
 
 
 def test_analyze_stage_takes_validity_from_the_responses(tmp_path, analyze_stage):

@@ -241,6 +241,14 @@ def hud_by_feature(ldi: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> pd
     return pd.concat([out, pd.DataFrame([overall])], ignore_index=True)
 
 
+def hud_note(ldi: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> str:
+    """Why HUD is undefined (a language without any valid Prompt A score), else empty."""
+    missing = [lang for lang in (hindi, urdu) if lang not in set(ldi["language"])]
+    if not missing:
+        return ""
+    return f"undefined: no valid Prompt A score in {' or '.join(missing)} (invalid responses are excluded)"
+
+
 def hud_by_model(cells: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> pd.DataFrame:
     """Per model: mean Prompt A score in Hindi and in Urdu and their absolute difference (Table 12)."""
     base = cells.loc[(cells["condition"] == "A") & cells["language"].isin([hindi, urdu])]
@@ -748,6 +756,7 @@ def analyze_scores(
         "pcs_sd": float(included["pcs"].std()) if len(included) > 1 else math.nan,
         "models": sorted(tri["model"].unique().tolist()),
         "languages": sorted(tri["language"].unique().tolist()),
+        "hud_note": hud_note(ldi, hindi, urdu),
         "hindi_urdu": hindi_urdu_test(resp, hindi, urdu),
         "hindi_urdu_scenarios": paired_language_test(means_a, hindi, urdu),
         "model_anova": model_anova(tri),

@@ -206,6 +206,9 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
     lines.append(f"- PCS by dimension: {', '.join(f'{k} {_fmt(v)}' for k, v in (summary.get('by_dimension') or {}).items())}")
     lines.append(f"- responses left out of every analysis as invalid (empty, refusal, wrong language): "
                  f"{statistics.get('n_responses_excluded_invalid', 0)} (table excluded_responses)")
+    hud = (summary.get("hud") or {}).get("overall")
+    lines.append(f"- HUD (overall |mean LDI Hindi - mean LDI Urdu|): "
+                 f"{_fmt(hud) if hud is not None else statistics.get('hud_note') or 'n/a'}")
     hu = statistics.get("hindi_urdu") or {}
     if hu.get("note"):
         lines.append(f"- Hindi vs Urdu baseline: {hu['note']}")
