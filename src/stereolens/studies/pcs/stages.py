@@ -585,8 +585,8 @@ def analyze(args: argparse.Namespace) -> None:
     responses_path = INTERIM / "responses.csv"
     label_frame = scores
     if responses_path.exists():
-        responses = pd.read_csv(responses_path, keep_default_na=False,
-                                usecols=["response_id", "scenario_id", "domain", "translation_status", "invalid_reason"])
+        responses = read_csv_checked(responses_path, ["response_id", "scenario_id", "domain", "translation_status",
+                                                      "invalid_reason"], what="pcs responses", keep_default_na=False)
         domains = responses.drop_duplicates("scenario_id").set_index("scenario_id")["domain"]
         label_frame = scores.assign(domain=scores["scenario_id"].map(domains))
         # a judged response the validity check flagged (the default judges wrong-language replies) stays out of
