@@ -42,6 +42,7 @@ def test_cap_util_is_undefined_without_a_gain(abc):
     value, why = pcs.capability_utilisation(_triads(abc), pcs.min_gain_points(0.25))
     assert math.isnan(value)
     assert why.startswith(f"undefined: mean B - mean A = {abc[1] - abc[0]:+.3f} is not above the minimum gain 0.25")
+    assert ("did not raise the scores" in why) == (abc[1] <= abc[0])
 
 
 def test_cap_util_table10_known_answer():

@@ -213,8 +213,8 @@ def capability_utilisation(tri: pd.DataFrame, min_gain: float) -> tuple[float, s
         return math.nan, "undefined: no complete A/B/C triad"
     a, b, c = tri["A"].mean(), tri["B"].mean(), tri["C"].mean()
     if not b - a > min_gain + GAIN_TOLERANCE:
-        return math.nan, (f"undefined: mean B - mean A = {b - a:+.3f} is not above the minimum gain {min_gain:g} "
-                          "(the explicit prompt did not raise the scores, so there is no gain to take a share of)")
+        lowered = " (the explicit prompt did not raise the scores: no gain to take a share of)" if b - a <= 0 else ""
+        return math.nan, f"undefined: mean B - mean A = {b - a:+.3f} is not above the minimum gain {min_gain:g}{lowered}"
     return float((c - a) / (b - a)), ""
 
 
