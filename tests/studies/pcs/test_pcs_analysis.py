@@ -38,10 +38,10 @@ def _long(cells=CELLS, model="m1") -> pd.DataFrame:
 def test_known_pcs_cap_util_ldi_hud():
     result = pcs.analyze_scores(_long())
     s = result.summary
-    assert list(s) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud"]
+    assert list(s) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud"]
     assert s["pcs"] == pytest.approx((0.25 + 0.5 + 0.5) / 3)
     # means A 3.25, B 5.75, C 4.75
-    assert s["cap_util"] == pytest.approx(1.5 / 2.5)
+    assert s["cap_util"] == pytest.approx(1.5 / 2.5) and s["cap_util_note"] == ""
     assert s["n_excluded"] == 1
     assert s["by_dimension"] == pytest.approx({"PDI": 0.375, "IDV": 0.5})
     assert s["ldi"] == {"hi": {"agency_attribution": 4.0, "deference": 2.0}, "ur": {"agency_attribution": 4.0, "deference": 3.0}}
@@ -59,13 +59,15 @@ def test_judges_averaged_before_samples():
     assert cells["score"].iloc[0] == pytest.approx(4.0)  # mean(mean(1, 3), 6), not mean(1, 3, 6)
 
 
-def test_min_gap_excludes_and_counts():
-    result = pcs.analyze_scores(_long(), min_gap=2.5)
+def test_min_gain_excludes_and_counts():
+    result = pcs.analyze_scores(_long(), min_gain_steps=2.4)
     # gaps: 4, 2, 4, 0 -> the 2 and the 0 are excluded
     assert result.summary["n_excluded"] == 2
     assert result.summary["pcs"] == pytest.approx((0.25 + 0.5) / 2)
-    # cap util uses every complete triad regardless of exclusion
+    # cap util uses every complete triad regardless of exclusion (mean B - mean A = 2.5 > 2.4)
     assert result.summary["cap_util"] == pytest.approx(0.6)
+    # ... and is undefined once the aggregate gain 2.5 is not above the minimum
+    assert pcs.analyze_scores(_long(), min_gain_steps=2.5).summary["cap_util"] is None
 
 
 # seed 004 Table 10: model -> (PCS, printed capability utilisation %, mean A, mean B, mean C)
@@ -117,6 +119,7 @@ def test_cap_util_per_language_and_dimension_language():
     assert dim_lang.loc[("PDI", "hi"), "cap_util"] == pytest.approx(0.25)
     assert dim_lang.loc[("PDI", "ur"), "cap_util"] == pytest.approx(0.5)
     assert np.isnan(dim_lang.loc[("IDV", "ur"), "cap_util"])  # B == A: the ratio is undefined
+    assert dim_lang.loc[("IDV", "ur"), "cap_util_note"].startswith("undefined: mean B - mean A = +0.000")
     assert "cap_util" in result.tables["table09_pcs_model_language"].columns
 
 

@@ -8,10 +8,10 @@ import pandas as pd
 import yaml
 
 from stereolens.cli import main
-from stereolens.io import write_csv, write_json
-from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP
+from stereolens.io import write_csv
+from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS
 
-# cell (language, scenario, feature) -> A, B, C; the 0.04 gap is below the default min_gap, the 0.5 gap above it
+# cell (language, scenario, feature) -> A, B, C; the 0.04 gap is below the default minimum gain, the 0.5 gap above it
 CELLS = {("hi", "s1", "deference"): (2.0, 2.04, 3.0), ("hi", "s2", "directness"): (3.0, 5.0, 4.0),
          ("ur", "s1", "deference"): (2.0, 4.0, 3.5), ("ur", "s2", "directness"): (4.0, 4.5, 4.25)}
 
@@ -26,19 +26,16 @@ def scores() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def test_default_min_gap_is_the_configured_one(repo_root):
-    conf = yaml.safe_load((repo_root / "conf/study/pcs/default.yaml").read_text(encoding="utf-8"))
-    assert conf["analysis"]["min_gap"] == DEFAULT_MIN_GAP
+def test_default_min_gain_is_the_configured_one(repo_root):
+    for name in ("default", "paper"):
+        conf = yaml.safe_load((repo_root / f"conf/study/pcs/{name}.yaml").read_text(encoding="utf-8"))
+        assert conf["analysis"]["min_gain_steps"] == DEFAULT_MIN_GAIN_STEPS, name
+    params = yaml.safe_load((repo_root / "params.yaml").read_text(encoding="utf-8"))
+    assert params["study"]["pcs"]["analysis"]["min_gain_steps"] == DEFAULT_MIN_GAIN_STEPS
 
 
-def test_cli_and_stage_give_the_same_summary_on_the_same_file(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_cli_and_stage_give_the_same_summary_on_the_same_file(tmp_path, analyze_stage):
     write_csv(tmp_path / "data/interim/pcs/scores.csv", scores())
-    write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
-    params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": {"enabled": False},
-              "seed": 0, "study": {"pcs": {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
-                                           "judges": {"panel": []}, "human_validation": {}, "analysis": {}}}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     assert main(["stage", "pcs-analyze"]) == 0
     assert main(["pcs", "analyze", "--scores", "data/interim/pcs/scores.csv", "--output", "cli",
                  "--rubrics", "/nonexistent-but-not-default.yaml"]) == 2  # a named rubrics file must exist

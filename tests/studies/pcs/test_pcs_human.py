@@ -153,7 +153,8 @@ def test_stage_tags_mlflow_runs_with_the_preference_source(tmp_path, monkeypatch
     responses, scores = _data()
     meta = responses.set_index("response_id")[["model", "language", "scenario_id", "dimension", "condition", "sample"]]
     scores = scores.join(meta, on="response_id")
-    write_csv(tmp_path / "data/interim/pcs/responses.csv", responses.assign(domain="workplace", translation_status="authored"))
+    write_csv(tmp_path / "data/interim/pcs/responses.csv", responses.assign(domain="workplace", translation_status="authored",
+                                                                                  invalid_reason=""))
     write_csv(tmp_path / "data/interim/pcs/scores.csv", scores)
     write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
     tracking = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",

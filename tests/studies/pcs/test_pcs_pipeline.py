@@ -47,7 +47,7 @@ def _params(root, model_dir, **gates):
         "calibration": {"source": "template", "language": "hi", "pairs_per_feature": 1},
         "judges": {"panel": [{"id": "tiny", "model": None, "mode": "logprob", "logprob_method": "loglikelihood"}]},
         "gates": {"enforce": False, "construct_validity_min": 0.8, "alpha_min": 0.6, "calibration_min": 0.9, **gates},
-        "analysis": {"min_gap": 1e-6, "hindi": "hi", "urdu": "ur"},
+        "analysis": {"min_gain_steps": 1e-6, "hindi": "hi", "urdu": "ur"},
         "human_validation": {"items_per_comparison": None, "tie_margin": 0.0, "judgements": None},
     }
     annotation = {
@@ -94,7 +94,8 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_d
     assert set(prefs.loc[prefs["decided"], "preference"]) <= {"A", "B", "C", "tie"}
     assert (tmp_path / "reports/pcs/human_validation/agreement.json").exists()
     summary = json.loads((tmp_path / "reports/pcs/summary.json").read_text())
-    assert list(summary) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud", "headline", "provenance"]
+    assert list(summary) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud", "headline",
+                             "provenance"]
     assert set(summary["ldi"]) == {"hi", "ur"} and "overall" in summary["hud"]
     # the report site's contract: the page's banner rests on these
     assert summary["provenance"]["annotation_source"] == "llm_panel, simulated"
@@ -142,7 +143,8 @@ def test_pcs_analyze_cli(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["pcs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary) == ["pcs", "cap_util", "n_excluded", "by_dimension", "ldi", "hud", "headline", "provenance"]
+    assert list(summary) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud", "headline",
+                             "provenance"]
     assert summary["provenance"]["annotation_source"] == "llm_panel" and summary["headline"]["judge gates"] == "not run"
     assert summary["pcs"] == pytest.approx(0.25) and summary["cap_util"] == pytest.approx(0.25)
     assert summary["hud"]["overall"] == pytest.approx(0.2)

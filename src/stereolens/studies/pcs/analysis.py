@@ -9,19 +9,32 @@ samples, giving one score per scenario-feature cell and condition.
 Definitions (METHODS.md, seed 004 section 3.6):
 
 * LDI(language, feature) = mean Prompt A cell score.
-* PCS per cell = (C - A) / (B - A); cells with ``|B - A| < min_gap`` are
-  excluded (and counted) because the ratio of two near-equal scores is noise;
-  PCS = mean over the included cells.
+* PCS per cell = (C - A) / (B - A); PCS = mean over the included cells.  Ours,
+  not the paper's: a cell is included only when its explicit-prompt gain
+  ``B - A`` exceeds the minimum gain (``min_gain_steps`` steps of the judges'
+  scale); the rest are excluded and counted, since a ratio over no gain (or a
+  loss) is not a share of a gain, and over a tiny one is noise.
 * capability utilisation = (mean C - mean A) / (mean B - mean A) over every
-  complete triad (the aggregate ratio of Table 10, not the mean of ratios).
+  complete triad (the aggregate ratio of Table 10, not the mean of ratios): the
+  share of the A-to-B gain that C captures, so undefined (with the reason) when
+  mean B - mean A is not above the same minimum gain.
 * HUD(feature) = |LDI_hindi - LDI_urdu|; ``overall`` = |mean LDI_hindi - mean LDI_urdu|.
+
+Responses flagged invalid by the collect stage (an ``invalid_reason`` column:
+empty, refusal, wrong_language) are left out of every analysis and counted:
+an English reply to a Hindi prompt is not a Hindi default.
 
 Significance tests (section 3.6, appendix H) run on response-level scores
 (judge means per sample), which is the observation count that reproduces the
 paper's degrees of freedom: one-way ANOVA across languages per dimension on
 Prompt A scores with eta squared; paired t-tests A vs C per language on the
 cells; an independent t-test Hindi vs Urdu on Prompt A scores; binomial tests
-on the decisive human preferences (appendix J).
+on the decisive human preferences (appendix J).  Beyond the paper, those rows
+are not independent (features share a response, languages share a scenario),
+so the scenario-level analysis sits beside them: the mean Prompt A score per
+scenario and language, a paired t-test and a Wilcoxon signed-rank test of
+Hindi against Urdu across the matched scenarios, and a repeated-measures
+ANOVA (scenario as subject, language within) per dimension.
 """
 
 from __future__ import annotations
@@ -36,7 +49,8 @@ import pandas as pd
 from scipy import stats
 
 from stereolens.errors import DataError
-from stereolens.studies.pcs import DEFAULT_MIN_GAP  # re-exported: the one default, defined without heavy imports
+# re-exported: the one default, defined without heavy imports
+from stereolens.studies.pcs import DEFAULT_MIN_GAIN_STEPS, SENSITIVITY_GAIN_STEPS
 
 CONDITIONS: tuple[str, ...] = ("A", "B", "C")
 REQUIRED_COLUMNS: tuple[str, ...] = ("model", "language", "scenario_id", "dimension", "feature", "condition", "score")
@@ -158,21 +172,50 @@ def triads(cells: pd.DataFrame) -> pd.DataFrame:
     return wide.dropna(subset=list(CONDITIONS)).reset_index(drop=True)
 
 
-def add_pcs(tri: pd.DataFrame, min_gap: float = DEFAULT_MIN_GAP) -> pd.DataFrame:
-    """Per-cell ``gap = B - A``, ``excluded = |gap| < min_gap`` and ``pcs`` (NaN where excluded)."""
+def scale_step() -> float:
+    """The judges' score resolution: the smallest difference one judge can record (1 point on the 1-7 scale)."""
+    from stereolens.studies.pcs.judging import SCALE
+
+    return float(min(np.diff(sorted(SCALE))))
+
+
+def min_gain_points(min_gain_steps: float) -> float:
+    """The minimum explicit-prompt gain in score points, from its size in steps of the judges' scale."""
+    if not (isinstance(min_gain_steps, (int, float)) and math.isfinite(min_gain_steps) and min_gain_steps >= 0):
+        raise DataError(f"min_gain_steps must be a number >= 0 (steps of the judges' scale), got {min_gain_steps!r}")
+    return float(min_gain_steps) * scale_step()
+
+
+# a gain equal to the minimum up to float noise (3.1 - 3.0 is 0.10000000000000009) is not above it
+GAIN_TOLERANCE = 1e-9
+
+
+def add_pcs(tri: pd.DataFrame, min_gain: float) -> pd.DataFrame:
+    """Per-cell ``gap = B - A``, ``excluded = gap <= min_gain`` (in score points) and ``pcs`` (NaN where excluded).
+
+    The exclusion is signed: a cell whose explicit prompt lowered the score (or left it) has no gain for C to
+    capture a share of, and with ``min_gain`` 0 no cell divides by zero.
+    """
     out = tri.copy()
     out["gap"] = out["B"] - out["A"]
-    out["excluded"] = out["gap"].abs() < min_gap
+    out["excluded"] = out["gap"] <= min_gain + GAIN_TOLERANCE
     out["pcs"] = np.where(out["excluded"], np.nan, (out["C"] - out["A"]) / out["gap"].where(~out["excluded"], 1.0))
     return out
 
 
-def capability_utilisation(tri: pd.DataFrame) -> float:
-    """(mean C - mean A) / (mean B - mean A): the aggregate ratio of means (Table 10)."""
+def capability_utilisation(tri: pd.DataFrame, min_gain: float) -> tuple[float, str]:
+    """(mean C - mean A) / (mean B - mean A), the aggregate ratio of means (Table 10), and why it is undefined.
+
+    Table 10 defines it as the share of the A-to-B gain that C captures, which presumes a gain: when
+    mean B - mean A is not above ``min_gain`` (score points) the value is NaN and the reason says so.
+    """
     if tri.empty:
-        return math.nan
+        return math.nan, "undefined: no complete A/B/C triad"
     a, b, c = tri["A"].mean(), tri["B"].mean(), tri["C"].mean()
-    return float((c - a) / (b - a)) if b != a else math.nan
+    if not b - a > min_gain + GAIN_TOLERANCE:
+        lowered = " (the explicit prompt did not raise the scores: no gain to take a share of)" if b - a <= 0 else ""
+        return math.nan, f"undefined: mean B - mean A = {b - a:+.3f} is not above the minimum gain {min_gain:g}{lowered}"
+    return float((c - a) / (b - a)), ""
 
 
 def ldi_table(cells: pd.DataFrame) -> pd.DataFrame:
@@ -196,6 +239,14 @@ def hud_by_feature(ldi: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> pd
     overall = {"dimension": "", "feature": "overall", "hindi": out["hindi"].mean(), "urdu": out["urdu"].mean()}
     overall["hud"] = abs(overall["hindi"] - overall["urdu"])
     return pd.concat([out, pd.DataFrame([overall])], ignore_index=True)
+
+
+def hud_note(ldi: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> str:
+    """Why HUD is undefined (a language without any valid Prompt A score), else empty."""
+    missing = [lang for lang in (hindi, urdu) if lang not in set(ldi["language"])]
+    if not missing:
+        return ""
+    return f"undefined: no valid Prompt A score in {' or '.join(missing)} (invalid responses are excluded)"
 
 
 def hud_by_model(cells: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> pd.DataFrame:
@@ -307,11 +358,21 @@ def paired_tests_by_language(tri: pd.DataFrame) -> pd.DataFrame:
 
 
 def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> dict[str, Any]:
-    """Independent t-test of Prompt A response scores, Hindi vs Urdu (appendix H.3)."""
+    """Independent t-test of Prompt A response scores, Hindi vs Urdu (appendix H.3).
+
+    Refused (NaN, with a ``note``) when either language has fewer than two valid Prompt A responses: a headline
+    t over one or no response per language says nothing.
+    """
     base = resp.loc[resp["condition"] == "A"]
     x = base.loc[base["language"] == hindi, "score"].to_numpy()
     y = base.loc[base["language"] == urdu, "score"].to_numpy()
     res = independent_test(x, y)
+    n_hindi, n_urdu = _n_responses(base, hindi), _n_responses(base, urdu)
+    note = ""
+    if min(n_hindi, n_urdu) < 2:
+        note = (f"not computed: {n_hindi} valid {hindi} and {n_urdu} valid {urdu} Prompt A responses (at least 2 each "
+                "needed; invalid responses are excluded, see the excluded-responses table)")
+        res = {**res, "t": math.nan, "p": math.nan, "d": math.nan}
     return {
         "hindi": hindi,
         "urdu": urdu,
@@ -321,34 +382,148 @@ def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> 
         "urdu_sd": res["sd_y"],
         "n_hindi": res["n_x"],
         "n_urdu": res["n_y"],
+        "n_hindi_responses": n_hindi,
+        "n_urdu_responses": n_urdu,
         "t": res["t"],
         "p": res["p"],
         "d": res["d"],
+        "note": note,
     }
+
+
+def _n_responses(resp: pd.DataFrame, language: str) -> int:
+    """Distinct responses (scenario, sample) of ``language`` in a response-level score table."""
+    keys = ["model", "scenario_id", "condition"] + (["sample"] if "sample" in resp.columns else [])
+    return int(len(resp.loc[resp["language"] == language, keys].drop_duplicates()))
+
+
+# ---------------------------------------------------------------- invalid responses
+
+
+def drop_invalid_responses(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The scores of valid responses, and per model x language x condition the responses left out and why.
+
+    ``invalid_reason`` (from the collect stage's validity check) empty or absent = valid.  Judging may have
+    scored an invalid response (the default run judges wrong-language replies so the gates see them), but no
+    analysis may: an English reply to a Hindi prompt would enter Hindi's LDI, HUD and the language tests.
+    """
+    keys = ["model", "language", "condition"]
+    response = keys + ["scenario_id"] + (["sample"] if "sample" in scores.columns else [])
+    reason = (scores["invalid_reason"].fillna("").astype(str).str.strip() if "invalid_reason" in scores.columns
+              else pd.Series("", index=scores.index))
+    responses = scores[response].assign(invalid_reason=reason.to_numpy()).drop_duplicates(response)
+    table = responses.groupby(keys, sort=True).agg(n_responses=("invalid_reason", "size"),
+                                                   n_excluded=("invalid_reason", lambda r: int((r != "").sum())))
+    for why in sorted(set(responses["invalid_reason"]) - {""}):
+        table[why] = responses.loc[responses["invalid_reason"] == why].groupby(keys).size()
+    table = table.fillna(0).astype(int).reset_index()
+    return scores.loc[reason == ""].copy(), table
+
+
+# ---------------------------------------------------------------- scenario-level (beyond the paper)
+
+
+def scenario_means(resp: pd.DataFrame, condition: str = "A") -> pd.DataFrame:
+    """Mean ``condition`` score per model, language, dimension and scenario (over features and samples).
+
+    The unit a scenario-level test needs: the features of one response, the samples of one prompt and
+    the languages of one scenario are not independent observations.
+    """
+    base = resp.loc[resp["condition"] == condition]
+    return base.groupby(["model", "dimension", "scenario_id", "language"], as_index=False, sort=True)["score"].mean()
+
+
+def paired_language_test(means: pd.DataFrame, first: str, second: str) -> dict[str, Any]:
+    """Paired t-test and Wilcoxon signed-rank test of ``first`` against ``second`` across matched scenarios.
+
+    A pair is one (model, scenario) with a mean in both languages; scenarios lacking either are counted.
+    """
+    wide = means.pivot_table(index=["model", "scenario_id"], columns="language", values="score")
+    for lang in (first, second):
+        if lang not in wide.columns:
+            wide[lang] = np.nan
+    both = wide[[first, second]].dropna()
+    x, y = both[first].to_numpy(float), both[second].to_numpy(float)
+    out: dict[str, Any] = {"first": first, "second": second, "n_pairs": int(len(both)),
+                           "n_unmatched": int(len(wide) - len(both)),
+                           "mean_first": float(x.mean()) if len(x) else math.nan,
+                           "mean_second": float(y.mean()) if len(y) else math.nan,
+                           "t": math.nan, "p_t": math.nan, "dz": math.nan, "wilcoxon_w": math.nan, "p_wilcoxon": math.nan,
+                           "note": ""}
+    diff = x - y
+    if len(both) < 2 or np.allclose(diff, diff[0]):
+        out["note"] = (f"not computed: {len(both)} matched scenario(s)" if len(both) < 2
+                       else "not computed: every matched scenario has the same difference")
+        return out
+    t = stats.ttest_rel(x, y)
+    out.update(t=float(t.statistic), p_t=float(t.pvalue), dz=float(diff.mean() / diff.std(ddof=1)))
+    if np.any(diff != 0):
+        w = stats.wilcoxon(x, y)
+        out.update(wilcoxon_w=float(w.statistic), p_wilcoxon=float(w.pvalue))
+    return out
+
+
+def repeated_measures_anova(means: pd.DataFrame) -> pd.DataFrame:
+    """Per dimension: a one-way repeated-measures ANOVA of the scenario means across languages
+    (statsmodels AnovaRM; subject = model x scenario, language within), on the scenarios that have every
+    language of the dimension (the rest are counted)."""
+    from statsmodels.stats.anova import AnovaRM
+
+    rows = []
+    for dim, group in means.groupby("dimension", sort=True):
+        subject = group["model"].astype(str) + "|" + group["scenario_id"].astype(str)
+        data = group.assign(subject=subject)
+        languages = sorted(data["language"].unique())
+        counts = data.groupby("subject")["language"].nunique()
+        complete = counts.index[counts == len(languages)]
+        kept = data.loc[data["subject"].isin(complete)]
+        row: dict[str, Any] = {"dimension": dim, "F": math.nan, "p": math.nan, "df_between": math.nan,
+                               "df_within": math.nan, "k": len(languages), "n_scenarios": int(len(complete)),
+                               "n_incomplete": int(len(counts) - len(complete)), "note": ""}
+        if len(languages) < 2 or len(complete) < 2:
+            row["note"] = f"not computed: {len(languages)} language(s), {len(complete)} complete scenario(s)"
+        else:
+            table = AnovaRM(kept, "score", "subject", within=["language"]).fit().anova_table
+            res = table.loc["language"]
+            row.update(F=float(res["F Value"]), p=float(res["Pr > F"]), df_between=float(res["Num DF"]),
+                       df_within=float(res["Den DF"]))
+        rows.append(row)
+    cols = ["dimension", "F", "p", "df_between", "df_within", "k", "n_scenarios", "n_incomplete", "note"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 # ---------------------------------------------------------------- PCS breakdowns
 
 
-def _pcs_stats(pcs: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+def _cap_util_columns(groups: pd.core.groupby.DataFrameGroupBy, min_gain: float) -> pd.DataFrame:
+    """``cap_util`` and ``cap_util_note`` (why it is undefined, else empty) per group."""
+    values = {key: capability_utilisation(group, min_gain) for key, group in groups}
+    return pd.DataFrame({"cap_util": {k: v for k, (v, _) in values.items()},
+                         "cap_util_note": {k: why for k, (_, why) in values.items()}})
+
+
+def _pcs_stats(pcs: pd.DataFrame, by: list[str], min_gain: float) -> pd.DataFrame:
     """Mean, median, SD and count of cell PCS per group, the excluded cells, and the group's
     capability utilisation (the aggregate ratio over every complete triad of the group, section 4.1)."""
     grouped = pcs.groupby(by, sort=True)
     out = grouped["pcs"].agg(mean_pcs="mean", median_pcs="median", sd="std", n="count")
     out["n_excluded"] = grouped["excluded"].sum().astype(int)
-    out["cap_util"] = grouped[list(CONDITIONS)].apply(capability_utilisation)
-    return out.reset_index()
+    cap = _cap_util_columns(grouped[list(CONDITIONS)], min_gain)
+    cap.index = out.index
+    return pd.concat([out, cap], axis=1).reset_index()
 
 
-def model_summary(pcs: pd.DataFrame) -> pd.DataFrame:
-    """Table 10: per model PCS, capability utilisation and the mean A, B, C scores."""
+def model_summary(pcs: pd.DataFrame, min_gain: float) -> pd.DataFrame:
+    """Table 10: per model PCS, capability utilisation (with why it is undefined) and the mean A, B, C scores."""
     rows = []
     for model, group in pcs.groupby("model", sort=True):
+        cap, why = capability_utilisation(group, min_gain)
         rows.append(
             {
                 "model": model,
                 "pcs": float(group["pcs"].mean()) if group["pcs"].notna().any() else math.nan,
-                "cap_util": capability_utilisation(group),
+                "cap_util": cap,
+                "cap_util_note": why,
                 "mean_a": float(group["A"].mean()),
                 "mean_b": float(group["B"].mean()),
                 "mean_c": float(group["C"].mean()),
@@ -356,13 +531,13 @@ def model_summary(pcs: pd.DataFrame) -> pd.DataFrame:
                 "n_excluded": int(group["excluded"].sum()),
             }
         )
-    cols = ["model", "pcs", "cap_util", "mean_a", "mean_b", "mean_c", "n_cells", "n_excluded"]
+    cols = ["model", "pcs", "cap_util", "mean_a", "mean_b", "mean_c", "n_cells", "n_excluded", "cap_util_note"]
     return pd.DataFrame(rows, columns=cols).sort_values("pcs", ascending=False, na_position="last").reset_index(drop=True)
 
 
-def model_dimension_summary(pcs: pd.DataFrame) -> pd.DataFrame:
+def model_dimension_summary(pcs: pd.DataFrame, min_gain: float) -> pd.DataFrame:
     """Table 1: per model PCS, capability utilisation and PCS per dimension (columns)."""
-    summary = model_summary(pcs)[["model", "pcs", "cap_util"]]
+    summary = model_summary(pcs, min_gain)[["model", "pcs", "cap_util"]]
     by_dim = pcs.pivot_table(index="model", columns="dimension", values="pcs", aggfunc="mean")
     by_dim.columns = [str(c) for c in by_dim.columns]
     return summary.merge(by_dim.reset_index(), on="model", how="left")
@@ -386,9 +561,9 @@ def ldi_wide(ldi: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index()
 
 
-def feature_ranking(pcs: pd.DataFrame) -> pd.DataFrame:
+def feature_ranking(pcs: pd.DataFrame, min_gain: float) -> pd.DataFrame:
     """Table 14: features ranked by median PCS."""
-    out = _pcs_stats(pcs, ["feature", "dimension"]).sort_values("median_pcs", ascending=False, na_position="last")
+    out = _pcs_stats(pcs, ["feature", "dimension"], min_gain).sort_values("median_pcs", ascending=False, na_position="last")
     out.insert(0, "rank", range(1, len(out) + 1))
     return out.reset_index(drop=True)
 
@@ -490,27 +665,56 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def min_gain_sensitivity(tri: pd.DataFrame, steps: Sequence[float], configured: float) -> pd.DataFrame:
+    """PCS and capability utilisation on the same triads for each minimum gain (in scale steps).
+
+    The minimum gain is our rule, not the paper's, so the report shows how much the headline rests on it.
+    """
+    rows = []
+    for value in sorted({*map(float, steps), float(configured)}):
+        gain = min_gain_points(value)
+        cells = add_pcs(tri, gain)
+        cap, why = capability_utilisation(cells, gain)
+        rows.append({"min_gain_steps": value, "min_gain_points": gain,
+                     "pcs": float(cells["pcs"].mean()) if cells["pcs"].notna().any() else math.nan,
+                     "n_included": int((~cells["excluded"]).sum()), "n_excluded": int(cells["excluded"].sum()),
+                     "cap_util": cap, "configured": value == float(configured), "cap_util_note": why})
+    return pd.DataFrame(rows)
+
+
 def analyze_scores(
     scores: pd.DataFrame,
     *,
-    min_gap: float = DEFAULT_MIN_GAP,
+    min_gain_steps: float = DEFAULT_MIN_GAIN_STEPS,
     hindi: str = "hi",
     urdu: str = "ur",
     human: pd.DataFrame | None = None,
+    sensitivity_steps: Sequence[float] = SENSITIVITY_GAIN_STEPS,
 ) -> PCSAnalysis:
-    """Every metric and test of seed 004 sections 3.6, 4 and appendices C-I from judged scores."""
+    """Every metric and test of seed 004 sections 3.6, 4 and appendices C-I from judged scores.
+
+    ``min_gain_steps``: a scenario-feature enters PCS only when B - A exceeds this many steps of the judges'
+    scale (and capability utilisation is defined only when mean B - mean A does); see the module docstring.
+    """
+    min_gain = min_gain_points(min_gain_steps)
     scores = check_scores(scores)
     if scores.empty:
         raise DataError("scores table has no scored rows")
+    scores, excluded_responses = drop_invalid_responses(scores)
+    if scores.empty:
+        raise DataError(f"scores table has no scored rows of valid responses "
+                        f"({int(excluded_responses['n_excluded'].sum())} responses excluded as invalid)")
     resp = response_scores(scores)
     cells = cell_scores(scores)
-    tri = add_pcs(triads(cells), min_gap)
+    tri = add_pcs(triads(cells), min_gain)
     ldi = ldi_table(cells)
     hud_feat = hud_by_feature(ldi, hindi, urdu)
     included = tri.loc[~tri["excluded"]]
+    cap_util, cap_util_note = capability_utilisation(tri, min_gain)
     summary = {
         "pcs": float(included["pcs"].mean()) if len(included) else math.nan,
-        "cap_util": capability_utilisation(tri),
+        "cap_util": cap_util,
+        "cap_util_note": cap_util_note,
         "n_excluded": int(tri["excluded"].sum()),
         "by_dimension": {str(k): float(v) for k, v in tri.groupby("dimension")["pcs"].mean().items()},
         "ldi": {
@@ -521,32 +725,40 @@ def analyze_scores(
     }
     if "overall" not in summary["hud"]:
         summary["hud"]["overall"] = math.nan
+    means_a = scenario_means(resp, "A")
     tables = {
-        "table01_model_dimension": model_dimension_summary(tri),
+        "table01_model_dimension": model_dimension_summary(tri, min_gain),
         "table02_ldi_by_language": ldi_by_language(ldi),
-        "table08_pcs_model_dimension": _pcs_stats(tri, ["model", "dimension"]),
-        "table09_pcs_model_language": _pcs_stats(tri, ["model", "language"]),
-        "pcs_by_language": _pcs_stats(tri, ["language"]),
-        "table10_model_summary": model_summary(tri),
+        "table08_pcs_model_dimension": _pcs_stats(tri, ["model", "dimension"], min_gain),
+        "table09_pcs_model_language": _pcs_stats(tri, ["model", "language"], min_gain),
+        "pcs_by_language": _pcs_stats(tri, ["language"], min_gain),
+        "table10_model_summary": model_summary(tri, min_gain),
+        "pcs_min_gain_sensitivity": min_gain_sensitivity(tri, sensitivity_steps, min_gain_steps),
+        "excluded_responses": excluded_responses,
         "table11_ldi": ldi,
         "table11_ldi_wide": ldi_wide(ldi),
         "table12_hud_by_model": hud_by_model(cells, hindi, urdu),
         "table13_hud_by_feature": hud_feat,
-        "table14_feature_ranking": feature_ranking(tri),
+        "table14_feature_ranking": feature_ranking(tri, min_gain),
         "table15_anova_language": anova_by_dimension(resp, "language"),
+        "scenario_rm_anova_language": repeated_measures_anova(means_a),
         "table16_paired_a_vs_c": paired_tests_by_language(tri),
-        "pcs_dimension_language": _pcs_stats(tri, ["dimension", "language"]),
+        "pcs_dimension_language": _pcs_stats(tri, ["dimension", "language"], min_gain),
         "pcs_cells": tri,
     }
     statistics: dict[str, Any] = {
         "n_scores": int(len(scores)),
         "n_cells": int(len(tri)),
         "n_included": int(len(included)),
-        "min_gap": min_gap,
+        "min_gain_steps": float(min_gain_steps),
+        "min_gain_points": min_gain,
+        "n_responses_excluded_invalid": int(excluded_responses["n_excluded"].sum()),
         "pcs_sd": float(included["pcs"].std()) if len(included) > 1 else math.nan,
         "models": sorted(tri["model"].unique().tolist()),
         "languages": sorted(tri["language"].unique().tolist()),
+        "hud_note": hud_note(ldi, hindi, urdu),
         "hindi_urdu": hindi_urdu_test(resp, hindi, urdu),
+        "hindi_urdu_scenarios": paired_language_test(means_a, hindi, urdu),
         "model_anova": model_anova(tri),
         "means": {c: float(tri[c].mean()) if len(tri) else math.nan for c in CONDITIONS},
     }

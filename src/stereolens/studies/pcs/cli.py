@@ -1,10 +1,11 @@
 """``stereolens pcs analyze``: the seed 004 analysis of any judged-score table, outside DVC.
 
-    stereolens pcs analyze --scores scores.csv --output DIR [--min-gap 0.05] [--rubrics rubrics.yaml] [--human prefs.csv]
+    stereolens pcs analyze --scores scores.csv --output DIR [--min-gain-steps 0.25] [--rubrics rubrics.yaml] [--human prefs.csv]
 
 Input columns: ``model,language,scenario_id,dimension,feature,condition,score``
 (condition A, B or C); ``judge`` and ``sample`` columns, when present, are
-averaged in that order.  Output: ``summary.json`` (pcs, cap_util, n_excluded,
+averaged in that order; an ``invalid_reason`` column (as the collect stage writes
+it: empty = valid) leaves the invalid responses out of every analysis.  Output: ``summary.json`` (pcs, cap_util, n_excluded,
 by_dimension, ldi, hud), ``statistics.json`` (tests and counts), ``tables/*.csv``
 (shaped like seed 004 Tables 1-2 and 8-17), ``figures/*.png|svg`` and ``report.md``.
 """
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stereolens.studies.pcs import DEFAULT_MIN_GAP
+from stereolens.studies.pcs import DEFAULT_MIN_GAIN_STEPS
 
 if TYPE_CHECKING:  # the analysis (pandas, scipy) loads when a command runs, not when the parser is built
     import pandas as pd
@@ -35,7 +36,9 @@ def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any]
     status = str((configuration or {}).get("prompt translation status", ""))
     counts = {label: int(n) for label, n in re.findall(r"(\w+)(?: \([^)]*\))?: (\d+)", status)}
     return {
-        "headline": {"PCS": summary.get("pcs"), "capability utilisation": summary.get("cap_util"),
+        "headline": {"PCS": summary.get("pcs"),
+                     "capability utilisation": summary.get("cap_util") if summary.get("cap_util") is not None
+                     else summary.get("cap_util_note") or None,
                      "excluded cells": summary.get("n_excluded"),
                      "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run"},
         "provenance": {"annotation_source": ", ".join(filter(None, ["llm_panel", human_source])),
@@ -49,7 +52,7 @@ def write_analysis(
     scores: pd.DataFrame,
     output: str | os.PathLike,
     *,
-    min_gap: float = DEFAULT_MIN_GAP,
+    min_gain_steps: float = DEFAULT_MIN_GAIN_STEPS,
     hindi: str = "hi",
     urdu: str = "ur",
     human: pd.DataFrame | None = None,
@@ -69,7 +72,7 @@ def write_analysis(
 
     out = Path(output)
     human_source = human_sources(human)
-    analysis = analyze_scores(scores, min_gap=min_gap, hindi=hindi, urdu=urdu, human=human)
+    analysis = analyze_scores(scores, min_gain_steps=min_gain_steps, hindi=hindi, urdu=urdu, human=human)
     if human_source:
         analysis.statistics["human_validation_source"] = human_source
     files = [write_json(out / "summary.json", {**analysis.summary, **report_contract(analysis.summary, configuration,
@@ -82,7 +85,7 @@ def write_analysis(
     files.append(write_json(out / "statistics.json", statistics))
     for name, table in analysis.tables.items():
         files.append(write_csv(out / "tables" / f"{name}.csv", table))
-    config = dict(configuration or {"config": "ad hoc (stereolens pcs analyze)", "min_gap": min_gap})
+    config = dict(configuration or {"config": "ad hoc (stereolens pcs analyze)", "min_gain_steps": min_gain_steps})
     note = "; ".join(f"{k}={v}" for k, v in config.items() if k in ("config", "responders", "judges"))
     if gates and not gates.get("all_passed", True):
         note += "; JUDGE GATES NOT PASSED"
@@ -130,12 +133,13 @@ def _analyze(args: argparse.Namespace) -> int:
     human = None
     if args.human:
         human = read_csv_checked(args.human, ["language", "comparison", "preference"], what="human preferences")
-    analysis, _ = write_analysis(scores, args.output, min_gap=args.min_gap, hindi=args.hindi, urdu=args.urdu,
+    analysis, _ = write_analysis(scores, args.output, min_gain_steps=args.min_gain_steps, hindi=args.hindi, urdu=args.urdu,
                                  human=human)
     s = analysis.summary
     pcs = "n/a" if s["pcs"] is None else f"{s['pcs']:.3f}"
-    cap = "n/a" if s["cap_util"] is None else f"{s['cap_util']:.3f}"
-    print(f"PCS {pcs}, capability utilisation {cap}, excluded {s['n_excluded']} (min_gap {args.min_gap:g}) "
+    cap = s["cap_util_note"] if s["cap_util"] is None else f"{s['cap_util']:.3f}"
+    print(f"PCS {pcs}, capability utilisation {cap}, excluded {s['n_excluded']} "
+          f"(minimum gain {args.min_gain_steps:g} scale steps) "
           f"-> {args.output}")
     return 0
 
@@ -147,9 +151,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     analyze = sub.add_parser("analyze", help="LDI, PCS, capability utilisation, HUD and tests from judged scores")
     analyze.add_argument("--scores", required=True, help="CSV: model,language,scenario_id,dimension,feature,condition,score[,judge,sample]")
     analyze.add_argument("--output", required=True, help="output directory")
-    analyze.add_argument("--min-gap", type=float, default=DEFAULT_MIN_GAP,
-                         help=f"exclude scenario-features with |B - A| below this (default {DEFAULT_MIN_GAP:g}, "
-                              "as the pipeline's stage)")
+    analyze.add_argument("--min-gain-steps", type=float, default=DEFAULT_MIN_GAIN_STEPS,
+                         help="exclude scenario-features whose B - A is not above this many steps of the judges' "
+                              f"scale (1 step = 1 point on 1-7; default {DEFAULT_MIN_GAIN_STEPS:g}, ours, as the "
+                              "pipeline's stage); capability utilisation is undefined when mean B - mean A is not")
     analyze.add_argument("--rubrics", default=DEFAULT_RUBRICS,
                          help=f"rubrics YAML: features outside it are refused (default {DEFAULT_RUBRICS}, when present)")
     analyze.add_argument("--human", default=None, help="optional CSV of human preferences: language,comparison,preference")

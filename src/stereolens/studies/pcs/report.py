@@ -197,21 +197,48 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
         if not gates.get("all_passed", False):
             lines += ["", "**At least one gate did not pass: the numbers below are not validated measurements.**"]
     lines += ["", "## Headline", ""]
+    gain = f"{_fmt(statistics.get('min_gain_steps'), 2)} scale steps = {_fmt(statistics.get('min_gain_points'), 2)} points"
     lines.append(f"- PCS (mean over included scenario-features): {_fmt(summary.get('pcs'))}")
-    lines.append(f"- capability utilisation: {_fmt(summary.get('cap_util'))}")
-    lines.append(f"- scenario-features excluded (|B-A| < min_gap): {summary.get('n_excluded')} of {statistics.get('n_cells')}")
+    cap = summary.get("cap_util")
+    lines.append(f"- capability utilisation: {_fmt(cap) if cap is not None else summary.get('cap_util_note') or 'n/a'}")
+    lines.append(f"- scenario-features excluded (B - A not above the minimum gain, {gain}; our rule, not the "
+                 f"paper's): {summary.get('n_excluded')} of {statistics.get('n_cells')}")
     lines.append(f"- PCS by dimension: {', '.join(f'{k} {_fmt(v)}' for k, v in (summary.get('by_dimension') or {}).items())}")
+    lines.append(f"- responses left out of every analysis as invalid (empty, refusal, wrong language): "
+                 f"{statistics.get('n_responses_excluded_invalid', 0)} (table excluded_responses)")
+    hud = (summary.get("hud") or {}).get("overall")
+    lines.append(f"- HUD (overall |mean LDI Hindi - mean LDI Urdu|): "
+                 f"{_fmt(hud) if hud is not None else statistics.get('hud_note') or 'n/a'}")
     hu = statistics.get("hindi_urdu") or {}
-    lines.append(f"- Hindi vs Urdu baseline: t = {_fmt(hu.get('t'))}, p = {_fmt(hu.get('p'))}, d = {_fmt(hu.get('d'))}")
+    if hu.get("note"):
+        lines.append(f"- Hindi vs Urdu baseline: {hu['note']}")
+    else:
+        lines.append(f"- Hindi vs Urdu baseline (responses as units, as the paper): t = {_fmt(hu.get('t'))}, "
+                     f"p = {_fmt(hu.get('p'))}, d = {_fmt(hu.get('d'))} (n = {hu.get('n_hindi')} and {hu.get('n_urdu')} rows)")
+    sc = statistics.get("hindi_urdu_scenarios") or {}
+    if sc:
+        lines.append(f"- Hindi vs Urdu baseline, matched scenarios as units (beyond the paper): "
+                     + (sc["note"] if sc.get("note") else
+                        f"paired t = {_fmt(sc.get('t'))}, p = {_fmt(sc.get('p_t'))}; Wilcoxon W = "
+                        f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
     if validity is not None and len(validity):
         lines += ["", "## Response validity", "", _md_table(validity)]
     if human_source:
         lines.append(f"- human-validation preferences: {human_source}")
-    for name in ("table10_model_summary", "table01_model_dimension", "pcs_by_language", "pcs_dimension_language",
-                 "table02_ldi_by_language", "table15_anova_language",
-                 "table16_paired_a_vs_c", "table13_hud_by_feature", "table14_feature_ranking", "table17_human_validation"):
+    notes = {
+        "pcs_min_gain_sensitivity": "Our minimum-gain rule (not the paper's) against the same scores: PCS and "
+                                    "capability utilisation at each minimum gain; `configured` marks the one used above.",
+        "excluded_responses": "Responses left out of every analysis, by model, language, condition and reason.",
+        "scenario_rm_anova_language": "Beyond the paper: Table 15's ANOVA treats each (response, feature) row as "
+                                      "independent; here each scenario's mean Prompt A score is the unit, language "
+                                      "within scenario (repeated-measures ANOVA, statsmodels AnovaRM).",
+    }
+    for name in ("table10_model_summary", "pcs_min_gain_sensitivity", "table01_model_dimension", "pcs_by_language",
+                 "pcs_dimension_language", "excluded_responses", "table02_ldi_by_language", "table15_anova_language",
+                 "scenario_rm_anova_language", "table16_paired_a_vs_c", "table13_hud_by_feature",
+                 "table14_feature_ranking", "table17_human_validation"):
         if name in tables:
-            lines += ["", f"## {name}", "", _md_table(tables[name])]
+            lines += ["", f"## {name}", ""] + ([notes[name], ""] if name in notes else []) + [_md_table(tables[name])]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
     return "\n".join(lines) + "\n"

@@ -176,7 +176,8 @@ def configuration_label(p: dict[str, Any], scores: pd.DataFrame | None = None) -
         "samples": coll.get("samples"),
         "temperature": coll.get("temperature"),
         "max_tokens": coll.get("max_tokens"),
-        "min_gap": cfg.get("analysis", {}).get("min_gap"),
+        "minimum explicit-prompt gain (ours)": f"{cfg.get('analysis', {}).get('min_gain_steps')} steps of the judges' scale",
+        "excluded from the analysis": "every invalid response (empty, refusal, wrong_language), judged or not",
         "excluded from judging": ", ".join(cfg.get("validity", {}).get("exclude", ["empty", "refusal", "wrong_language"])) or "nothing",
         "gates_enforced": gates_enforced,
         "gates": "enforced (a failing gate stops the analysis)" if gates_enforced
@@ -555,12 +556,15 @@ def human_validation(args: argparse.Namespace) -> None:
 @stage("pcs-analyze")
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of seed 004 from the judged scores."""
-    from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAP, validate_scores
+    from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
     from stereolens.studies.pcs.cli import write_analysis
 
     p = _params(args)
     cfg = p["cfg"]
     acfg = cfg.get("analysis", {})
+    if "min_gap" in acfg:
+        raise ConfigError("study.pcs.analysis.min_gap is replaced by min_gain_steps (the minimum B - A in steps of the "
+                          "judges' scale, B - A at or below it excluded): rename the key")
     gates = json.loads((REPORTS / "gates.json").read_text(encoding="utf-8"))
     if gates["enforced"] and not gates["all_passed"]:
         raise GateFailed(f"pcs-analyze: judge panel gate(s) not passed: {failing_gates(gates)} "
@@ -581,10 +585,14 @@ def analyze(args: argparse.Namespace) -> None:
     responses_path = INTERIM / "responses.csv"
     label_frame = scores
     if responses_path.exists():
-        responses = pd.read_csv(responses_path, usecols=["scenario_id", "domain", "translation_status"],
-                                keep_default_na=False)
+        responses = read_csv_checked(responses_path, ["response_id", "scenario_id", "domain", "translation_status",
+                                                      "invalid_reason"], what="pcs responses", keep_default_na=False)
         domains = responses.drop_duplicates("scenario_id").set_index("scenario_id")["domain"]
         label_frame = scores.assign(domain=scores["scenario_id"].map(domains))
+        # a judged response the validity check flagged (the default judges wrong-language replies) stays out of
+        # the analysis: analyze_scores drops it and counts it
+        scores = scores.assign(invalid_reason=scores["response_id"].map(
+            responses.set_index("response_id")["invalid_reason"]).fillna(""))
     configuration = configuration_label(p, label_frame)
     if responses_path.exists():
         # provenance: machine-translated prompts that no reviewer has seen are labelled as such
@@ -606,7 +614,8 @@ def analyze(args: argparse.Namespace) -> None:
     dimensions = sorted(set(scores["dimension"].astype(str))) if "dimension" in scores else ["all"]
     with _tracking(p, ANALYZE_RUN, annotation_source=source, tags=tags, axes={"dimension": dimensions}) as run:
         analysis, files = write_analysis(
-            scores, REPORTS, min_gap=float(acfg.get("min_gap", DEFAULT_MIN_GAP)), hindi=acfg.get("hindi", "hi"),
+            scores, REPORTS, min_gain_steps=float(acfg.get("min_gain_steps", DEFAULT_MIN_GAIN_STEPS)),
+            hindi=acfg.get("hindi", "hi"),
             urdu=acfg.get("urdu", "ur"), human=human, configuration=configuration, gates=gates, validity=validity,
             waterfall_cell=acfg.get("waterfall"),
         )
@@ -618,5 +627,6 @@ def analyze(args: argparse.Namespace) -> None:
         run.log_dataset(INTERIM / "scores.csv", name="pcs_scores", context="evaluation")
         for f in files:
             run.log_artifact(f)
-    print(f"pcs-analyze: PCS {_short(analysis.summary['pcs'])}, cap util {_short(analysis.summary['cap_util'])}, "
+    print(f"pcs-analyze: PCS {_short(analysis.summary['pcs'])}, cap util "
+          f"{_short(analysis.summary['cap_util']) if analysis.summary['cap_util'] is not None else 'undefined'}, "
           f"gates {'passed' if gates['all_passed'] else 'FAILED'} -> {REPORTS}")
