@@ -45,7 +45,8 @@ def heads_probe(args: argparse.Namespace) -> None:
     sources = sorted(set(instances["source"].astype(str)))
     countries = sorted(set(instances["country"].astype(str)))
     with stage_run(tracking, PROBE_RUN, model=model_label(model_cfg),
-                   axes={"country": countries, "value": [shapley.value]}, params={"model": model_cfg, "study": cfg}, tags={"instance_sources": ",".join(sources)}) as run:
+                   axes={"country": countries, "value": [shapley.value]}, params={"model": model_cfg, "study": cfg},
+                   tags={"instance_sources": ",".join(sources)}) as run:
         run.log_dataset(instances_path, name="stereo_instances")
         start = time.perf_counter()
         # Never the Ray executor: the head gates are hooks on this process's attention modules, and the
