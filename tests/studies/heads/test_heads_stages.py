@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from stereolens.errors import DataError
-from stereolens.studies.heads.stages import read_instances
+from stereolens.studies.heads.inputs import read_instances
 
 from heads_data import make_instances
 

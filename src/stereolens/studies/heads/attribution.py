@@ -151,6 +151,25 @@ class StudySettings:
     batch_size: int = 16
 
 
+def study_settings(cfg: dict, *, seed: int) -> tuple[StudySettings, ProbeSettings, ShapleySettings]:
+    """(study, probe, Shapley) settings from a checked ``study.heads`` section; ``seed`` seeds the probe."""
+    probe_cfg, shap_cfg, prune_cfg, split_cfg = cfg["probe"], cfg["shapley"], cfg["pruning"], cfg["split"]
+    split = SplitSettings(shapley_fraction=float(split_cfg["shapley_fraction"]),
+                          pruning_fraction=float(split_cfg["pruning_fraction"]), seed=int(split_cfg["seed"]))
+    study = StudySettings(layers=shap_cfg.get("layers"), pooling=probe_cfg["pooling"],
+                          reuse_prefix=bool(shap_cfg["reuse_prefix"]), max_length=int(probe_cfg["max_length"]),
+                          split=split, prune_step=int(prune_cfg["step"]),
+                          stereoset_items=prune_cfg.get("stereoset_items_per_country"),
+                          batch_size=int(prune_cfg["batch_size"]))
+    probe = ProbeSettings(learning_rate=float(probe_cfg["learning_rate"]), epochs=int(probe_cfg["epochs"]),
+                          batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
+                          finetune=bool(probe_cfg["finetune"]), seed=seed)
+    shapley = ShapleySettings(permutations=int(shap_cfg["permutations"]), antithetic=bool(shap_cfg["antithetic"]),
+                              step=shap_cfg.get("step"), max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"],
+                              seed=int(shap_cfg["seed"]))
+    return study, probe, shapley
+
+
 def resolve_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
     """The player layers as indices from the bottom (null: every layer)."""
     if layers is None:

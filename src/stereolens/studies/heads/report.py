@@ -11,7 +11,9 @@ import yaml
 from scipy import stats
 
 from stereolens.figures import save_figure
-from stereolens.io import write_csv, write_json, write_text
+from stereolens.io import write_csv, write_text
+from stereolens.report.markdown import markdown_table
+from stereolens.stages.kit import write_study_summary
 
 
 UNDEFINED = "undefined"
@@ -168,14 +170,6 @@ def stereoset_figure(sweeps: pd.DataFrame, stem: Path, title: str) -> None:
     save_figure(fig, stem)
 
 
-def _md_table(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
-    return "\n".join(lines)
-
-
 def country_rows(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, value: str) -> list[dict]:
     """One row per country: set sizes, probe accuracy, top heads, StereoSet before and after top-down pruning."""
     rows = []
@@ -238,42 +232,55 @@ def correlation_notes(corr: CountryCorrelations) -> list[str]:
               for (a, b), reason in sorted(corr.undefined.items())]]
 
 
-def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dict, out: Path, *, model_id: str) -> dict:
-    """Tables, figures, ``summary.json`` and ``report.md``; returns the summary."""
-    out = Path(out)
-    value = cfg["shapley"]["value"]
-    ylabel = "probe accuracy" if value == "accuracy" else "minus probe cross-entropy"
-    corr = country_correlations(shap)
+def write_tables(out: Path, shap: pd.DataFrame, sweeps: pd.DataFrame, corr: CountryCorrelations,
+                 per_country: pd.DataFrame) -> None:
+    """The report's CSV tables: the probe stage's two, the correlation matrix and the per-country table."""
     write_csv(out / "shapley.csv", shap)
     write_csv(out / "sweeps.csv", sweeps)
     write_csv(out / "country_correlation.csv", corr.display(), index=True)
+    write_csv(out / "countries.csv", per_country)
+
+
+def write_figures(out: Path, shap: pd.DataFrame, sweeps: pd.DataFrame, corr: CountryCorrelations, *,
+                  model_id: str, value: str) -> None:
+    """Figures F1/F4, 2, F2/F5 and, when the sweeps scored StereoSet, F3/F6."""
+    ylabel = "probe accuracy" if value == "accuracy" else "minus probe cross-entropy"
     heatmap_figure(shap, out / "head_contributions", f"Head contributions (Shapley), {model_id} (Figures F1/F4)")
     correlation_figure(corr, out / "country_correlation", f"Spearman rho of head contributions, {model_id} (Figure 2)")
     pruning_figure(sweeps, out / "pruning_probe", f"Head pruning, {model_id} (Figures F2/F5)", ylabel)
     if "ss" in sweeps:
         stereoset_figure(sweeps, out / "pruning_stereoset", f"SS, LMS, iCAT during top-down pruning, {model_id} (Figures F3/F6)")
 
-    per_country = country_rows(shap, sweeps, probe, value)
-    table = pd.DataFrame(per_country)
-    write_csv(out / "countries.csv", table)
 
+def instance_provenance(sources: list[str]) -> dict:
+    """The report contract's provenance block: the probe rests on the stereo study's instances."""
+    provenance = {"machine_generated": "machine" in sources,
+                  "notes": [f"probe instances from the stereo study, sources: {', '.join(sources) or 'none'}"]}
+    if "authored" in sources:
+        provenance["translation_status"] = "authored"
+    return provenance
+
+
+def study_summary(per_country: list[dict], corr: CountryCorrelations, probe: dict, cfg: dict, *,
+                  model_id: str) -> dict:
+    """``summary.json``: per-country rows, their numbers as metrics, the headline, provenance, correlations."""
+    value = cfg["shapley"]["value"]
     sources = probe.get("instance_sources", [])
     metrics = {f"{r['country']}.{k}": v for r in per_country for k, v in r.items() if isinstance(v, (int, float))}
     headline = {}
     for r in per_country:
         headline[f"{r['country']}: probe held-out {value}"] = round(float(r[f"probe_test_{value}"]), 3)
         headline[f"{r['country']}: top head"] = r["top_heads"].split(" (")[0]
-    # the report contract's provenance block: the probe rests on the stereo study's instances
-    provenance = {"machine_generated": "machine" in sources,
-                  "notes": [f"probe instances from the stereo study, sources: {', '.join(sources) or 'none'}"]}
-    if "authored" in sources:
-        provenance["translation_status"] = "authored"
-    summary = {"model": model_id, "value": value, "countries": per_country, "metrics": metrics,
-               "instance_sources": sources, "config": cfg, "headline": headline, "provenance": provenance,
-               "correlation": corr.as_json(), "correlation_undefined": corr.undefined_records(),
-               "seconds": probe.get("seconds")}
-    write_json(out / "summary.json", summary)
+    return {"model": model_id, "value": value, "countries": per_country, "metrics": metrics,
+            "instance_sources": sources, "config": cfg, "headline": headline,
+            "provenance": instance_provenance(sources), "correlation": corr.as_json(),
+            "correlation_undefined": corr.undefined_records(), "seconds": probe.get("seconds")}
 
+
+def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dict, cfg: dict, *, model_id: str) -> str:
+    """``report.md``: the configuration choices, the per-country table and the correlation matrix."""
+    value = cfg["shapley"]["value"]
+    sources = probe.get("instance_sources", [])
     lines = [
         f"# Attention-head probing and pruning: {model_id}",
         "",
@@ -291,7 +298,7 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
         "",
         "## Per country",
         "",
-        _md_table(table),
+        markdown_table(per_country).rstrip("\n"),
         "",
         "Values are Shapley values of the probe's " + value + " on the Shapley set (± standard error over permutations"
         + (", an antithetic pair's mean as one sample" if cfg["shapley"]["antithetic"] else "") + "). "
@@ -299,12 +306,25 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
         "",
         "## Spearman correlation of head contributions between countries (Figure 2)",
         "",
-        _md_table(corr.display().reset_index().rename(columns={"index": "country"})),
+        markdown_table(corr.display().reset_index().rename(columns={"index": "country"})).rstrip("\n"),
         *correlation_notes(corr),
         "",
         "Figures: `head_contributions` (F1/F4), `country_correlation` (Figure 2), `pruning_probe` (F2/F5), "
         "`pruning_stereoset` (F3/F6), each PNG + SVG. StereoSet scores are on the 0-100 scale "
         "(ss 50 = no preference); heads are pruned by zeroing, weights are untouched.",
     ]
-    write_text(out / "report.md", "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dict, out: Path, *, model_id: str) -> dict:
+    """Tables, figures, ``summary.json`` and ``report.md``; returns the summary."""
+    out = Path(out)
+    corr = country_correlations(shap)
+    per_country = country_rows(shap, sweeps, probe, cfg["shapley"]["value"])
+    table = pd.DataFrame(per_country)
+    write_tables(out, shap, sweeps, corr, table)
+    write_figures(out, shap, sweeps, corr, model_id=model_id, value=cfg["shapley"]["value"])
+    summary = study_summary(per_country, corr, probe, cfg, model_id=model_id)
+    write_study_summary(out / "summary.json", summary)
+    write_text(out / "report.md", report_page(table, corr, probe, cfg, model_id=model_id))
     return summary

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -23,65 +22,6 @@ REPORT_RUN = declare_run("heads", "report", params=("study",),
 
 OUT_DATA = Path("data/processed/heads")
 OUT_REPORT = Path("reports/heads")
-INSTANCE_COLUMNS = ("id", "country", "category", "target", "stereotype_id", "context", "sent_stereo", "sent_anti",
-                    "sent_unrelated", "source")
-
-
-def read_instances(path: Path, countries: list[str] | None, max_per_country: int | None):
-    """The stereo study's instances, restricted to ``countries`` and the first ``max_per_country`` of each."""
-    from stereolens.errors import DataError
-    from stereolens.io import read_csv_checked
-
-    table = read_csv_checked(path, INSTANCE_COLUMNS, what="stereo instances", dtype={"id": str, "country": str})
-    for column in ("context", "sent_stereo", "sent_anti", "sent_unrelated"):
-        blank = table[column].isna() | (table[column].astype(str).str.strip() == "")
-        if blank.any():
-            row = int(blank.to_numpy().nonzero()[0][0])
-            raise DataError(f"{path} line {row + 2}, column {column}: empty sentence")
-    if countries:
-        missing = sorted(set(countries) - set(table["country"]))
-        if missing:
-            raise DataError(f"{path}: column country has no rows for {missing} (has {sorted(set(table['country']))})")
-        table = table[table["country"].isin(countries)]
-    if max_per_country:
-        table = table.groupby("country", sort=True, group_keys=False).head(int(max_per_country))
-    return table.reset_index(drop=True)
-
-
-def model_layer_count(name: str) -> int | None:
-    """The model's number of layers from its config.json (no weights), or None when the config cannot be
-    read here (loading the model then reports the problem)."""
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(name)
-    except (OSError, ValueError):
-        return None
-    config = getattr(config, "text_config", None) or config
-    layers = getattr(config, "num_hidden_layers", None)
-    return int(layers) if layers else None
-
-
-def study_settings(cfg: dict, *, seed: int):
-    """(study, probe, Shapley) settings from a checked ``study.heads`` section; ``seed`` seeds the probe."""
-    from stereolens.studies.heads.attribution import ShapleySettings, SplitSettings, StudySettings
-    from stereolens.studies.heads.probe import ProbeSettings
-
-    probe_cfg, shap_cfg, prune_cfg, split_cfg = cfg["probe"], cfg["shapley"], cfg["pruning"], cfg["split"]
-    split = SplitSettings(shapley_fraction=float(split_cfg["shapley_fraction"]),
-                          pruning_fraction=float(split_cfg["pruning_fraction"]), seed=int(split_cfg["seed"]))
-    study = StudySettings(layers=shap_cfg.get("layers"), pooling=probe_cfg["pooling"],
-                          reuse_prefix=bool(shap_cfg["reuse_prefix"]), max_length=int(probe_cfg["max_length"]),
-                          split=split, prune_step=int(prune_cfg["step"]),
-                          stereoset_items=prune_cfg.get("stereoset_items_per_country"),
-                          batch_size=int(prune_cfg["batch_size"]))
-    probe = ProbeSettings(learning_rate=float(probe_cfg["learning_rate"]), epochs=int(probe_cfg["epochs"]),
-                          batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
-                          finetune=bool(probe_cfg["finetune"]), seed=seed)
-    shapley = ShapleySettings(permutations=int(shap_cfg["permutations"]), antithetic=bool(shap_cfg["antithetic"]),
-                              step=shap_cfg.get("step"), max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"],
-                              seed=int(shap_cfg["seed"]))
-    return study, probe, shapley
 
 
 @stage("heads-probe")
@@ -90,8 +30,9 @@ def heads_probe(args: argparse.Namespace) -> None:
     import torch
 
     from stereolens.io import write_csv, write_json
-    from stereolens.models import load_model, spec_from_config
-    from stereolens.studies.heads.attribution import analyse_countries
+    from stereolens.stages.kit import load_stage_model, model_label
+    from stereolens.studies.heads.attribution import analyse_countries, study_settings
+    from stereolens.studies.heads.inputs import model_layer_count, read_instances
     from stereolens.tracking import stage_run
 
     p = load_params("model", "study.heads", "tracking", "seed", path=args.params)
@@ -103,18 +44,21 @@ def heads_probe(args: argparse.Namespace) -> None:
     torch.set_num_threads(max(1, int(cfg.get("threads") or torch.get_num_threads())))
     sources = sorted(set(instances["source"].astype(str)))
     countries = sorted(set(instances["country"].astype(str)))
-    with stage_run(tracking, PROBE_RUN, model=model_cfg["id"], axes={"country": countries, "value": [shapley.value]},
-                   params={"model": model_cfg, "study": cfg}, tags={"instance_sources": ",".join(sources)}) as run:
+    with stage_run(tracking, PROBE_RUN, model=model_label(model_cfg),
+                   axes={"country": countries, "value": [shapley.value]}, params={"model": model_cfg, "study": cfg},
+                   tags={"instance_sources": ",".join(sources)}) as run:
         run.log_dataset(instances_path, name="stereo_instances")
         start = time.perf_counter()
-        lm = load_model(spec_from_config(model_cfg))
+        # Never the Ray executor: the head gates are hooks on this process's attention modules, and the
+        # probe trains on (and may fine-tune) the model object itself; a remote actor offers neither.
+        lm = load_stage_model(model_cfg, executor=False)
         shap_table, sweep_table, summaries = analyse_countries(
             lm.model, lm.tokenizer, model_cfg["kind"], instances, study, probe_settings, shapley)
         elapsed = time.perf_counter() - start
         write_csv(OUT_DATA / "shapley.csv", shap_table)
         write_csv(OUT_DATA / "sweeps.csv", sweep_table)
         write_json(OUT_DATA / "probe.json", {
-            "model": model_cfg["id"], "kind": model_cfg["kind"], "instances": str(instances_path),
+            "model": model_label(model_cfg), "kind": model_cfg["kind"], "instances": str(instances_path),
             "instance_sources": sources, "seconds": elapsed, "countries": summaries,
         })
         for s in summaries:
@@ -130,16 +74,12 @@ def heads_probe(args: argparse.Namespace) -> None:
 @stage("heads-report")
 def heads_report(args: argparse.Namespace) -> None:
     """Tables, Figures 2/F1-F6 shapes, summary.json and report.md of the heads study."""
-    from stereolens.io import read_csv_checked
+    from stereolens.studies.heads.inputs import read_probe_outputs
     from stereolens.studies.heads.report import write_report
     from stereolens.tracking import stage_run
 
     p = load_params("model.id", "study.heads", "tracking", path=args.params)
-    shap = read_csv_checked(OUT_DATA / "shapley.csv", ("country", "layer", "head", "shapley", "se", "rank"),
-                            what="heads Shapley table")
-    sweeps = read_csv_checked(OUT_DATA / "sweeps.csv", ("country", "direction", "n_removed", "probe_value"),
-                              what="heads sweeps table")
-    probe = json.loads((OUT_DATA / "probe.json").read_text(encoding="utf-8"))
+    shap, sweeps, probe = read_probe_outputs(OUT_DATA)
     summary = write_report(shap, sweeps, probe, p["study.heads"], OUT_REPORT, model_id=p["model.id"])
     countries = [c["country"] for c in probe["countries"]]
     with stage_run(p["tracking"], REPORT_RUN, model=p["model.id"], params={"study": p["study.heads"]},
