@@ -183,8 +183,8 @@ def report_markdown(
     ``provenance["human"]`` maps a language to where its H matrix came from (the published survey or
     judgements through QC); ``coverage`` maps a language to :func:`stereolens.studies.leakage.stages.scores_coverage`.
     """
-    baseline_available = any(s["baseline_available"] for s in fit_summaries)
-    label = edges_label(baseline_available)
+    without = [f"{s['panel']} -> {s['target_language']}" for s in fit_summaries if not s["baseline_available"]]
+    label = edges_label(not without)
     reported = [e for e in edges if e.get("configured", True) and e.get("converged", True)]
     unconverged = [e for e in edges if e.get("configured", True) and not e.get("converged", True)]
     configured = fit_summaries[0]["missing"] if fit_summaries else "zero"
@@ -192,8 +192,9 @@ def report_markdown(
              f"**{len(reported)} {label}** (missing human cells: "
              f"{'filled with 0, the reference code' if configured == 'zero' else 'dropped'}"
              f"{'; ' + str(len(unconverged)) + ' more from fits that did not converge, not reported' if unconverged else ''}).", ""]
-    if not baseline_available:
-        lines += ["No monolingual baseline LM_tgt was configured, so the beta term of Equation 1 is omitted: a "
+    if without:
+        lines += [f"No monolingual baseline LM_tgt in {len(without)} of {len(fit_summaries)} fits "
+                  f"({', '.join(without)}), so the beta term of Equation 1 is omitted there: a "
                   "significant alpha_l says the model's target-language scores go with language l's human ratings, "
                   "not that they go with them beyond what a monolingual model of the target language holds. "
                   "Read the edges as cross-language associations, not as leakage in the paper's sense.", ""]
