@@ -162,10 +162,10 @@ def test_choice_sample_mode_counts_nonmatching_never_drops(lex, causal):
     scores, generations, nonmatching = A.choice_scores(
         causal, lex, "ru", mode="sample", design="matching", groups=["woman"], n_samples=2, temperature=1.0
     )
-    assert len(generations) == 16 * 2  # every generation kept, matched or not
+    assert len(generations) == 34 * 2  # 17 pairs in both orders, 2 samples: every generation kept, matched or not
     assert set(generations["match"]) <= {"trait1", "trait2", "neither", "nonmatching"}
     row = nonmatching.iloc[0]
-    assert (row["language"], row["group"], row["n_generations"]) == ("ru", "woman", 32)
+    assert (row["language"], row["group"], row["n_generations"]) == ("ru", "woman", 68)
     assert row["n_nonmatching"] == (generations["match"] == "nonmatching").sum()
     assert scores["score"].between(0, 1).all()
 
