@@ -367,7 +367,7 @@ def leakage_fit(args: argparse.Namespace) -> None:
     baseline_path = SCORES_DIR / language / "baseline.csv"
     baseline = read_score_matrix(baseline_path, "baseline matrix") if manifest.get("baseline") else None
     terms = [human_term(lang) for lang in sorted(study["languages"], key=str.upper)]
-    missing = fit_cfg.get("missing")
+    missing = fit_cfg.get("missing", "zero")
     if missing not in MISSING_TREATMENTS:
         raise ConfigError(f"study.leakage.fit.missing must be one of {', '.join(MISSING_TREATMENTS)} "
                           f"(zero: the reference code's treatment; drop: leave the cells out), got {missing!r}")
@@ -497,7 +497,7 @@ def leakage_report(args: argparse.Namespace) -> None:
     n_unconverged_edges = sum(1 for e in edges if e["configured"] and not e["converged"])
     for e in reported:
         language = e["target"].lower()
-        model_id, method = e["panel"].split("/", 1)
+        model_id, method = e["panel"].rsplit("/", 1)
         target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
         q = qualitative_table(target, human, e["source"], e["target"], top_k=top_k, traits=lex.traits)
         q.insert(0, "panel", e["panel"])
