@@ -24,7 +24,8 @@ def lex():
 
 def test_seed_data_covers_table1_and_table2(lex):
     assert len(lex.traits) == 32 and lex.traits["pair_id"].nunique() == 16
-    assert sorted(lex.traits["polarity"].value_counts().tolist()) == [16, 16]
+    # seed 001 section 4.2.3: the conservative-progressive beliefs traits are non-polar
+    assert lex.traits["polarity"].value_counts().to_dict() == {"negative": 13, "positive": 13, "neutral": 6}
     assert len(lex.groups) == 30
     assert lex.groups["category"].value_counts().to_dict() == {"non-shared": 12, "shared/shared": 10, "shared/non-shared": 8}
     for lang in ("en", "ru", "zh", "hi"):
@@ -131,7 +132,7 @@ def _direct_logprob(causal, context: str, continuation: str) -> float:
 def test_choice_logprob_normalises_option_probabilities(lex, causal):
     scores, per_query, nonmatching = A.choice_scores(causal, lex, "en", design="matching", groups=["woman", "man"])
     assert nonmatching is None
-    assert len(per_query) == 2 * 16
+    assert len(per_query) == 2 * 34  # 17 matching pairs in both orders, 2 groups
     total = per_query[["p_trait1", "p_trait2", "p_neither"]].sum(axis=1)
     np.testing.assert_allclose(total, 1.0, atol=1e-9)
     # by hand for the first query: softmax over the three options' summed sub-token log-probs
@@ -144,11 +145,15 @@ def test_choice_logprob_normalises_option_probabilities(lex, causal):
 
 def test_same_polarity_designs(lex):
     pol = dict(zip(lex.traits["trait"], lex.traits["polarity"]))
-    for design, k, n in (("all", None, 240), ("cyclic", 2, 64), ("matching", None, 16)):
-        pairs = A.same_polarity_pairs(lex, design=design, opponents=k)
+    # by hand: 13 positive, 13 negative, 6 neutral traits; all = 2 C(13, 2) + C(6, 2) = 171; cyclic k = 2:
+    # 2 k per trait / 2 = 64; matching: 7 + 7 + 3 (an odd class pairs its last trait with its first)
+    for design, k, n in (("all", None, 171), ("cyclic", 2, 64), ("matching", None, 17)):
+        pairs = A.same_polarity_pairs(lex, design=design, opponents=k, both_orders=False)
         assert len(pairs) == n
         assert all(pol[a] == pol[b] and a != b for a, b in pairs)
-    assert len(A.same_polarity_pairs(lex, design="matching", both_orders=True)) == 32
+        assert {t for pair in pairs for t in pair} == set(lex.trait_order)  # every trait compared
+    both = A.same_polarity_pairs(lex, design="matching")  # both orders by default
+    assert len(both) == 34 and set(both) == {(b, a) for a, b in both}
     assert A.select_groups(lex, ["category:shared/shared"])[:2] == ["woman", "disabled person"]
 
 
@@ -157,10 +162,10 @@ def test_choice_sample_mode_counts_nonmatching_never_drops(lex, causal):
     scores, generations, nonmatching = A.choice_scores(
         causal, lex, "ru", mode="sample", design="matching", groups=["woman"], n_samples=2, temperature=1.0
     )
-    assert len(generations) == 16 * 2  # every generation kept, matched or not
+    assert len(generations) == 34 * 2  # 17 pairs in both orders, 2 samples: every generation kept, matched or not
     assert set(generations["match"]) <= {"trait1", "trait2", "neither", "nonmatching"}
     row = nonmatching.iloc[0]
-    assert (row["language"], row["group"], row["n_generations"]) == ("ru", "woman", 32)
+    assert (row["language"], row["group"], row["n_generations"]) == ("ru", "woman", 68)
     assert row["n_nonmatching"] == (generations["match"] == "nonmatching").sum()
     assert scores["score"].between(0, 1).all()
 
@@ -209,7 +214,7 @@ def test_choice_auto_mode_uses_logprobs_on_the_tiny_causal_lm(lex, causal, tmp_p
     study = {"choice": {"mode": "auto", "design": "matching", "groups": ["woman"]}}
     done = score_model(causal, "causal", ["choice"], lex, "en", study, None, tmp_path)["choice"]
     assert (done["mode_requested"], done["mode"]) == ("auto", "logprob")
-    assert (done["design"], done["n_groups"], done["groups"], done["queries"]) == ("matching", 1, ["woman"], 16)
+    assert (done["design"], done["n_groups"], done["groups"], done["queries"]) == ("matching", 1, ["woman"], 34)
     assert not (tmp_path / "choice_nonmatching.csv").exists()
     # the same numbers as asking for logprob explicitly
     explicit = A.choice_scores(causal, lex, "en", mode="logprob", design="matching", groups=["woman"])[0]

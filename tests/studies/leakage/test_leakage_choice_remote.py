@@ -34,15 +34,15 @@ def test_auto_mode_samples_on_a_chat_endpoint_and_records_it(server, tmp_path):
         A.choice_scores(chat, lex, "en", mode="logprob", design="matching", groups=["woman"])
     study = {"choice": {"mode": "auto", "design": "matching", "groups": ["woman"], "n_samples": 10}}
     done = score_model(chat, "chat", ["choice"], lex, "en", study, None, tmp_path / "out")["choice"]
-    assert (done["mode_requested"], done["mode"], done["n_samples"], done["queries"]) == ("auto", "sample", 10, 16)
-    assert server.calls == 16 * 10
+    assert (done["mode_requested"], done["mode"], done["n_samples"], done["queries"]) == ("auto", "sample", 10, 34)
+    assert server.calls == 34 * 10  # 17 matching pairs in both orders
     assert all("messages" in b and "logprobs" not in b for b in server.bodies)
     gens = pd.read_csv(tmp_path / "out" / "choice_queries.csv")
-    assert len(gens) == 160 and (gens["match"] == "nonmatching").all()
+    assert len(gens) == 340 and (gens["match"] == "nonmatching").all()
     assert gens["output"].str.startswith("echo").all()
     nm = pd.read_csv(tmp_path / "out" / "choice_nonmatching.csv")
-    assert nm[["language", "group", "n_generations", "n_nonmatching"]].values.tolist() == [["en", "woman", 160, 160]]
-    assert done["nonmatching"] == 160
+    assert nm[["language", "group", "n_generations", "n_nonmatching"]].values.tolist() == [["en", "woman", 340, 340]]
+    assert done["nonmatching"] == 340
 
 
 def test_auto_mode_uses_logprobs_on_a_completions_endpoint(server, tmp_path):
@@ -51,7 +51,7 @@ def test_auto_mode_uses_logprobs_on_a_completions_endpoint(server, tmp_path):
     assert A.resolve_choice_mode(completion, "auto") == "logprob"
     scores, per_query, nonmatching = A.choice_scores(completion, lex, "en", mode="auto", design="matching",
                                                      groups=["woman"])
-    assert nonmatching is None and len(per_query) == 16
+    assert nonmatching is None and len(per_query) == 34
     assert all(b.get("echo") is True for b in server.bodies)
     # the toy log-probability depends on token length only: the options' shares follow it exactly
     total = per_query[["p_trait1", "p_trait2", "p_neither"]].sum(axis=1)

@@ -58,7 +58,7 @@ def _check_recovers_ru(fit, target="HI"):
 
 def test_known_answer_synthetic_human_matrices():
     human = synthetic_human()
-    fit = fit_leakage(leaky_target(human), human, "hi")
+    fit = fit_leakage(leaky_target(human), human, "hi", missing="drop")
     _check_recovers_ru(fit)
     assert "LM_HI" not in set(fit.coefficients["term"])
     assert any("no monolingual baseline" in n for n in fit.notes)
@@ -107,13 +107,13 @@ def test_missing_cells_dropped_or_zero_filled_and_scaling():
     zeroed, _ = design_table(target, human, target_language="hi", missing="zero")
     assert len(zeroed) == 960 and len(dropped) < len(zeroed)
     assert not dropped.isna().any().any()
-    fit_drop = fit_leakage(target, human, "hi").summary()
+    fit_drop = fit_leakage(target, human, "hi", missing="drop").summary()
     fit_zero = fit_leakage(target, human, "hi", missing="zero").summary()
     assert fit_drop["n_dropped_missing_human"] == 960 - len(dropped) == fit_zero["n_zero_filled_missing_human"]
     assert fit_drop["n_obs"] == len(dropped) and fit_zero["n_dropped_missing_human"] == 0
-    std, _ = design_table(target, human, target_language="hi", scale="standardised")
+    std, _ = design_table(target, human, target_language="hi", scale="standardised", missing="drop")
     assert std["y"].mean() == pytest.approx(0, abs=1e-9) and std["H_RU"].std(ddof=0) == pytest.approx(1)
-    fit = fit_leakage(target, human, "hi", scale="standardised")
+    fit = fit_leakage(target, human, "hi", scale="standardised", missing="drop")
     assert fit.coefficients.set_index("term").loc["H_RU", "p"] < 0.05
 
 
@@ -121,7 +121,7 @@ def test_degenerate_optimum_is_not_kept():
     """On these matrices L-BFGS reports convergence at a singular random-effects covariance (llf = +inf,
     trait variance 0, intercept SE ~3e7); the fit keeps the best finite converged optimum instead."""
     human = synthetic_human()
-    fit = fit_leakage(leaky_target(human), human, "hi")
+    fit = fit_leakage(leaky_target(human), human, "hi", missing="drop")
     tried = {c["method"]: c for c in fit.summary()["optimisers_tried"]}
     assert tried["lbfgs"]["converged"] and tried["lbfgs"]["llf"] is None  # the degenerate one
     assert fit.converged and fit.optimiser != "lbfgs"
@@ -132,7 +132,7 @@ def test_degenerate_optimum_is_not_kept():
 
 def test_no_converged_optimiser_keeps_the_highest_likelihood():
     human = synthetic_human(1)
-    fit = fit_leakage(leaky_target(human, seed=2), human, "hi", maxiter=1)
+    fit = fit_leakage(leaky_target(human, seed=2), human, "hi", maxiter=1, missing="drop")
     s = fit.summary()
     assert s["converged"] is False and not any(c["converged"] for c in s["optimisers_tried"])
     finite = [c for c in s["optimisers_tried"] if c["llf"] is not None]

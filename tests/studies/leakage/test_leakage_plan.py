@@ -18,20 +18,20 @@ def _counts(rows):
 
 def test_default_design_counts_by_hand():
     # one template per language; 30 groups + the generic prior x 32 traits, one word each = 31 x 32;
-    # matching design: 16 traits per polarity paired once = 8 + 8 pairs, x 10 shared/shared groups = 160
-    # queries, 3 options each (log-probability mode for a causal model)
+    # matching design: 13 positive, 13 negative, 6 neutral traits paired once = 7 + 7 + 3 pairs, in both orders,
+    # x 10 shared/shared groups = 340 queries, 3 options each (log-probability mode for a causal model)
     rows = plan_requests(["leakage"], ["language=en"])
     assert _counts(rows) == {("en", "ilps: continuation scores"): 31 * 32,
-                             ("en", "choice: continuation scores"): 3 * 10 * 16}
+                             ("en", "choice: continuation scores"): 3 * 10 * 17 * 2}
 
 
 def test_paper_choice_design_and_sampling_mode_by_hand():
-    # design all, both orders: 2 polarities x C(16, 2) = 240 pairs, x 2 orders, x 30 groups;
+    # design all, both orders: 2 C(13, 2) + C(6, 2) = 171 pairs, x 2 orders, x 30 groups;
     # a chat model cannot score given continuations, so it samples n_samples answers per query
     rows = plan_requests(["leakage"], ["language=ru", "study.leakage.choice.design=all",
                                        "study.leakage.choice.both_orders=true", "study.leakage.choice.groups=null",
                                        "study.leakage.choice.n_samples=3", "model=openai_chat"])
-    assert _counts(rows) == {("ru", "choice: generations"): 3 * 30 * 2 * 2 * 120}
+    assert _counts(rows) == {("ru", "choice: generations"): 3 * 30 * 2 * 171}
 
 
 def test_language_filter_and_cli(capsys):

@@ -76,8 +76,32 @@ def test_leakage_stages_end_to_end(tmp_path, monkeypatch, data_mirror, tiny_caus
     assert (choice_cov["n_groups"], choice_cov["groups"]) == (3, ["woman", "Texan", "man"])  # seed order
     assert summary["coverage"]["HI"]["tiny/ilps"]["templates"] == ["hote"]
     assert "3 of the groups (woman, Texan, man)" in text and "1 template(s) (hote)" in text
-    # rows dropped for missing human cells, per fit, in the summary and on the page
+    # rows zero-filled for missing human cells (the default), per fit, in the summary and on the page; the
+    # other treatment (drop) fitted beside it
     hi_fit = next(f for f in summary["fits"] if f["panel"] == "tiny/ilps" and f["target"] == "HI")
-    assert hi_fit["n_dropped_missing_human"] == fit["n_dropped_missing_human"] > 0
-    assert f"{fit['n_dropped_missing_human']} (group, trait) rows dropped for a missing human cell" in text
-    assert set(pd.read_csv(report / "coefficients.csv")["converged"]) <= {True, False}
+    assert hi_fit["missing_human"] == "zero" and hi_fit["n_obs"] == 960
+    assert hi_fit["n_zero_filled_missing_human"] == fit["n_zero_filled_missing_human"] > 0
+    assert f"{fit['n_zero_filled_missing_human']} (group, trait) rows with a missing human cell zero-filled" in text
+    alt = json.loads(Path("data/processed/leakage/fit/hi/tiny/ilps/alternative_missing/fit.json").read_text())
+    assert alt["missing"] == "drop" and alt["n_dropped_missing_human"] == fit["n_zero_filled_missing_human"]
+    coefficients = pd.read_csv(report / "coefficients.csv")
+    assert set(coefficients["converged"]) <= {True, False}
+    assert set(coefficients["missing"]) == {"zero", "drop"} and set(coefficients["configured"]) == {True, False}
+    assert summary["missing_human_cells"]["configured"] == "zero" and summary["missing_human_cells"]["alternative"] == "drop"
+    # Holm and BH over the non-target terms: EN and HI fits x ilps and choice, one other language each = 4 tests
+    mc = summary["multiple_comparisons"]
+    assert mc["n_tests"] == 4 and "Holm" in mc["legend"] and "Benjamini-Hochberg" in mc["legend"]
+    assert mc["legend"] in text
+    family = coefficients[coefficients["p_holm"].notna()]
+    assert len(family) == 8 and set(family["term"].str[2:] != family["target"]) == {True}
+    # every edge counted in the headline comes from a converged fit of the configured treatment
+    edges = json.loads((report / "edges.json").read_text())
+    assert summary["n_edges"] == sum(e["configured"] and e["converged"] for e in edges)
+    # HI has no baseline: the headline does not call the edges leakage
+    assert not summary["baseline_available_all_fits"]
+    assert any(k.startswith("cross-language association edges") for k in summary["headline"])
+    # the choice task in both orders by default, its position bias per language
+    assert choice_cov["both_orders"] is True and choice_cov["pairs_per_group"] == 34
+    bias = summary["position_bias"]["tiny/choice"]
+    assert set(bias) == {"EN", "HI"} and all(0 <= v <= 1 for v in bias.values())
+    assert "Position bias of the choice task" in text

@@ -85,6 +85,8 @@ _LEXICON_FILES = {
     ),
 }
 TRANSLATION_STATUSES = frozenset({"original", "authored", "reviewed"})
+# neutral: the non-polar traits (seed 001 section 4.2.3), compared only with each other in the choice task
+POLARITIES = frozenset({"positive", "negative", "neutral"})
 
 
 def load_lexicon(seed_dir: str | os.PathLike = "data/seed/leakage") -> Lexicon:
@@ -101,6 +103,10 @@ def load_lexicon(seed_dir: str | os.PathLike = "data/seed/leakage") -> Lexicon:
                     f" is not one of {', '.join(sorted(TRANSLATION_STATUSES))}"
                 )
         tables[key] = df
+    bad = tables["traits"].index[~tables["traits"]["polarity"].isin(POLARITIES)]
+    if len(bad):
+        raise DataError(f"{seed_dir / 'traits.csv'} line {bad[0] + 2}, column polarity: "
+                        f"{tables['traits'].loc[bad[0], 'polarity']!r} is not one of {', '.join(sorted(POLARITIES))}")
     lex = Lexicon(**tables)
     traits, groups = set(lex.traits["trait"]), set(lex.groups["group"])
     for name, df, col, known in (
@@ -886,14 +892,15 @@ class ChoiceQuery:
 
 def same_polarity_pairs(
     lex: Lexicon, *, design: Literal["all", "cyclic", "matching"] = "all", opponents: int | None = None,
-    both_orders: bool = False,
+    both_orders: bool = True,
 ) -> list[tuple[str, str]]:
-    """Trait pairs of the same polarity (positive with positive, negative with negative).
+    """Trait pairs of the same polarity class (positive with positive, negative with negative, neutral
+    with neutral: traits.csv ``polarity``), each also asked with the traits swapped when ``both_orders``.
 
-    ``all``: every pair (120 per polarity for the ABC traits, the paper's design).
-    ``cyclic``: each trait against the next ``opponents`` traits of its polarity in table order
-    (every trait in 2k comparisons).  ``matching``: consecutive traits of the polarity paired
-    once (every trait in exactly one comparison per group; the cheapest balanced design).
+    ``all``: every pair of a class (the paper's design).  ``cyclic``: each trait against the next
+    ``opponents`` traits of its class in table order (every trait in 2k comparisons).  ``matching``:
+    consecutive traits of the class paired once (every trait in one comparison per group, the cheapest
+    design); in a class of odd size the last trait is paired with the first, which so gets two.
     """
     pairs: list[tuple[str, str]] = []
     for _, block in lex.traits.groupby("polarity", sort=True):
@@ -908,9 +915,9 @@ def same_polarity_pairs(
             if len(names) % 2 == 0 and k == len(names) // 2:
                 chosen = chosen[: len(chosen) - len(names) // 2]  # the opposite pairs appear twice otherwise
         elif design == "matching":
-            if len(names) % 2:
-                raise ConfigError(f"choice design matching needs an even number of {block['polarity'].iloc[0]} traits")
-            chosen = [(names[i], names[i + 1]) for i in range(0, len(names), 2)]
+            if len(names) < 2:
+                raise ConfigError(f"choice design matching needs two {block['polarity'].iloc[0]} traits or more")
+            chosen = [(names[i], names[(i + 1) % len(names)]) for i in range(0, len(names), 2)]
         else:
             raise ConfigError(f"choice design must be all, cyclic or matching, got {design!r}")
         pairs.extend(chosen)
@@ -1109,7 +1116,7 @@ def choice_scores(
     mode: ChoiceMode = "auto",
     design: Literal["all", "cyclic", "matching"] = "all",
     opponents: int | None = None,
-    both_orders: bool = False,
+    both_orders: bool = True,
     n_samples: int = 10,
     temperature: float = 1.0,
     seed: int = 0,

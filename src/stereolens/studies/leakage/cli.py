@@ -1,7 +1,7 @@
 """``stereolens leakage fit`` and ``stereolens leakage human``: the study on your own files, outside DVC.
 
     stereolens leakage fit --human DIR --model-scores FILE --target LANG \\
-        [--baseline FILE] [--scale raw|standardised] [--missing drop|zero] --output DIR
+        [--baseline FILE] [--scale raw|standardised] [--missing zero|drop] --output DIR
 
 ``DIR`` holds ``H_<LANG>.csv`` files; ``FILE`` and the baseline use the same layout
 (first column ``Traits``, one column per group, empty cells missing).  Writes
@@ -53,6 +53,9 @@ def run_fit(args: argparse.Namespace) -> int:
     out = Path(args.output)
     write_csv(out / "coefficients.csv", fit.coefficients)
     edges = leakage_edges(fit, alpha=args.alpha)
+    if not fit.converged:
+        print(f"note: the fit did not converge; its {len(leakage_edges(fit, alpha=args.alpha, converged_only=False))} "
+              "edge(s) are not reported")
     write_json(out / "edges.json", edges)
     write_json(out / "fit.json", fit.summary())
     print(fit.coefficients.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
@@ -73,7 +76,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", required=True, help="target language code (e.g. HI)")
     p.add_argument("--baseline", default=None, help="monolingual LM matrix for the target language (optional)")
     p.add_argument("--scale", choices=("raw", "standardised"), default="raw")
-    p.add_argument("--missing", choices=("drop", "zero"), default="drop", help="missing human cells: drop (default) or 0")
+    p.add_argument("--missing", choices=("zero", "drop"), default="zero",
+                   help="missing human cells: 0 (default, the reference code's treatment) or drop")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level for edges and CIs")
     p.add_argument("--lexicon", default="data/seed/leakage",
                    help="folder with traits.csv and groups.csv (default data/seed/leakage): unknown traits or groups "
@@ -88,14 +92,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     human.add_argument("--name-map", default=None, help="survey group name map (default data/seed/leakage/survey_group_names.csv)")
     human.add_argument("--min-foreign-nonshared", type=int, default=None,
                        help="annotators needed to report a group unique to another country (default 5, the published rule)")
+    human.add_argument("--min-annotators-per-group", type=int, default=None,
+                       help="annotators needed to report any group (default 5, study.leakage.min_annotators_per_group; "
+                            "1 reproduces the published files)")
     human.set_defaults(func=run_human)
 
 
 def run_human(args: argparse.Namespace) -> int:
-    from stereolens.studies.leakage.matrices import DEFAULT_MIN_FOREIGN_NONSHARED, survey_to_matrices, write_matrices
+    from stereolens.studies.leakage.matrices import (DEFAULT_MIN_FOREIGN_NONSHARED, MIN_ANNOTATORS_PER_GROUP,
+                                                     survey_to_matrices, write_matrices)
 
     minimum = DEFAULT_MIN_FOREIGN_NONSHARED if args.min_foreign_nonshared is None else args.min_foreign_nonshared
-    matrices = survey_to_matrices(Path(args.survey), args.languages, args.name_map, min_foreign_nonshared=minimum)
+    per_group = MIN_ANNOTATORS_PER_GROUP if args.min_annotators_per_group is None else args.min_annotators_per_group
+    matrices = survey_to_matrices(Path(args.survey), args.languages, args.name_map, min_foreign_nonshared=minimum,
+                                  min_annotators=per_group)
     for path in write_matrices(matrices, args.output):
         print(f"wrote {path}")
     return 0

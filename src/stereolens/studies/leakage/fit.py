@@ -2,9 +2,10 @@
 
 MLLM_tgt = sum_l alpha_l H_l + beta LM_tgt + C, fitted with statsmodels MixedLM
 and a random intercept per trait (as AnnaSou/Stereotype_Leakage ``mixed_effect.py``),
-one row per (group, trait) cell.  Differences from that code are parameters:
-missing human cells are dropped by default (``missing="zero"`` reproduces its
-zero-filling) and scores are used ``raw`` (default) or ``standardised``
+one row per (group, trait) cell.  Missing human cells are filled with 0 by default
+(``missing="zero"``, that code's treatment: a culture that did not rate a group holds
+no stereotype of it, the premise of seed 001 section 4.2.4); ``missing="drop"`` leaves
+those cells out instead.  Scores are used ``raw`` (default) or ``standardised``
 (z-scored per column over the fitted rows).  The baseline term is left out, and
 the output says so, when no monolingual model matrix is given.
 """
@@ -24,6 +25,7 @@ from stereolens.errors import ConfigError, DataError
 
 Scale = Literal["raw", "standardised"]
 Missing = Literal["drop", "zero"]
+MISSING_TREATMENTS = ("zero", "drop")
 COEFFICIENT_COLUMNS = ["term", "estimate", "se", "z", "p", "ci_low", "ci_high"]
 OPTIMISERS = ("lbfgs", "bfgs", "powell", "nm")
 
@@ -91,7 +93,7 @@ def design_table(
     *,
     baseline: pd.DataFrame | None = None,
     target_language: str,
-    missing: Missing = "drop",
+    missing: Missing = "zero",
     scale: Scale = "raw",
 ) -> tuple[pd.DataFrame, list[str]]:
     """One row per (trait, group) with columns y, H_<LANG>..., LM_<TGT>; the notes on what was dropped."""
@@ -149,7 +151,7 @@ def fit_leakage(
     *,
     baseline: pd.DataFrame | None = None,
     scale: Scale = "raw",
-    missing: Missing = "drop",
+    missing: Missing = "zero",
     alpha: float = 0.05,
     optimisers: Sequence[str] = OPTIMISERS,
     maxiter: int | None = None,
@@ -265,8 +267,17 @@ def _select_result(results: Sequence[tuple[str, Any]]) -> tuple[str, Any] | None
     return max(pool, key=lambda mr: float(mr[1].llf))
 
 
-def leakage_edges(fit: LeakageFit, *, alpha: float = 0.05, model: str | None = None) -> list[dict[str, Any]]:
-    """Significant positive effects of a non-target language's human stereotypes (source -> target)."""
+def leakage_edges(
+    fit: LeakageFit, *, alpha: float = 0.05, model: str | None = None, converged_only: bool = True
+) -> list[dict[str, Any]]:
+    """Significant positive effects of a non-target language's human stereotypes (source -> target).
+
+    Each edge carries the fit's ``converged`` flag and ``missing`` treatment.  A fit that did not converge
+    gives no edges unless ``converged_only`` is False: its p-values rest on an optimum statsmodels
+    did not confirm.
+    """
+    if converged_only and not fit.converged:
+        return []
     target = fit.target_language.upper()
     edges = []
     for row in fit.coefficients.itertuples(index=False):
@@ -276,11 +287,54 @@ def leakage_edges(fit: LeakageFit, *, alpha: float = 0.05, model: str | None = N
         if source == target or not (row.estimate > 0 and row.p < alpha):
             continue
         edge = {"source": source, "target": target, "estimate": float(row.estimate), "p": float(row.p),
-                "se": float(row.se), "ci_low": float(row.ci_low), "ci_high": float(row.ci_high)}
+                "se": float(row.se), "ci_low": float(row.ci_low), "ci_high": float(row.ci_high),
+                "converged": bool(fit.converged), "missing": fit.missing}
         if model is not None:
             edge = {"model": model, **edge}
         edges.append(edge)
     return edges
+
+
+def non_target_family(coefficients: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a stacked coefficient table (``target`` column) that are leakage tests: human terms
+    of a language other than the target.  Their p-values are one family for multiple-comparison
+    corrections (the target's own H term and the baseline test something else)."""
+    terms = coefficients["term"].astype(str)
+    is_human = terms.str.startswith("H_")
+    return coefficients[is_human & (terms.str[2:] != coefficients["target"].astype(str).str.upper())
+                        & coefficients["p"].notna()]
+
+
+def with_edge_corrections(
+    coefficients: pd.DataFrame, edges: Sequence[Mapping[str, Any]], *, alpha: float = 0.05
+) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Holm and Benjamini-Hochberg over the leakage tests, beside the paper's p < alpha rule.
+
+    ``coefficients`` stacks every fit (columns panel, target, missing, term, p, ...); the family is
+    every non-target human term (:func:`non_target_family`) of one missing-cell treatment, i.e. every
+    edge the report could have drawn.  Returns the table with ``p_holm``, ``p_bh``, ``significant_holm``,
+    ``significant_bh`` (NaN / False outside the family) and the edges with their adjusted p-values.
+    """
+    from stereolens.stats.multiple import add_corrections
+
+    family = non_target_family(coefficients)
+    corrected = add_corrections(family, p_col="p", alpha=alpha, family=family["missing"])
+    out = coefficients.copy()
+    for col in ("p_holm", "p_bh"):
+        out[col] = corrected[col].reindex(out.index)
+    for col in ("significant_holm", "significant_bh"):
+        out[col] = corrected[col].reindex(out.index).fillna(False).astype(bool)
+    keyed = out.set_index(["panel", "target", "missing", "term"])
+    adjusted = []
+    for e in edges:
+        row = keyed.loc[(e["panel"], e["target"], e["missing"], human_term(e["source"]))]
+        adjusted.append({**e, "p_holm": float(row["p_holm"]), "p_bh": float(row["p_bh"])})
+    return out, adjusted
+
+
+def family_size(coefficients: pd.DataFrame, missing: str) -> int:
+    """How many leakage tests one treatment's family holds (the n of the correction legend)."""
+    return int((non_target_family(coefficients)["missing"] == missing).sum())
 
 
 def beta_table(

@@ -40,7 +40,7 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
                 elif method == "choice":
                     c = study.get("choice", {})
                     pairs = A.same_polarity_pairs(lex, design=c.get("design", "all"), opponents=c.get("opponents"),
-                                                  both_orders=bool(c.get("both_orders", False)))
+                                                  both_orders=bool(c.get("both_orders", True)))
                     queries = A.choice_queries(lex, language, pairs, A.select_groups(lex, c.get("groups")))
                     mode = _choice_mode(c.get("mode", "auto"), kind)
                     if mode == "logprob":

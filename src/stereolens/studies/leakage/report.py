@@ -65,6 +65,42 @@ def flow_figure(
     return save_figure(fig, stem)
 
 
+def edges_label(baseline_available: bool) -> str:
+    """What the significant non-target coefficients are.  Equation 1 reads alpha_l as leakage net of what a
+    monolingual model of the target language already holds (beta LM_tgt); without that term an alpha_l is
+    only an association of the model's scores with another language's human ratings."""
+    if baseline_available:
+        return "leakage edges"
+    return "cross-language association edges (no monolingual baseline: not leakage net of LM_tgt)"
+
+
+def position_bias_by_panel(coverage: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """The choice task's first-listed-wins share per model/method and language, from the scores coverage."""
+    out: dict[str, dict[str, float | None]] = {}
+    for lang, per in coverage.items():
+        for panel, c in per.items():
+            if isinstance(c, Mapping) and "first_listed_wins" in c:
+                out.setdefault(panel, {})[lang] = c["first_listed_wins"]
+    return out
+
+
+def edge_sets_side_by_side(coefficients: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Every non-target coefficient that is an edge under either missing-cell treatment, with its estimate,
+    p and edge status under each (columns suffixed with the treatment)."""
+    from stereolens.studies.leakage.fit import non_target_family
+
+    family = non_target_family(coefficients).copy()
+    family["edge"] = (family["estimate"] > 0) & (family["p"] < alpha) & family["converged"].astype(bool)
+    keys = ["panel", "source", "target"]
+    family["source"] = family["term"].str[2:]
+    wide = family.pivot_table(index=keys, columns="missing", values=["estimate", "p", "edge"], aggfunc="first")
+    wide.columns = [f"{value}_{treatment}" for value, treatment in wide.columns]
+    edge_cols = [c for c in wide.columns if c.startswith("edge_")]
+    wide = wide[wide[edge_cols].fillna(False).astype(bool).any(axis=1)]
+    order = [f"{v}_{t}" for t in ("zero", "drop") for v in ("estimate", "p", "edge") if f"{v}_{t}" in wide.columns]
+    return wide[order].reset_index()
+
+
 def _md_table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
     if df.empty:
         return "_(empty)_\n"
@@ -136,13 +172,32 @@ def report_markdown(
     nonmatching: pd.DataFrame | None,
     provenance: Mapping[str, Any],
     coverage: Mapping[str, Mapping[str, Any]] | None = None,
+    alpha: float = 0.05,
+    correction_legend: str = "",
+    position_bias: Mapping[str, Mapping[str, float | None]] | None = None,
 ) -> str:
     """The report page: what was measured, with which terms, and where the data came from.
 
+    ``edges`` are every fit's edges (keys ``configured``, ``converged``, ``missing``, ``p_holm``, ``p_bh``):
+    the reported ones are those of the configured missing-cell treatment from fits that converged.
     ``provenance["human"]`` maps a language to where its H matrix came from (the published survey or
     judgements through QC); ``coverage`` maps a language to :func:`stereolens.studies.leakage.stages.scores_coverage`.
     """
-    lines = [f"# Stereotype leakage (seed 001): {model_id}", ""]
+    without = [f"{s['panel']} -> {s['target_language']}" for s in fit_summaries if not s["baseline_available"]]
+    label = edges_label(not without)
+    reported = [e for e in edges if e.get("configured", True) and e.get("converged", True)]
+    unconverged = [e for e in edges if e.get("configured", True) and not e.get("converged", True)]
+    configured = fit_summaries[0]["missing"] if fit_summaries else "zero"
+    lines = [f"# Stereotype leakage (seed 001): {model_id}", "",
+             f"**{len(reported)} {label}** (missing human cells: "
+             f"{'filled with 0, the reference code' if configured == 'zero' else 'dropped'}"
+             f"{'; ' + str(len(unconverged)) + ' more from fits that did not converge, not reported' if unconverged else ''}).", ""]
+    if without:
+        lines += [f"No monolingual baseline LM_tgt in {len(without)} of {len(fit_summaries)} fits "
+                  f"({', '.join(without)}), so the beta term of Equation 1 is omitted there: a "
+                  "significant alpha_l says the model's target-language scores go with language l's human ratings, "
+                  "not that they go with them beyond what a monolingual model of the target language holds. "
+                  "Read the edges as cross-language associations, not as leakage in the paper's sense.", ""]
     lines += _human_lines(provenance.get("human") or {})
     lines += [
         f"Model prompts and templates: {provenance.get('translation_note', '')}",
@@ -150,23 +205,43 @@ def report_markdown(
     ]
     if coverage:
         lines += ["## Coverage of the model scores", ""] + _coverage_lines(coverage) + [""]
+    if position_bias:
+        lines += ["## Position bias of the choice task", "",
+                  "Share of queries in which the first-listed trait beats the second (0.5 = no preference). "
+                  "Where each pair is asked in both orders the scores average the two, which cancels a constant "
+                  "preference for either position.", ""]
+        rows = [{"panel": panel, **{lang: v for lang, v in by.items()}} for panel, by in position_bias.items()]
+        lines.append(_md_table(pd.DataFrame(rows)))
     lines += ["## Terms available per fit", ""]
     for s in fit_summaries:
         dropped = (f"{s.get('n_dropped_missing_human', 0)} (group, trait) rows dropped for a missing human cell"
                    if s["missing"] == "drop" else
                    f"{s.get('n_zero_filled_missing_human', 0)} (group, trait) rows with a missing human cell zero-filled")
-        conv = "converged" if s.get("converged") else "NOT converged"
+        conv = "converged" if s.get("converged") else "NOT converged (its edges are not reported)"
         lines.append(
             f"- {s['panel']} -> {s['target_language']}: terms {', '.join(s['terms'])} + intercept; "
             f"n = {s['n_obs']} cells, {s['n_traits']} traits; {dropped}; scale {s['scale']}; "
             f"MixedLM {conv} ({s.get('optimiser') or 'optimiser not recorded'}). "
             + " ".join(f"_{n}_" for n in s.get("notes", []))
         )
-    lines += ["", "## Leakage edges (non-target alpha > 0, p < 0.05)", ""]
-    if edges:
-        lines.append(_md_table(pd.DataFrame(edges)[["panel", "source", "target", "estimate", "p"]]))
+    lines += ["", f"## {label[0].upper()}{label[1:]} (non-target alpha > 0, p < {alpha:g}; the paper's rule)", ""]
+    if reported:
+        cols = [c for c in ["panel", "source", "target", "estimate", "p", "p_holm", "p_bh"] if c in reported[0]]
+        lines.append(_md_table(pd.DataFrame(reported)[cols]))
     else:
-        lines.append("No significant leakage edge.\n")
+        lines.append("No significant edge.\n")
+    if correction_legend:
+        lines += [correction_legend + " The paper's rule is uncorrected; an edge with p_holm or p_bh at or above "
+                  f"{alpha:g} does not survive that correction.", ""]
+    if unconverged:
+        lines += [f"Not reported: {len(unconverged)} edge(s) from fits whose MixedLM did not converge: "
+                  + ", ".join(f"{e['panel']} {e['source']}->{e['target']}" for e in unconverged) + ".", ""]
+    if "missing" in coefficients.columns and coefficients["missing"].nunique() > 1:
+        lines += ["### Edges under both treatments of missing human cells", "",
+                  "zero: missing cells filled with 0 (the reference code `mixed_effect.py`; a culture that did not rate "
+                  "a group holds no stereotype of it, so leakage through the non-shared groups of section 4.2.4 can "
+                  "show); drop: the cells left out (the non-shared groups leave the fit). "
+                  f"Configured: {configured}.", "", _md_table(edge_sets_side_by_side(coefficients, alpha))]
     lines += ["![flow](flow.png)", "", "## Coefficients", "", _md_table(coefficients)]
     lines += ["## Monolingual baseline coefficients (Table 3 shape)", ""]
     if beta.empty or beta.drop(columns=["model"]).isna().all().all():

@@ -81,7 +81,7 @@ def leakage_human(args: argparse.Namespace) -> None:
                         | {f"annotators_passed_{lang}": None for lang in published})
         provenance: dict[str, Any] = {}
         if published:
-            provenance.update(_published_matrices(Path(study["survey"]), published, run))
+            provenance.update(_published_matrices(Path(study["survey"]), published, run, min_annotators_per_group(study)))
         if survey_qc:
             provenance.update(_write_judgement_matrices(survey_qc, judg, run))
         write_json(HUMAN_DIR / "provenance.json", {lang: provenance[lang] for lang in langs})
@@ -104,26 +104,43 @@ def _human_source(provenance: dict[str, Any]) -> str:
     return least_human_source(v.get("annotation_source", "human") for v in provenance.values())
 
 
-def _published_matrices(survey: Path, langs: list[str], run: Any) -> dict[str, Any]:
-    """The seed 001 survey files -> H matrices, gated on reproducing the published aggregated files."""
-    from stereolens.studies.leakage.matrices import read_matrix, survey_annotation_counts, survey_file, survey_to_matrices, write_matrix
+def min_annotators_per_group(study: dict[str, Any]) -> int:
+    """The study's one minimum of annotators per group (both the published and the new-survey path)."""
+    from stereolens.studies.leakage.matrices import MIN_ANNOTATORS_PER_GROUP
+
+    value = study.get("min_annotators_per_group", MIN_ANNOTATORS_PER_GROUP)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"study.leakage.min_annotators_per_group must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _published_matrices(survey: Path, langs: list[str], run: Any, minimum: int) -> dict[str, Any]:
+    """The seed 001 survey files -> H matrices, gated on reproducing the published aggregated files, then the
+    study's minimum of annotators per group applied (the published files keep thinner shared groups)."""
+    from stereolens.studies.leakage.matrices import (apply_min_annotators, read_matrix, survey_annotation_counts,
+                                                     survey_file, survey_to_matrices, write_matrix)
     from stereolens.quality.gates import Expectation, run_gate
 
-    matrices = survey_to_matrices(survey, languages=langs)
+    reproduced = survey_to_matrices(survey, languages=langs)
+    counts = survey_annotation_counts(survey, languages=langs)
+    matrices, blanked = apply_min_annotators(reproduced, counts, minimum)
     rows = []
-    for lang, m in matrices.items():
-        write_matrix(m, HUMAN_DIR / f"H_{lang}.csv")
+    for lang, m in reproduced.items():
+        write_matrix(matrices[lang], HUMAN_DIR / f"H_{lang}.csv")
         published = survey / f"aggregated_data_{lang}.csv"
         if published.exists():
             ref = read_matrix(published).reindex(index=m.index, columns=m.columns)
             both = m.notna() & ref.notna()
             diff = (m - ref).abs()[both]
+            mine = blanked[blanked["language"] == lang]
             rows.append({"language": lang, "cells": int(m.size), "missing": int(m.isna().sum().sum()),
                          "missing_mismatch": int((m.isna() != ref.isna()).sum().sum()),
-                         "max_abs_diff": float(diff.max().max()) if both.any().any() else 0.0})
-    check = pd.DataFrame(rows, columns=["language", "cells", "missing", "missing_mismatch", "max_abs_diff"])
+                         "max_abs_diff": float(diff.max().max()) if both.any().any() else 0.0,
+                         "groups_below_min": len(mine), "cells_blanked_below_min": int(len(mine) * len(m.index))})
+    check = pd.DataFrame(rows, columns=["language", "cells", "missing", "missing_mismatch", "max_abs_diff",
+                                        "groups_below_min", "cells_blanked_below_min"])
     write_csv(HUMAN_DIR / "published_check.csv", check)
-    write_csv(HUMAN_DIR / "annotation_counts.csv", survey_annotation_counts(survey, languages=langs))
+    write_csv(HUMAN_DIR / "annotation_counts.csv", counts)
     if not check.empty:
         run_gate(check, [
             Expectation("expect_column_max_to_be_between", column="max_abs_diff", min_value=0, max_value=1e-6),
@@ -132,7 +149,11 @@ def _published_matrices(survey: Path, langs: list[str], run: Any) -> dict[str, A
            report_dir=HUMAN_GATES_DIR)
     checked = {r["language"]: r["max_abs_diff"] for r in rows}
     run.log_metrics({f"max_abs_diff_{lang}": checked.get(lang) for lang in langs})
-    return {lang: {"source": "published survey", "path": str(survey_file(survey, lang))} for lang in matrices}
+    return {lang: {"source": "published survey", "path": str(survey_file(survey, lang)),
+                   "min_annotators_per_group": minimum,
+                   "groups_below_min": [f"{r.group} (n = {r.n_annotators})"
+                                        for r in blanked[blanked["language"] == lang].itertuples()]}
+            for lang in matrices}
 
 
 def _judgement_matrices(study: dict[str, Any], judg: dict[str, Any], langs: list[str]) -> Any:
@@ -149,8 +170,13 @@ def _judgement_matrices(study: dict[str, Any], judg: dict[str, Any], langs: list
     if judg.get("checks"):
         checks = read_csv_checked(judg["checks"], ["annotator_id"], what="attention-check table",
                                   dtype={"annotator_id": str, "check_id": str})
+    qc = dict(judg.get("qc") or {})
+    if "min_annotations_per_group" in qc:
+        raise ConfigError("study.leakage.judgements.qc.min_annotations_per_group: set "
+                          "study.leakage.min_annotators_per_group instead (one rule for the published and new surveys)")
+    qc["min_annotations_per_group"] = min_annotators_per_group(study)
     out = judgements_to_matrices(judgements, languages=langs, traits=lex.trait_order, groups=lex.group_order,
-                                 qc=qc_config(judg.get("qc")), checks=checks)
+                                 qc=qc_config(qc), checks=checks)
     if out.ignored_languages:
         print(f"note: judgements for {', '.join(out.ignored_languages)} ignored (not in study.leakage.languages)")
     return out
@@ -205,6 +231,7 @@ def score_model(lm: Any, kind: str, methods: list[str], lex: Any, language: str,
                 cache: Any, out_dir: Path) -> dict[str, Any]:
     """Every configured method for one model and language; matrices and long tables under out_dir."""
     from stereolens.studies.leakage import association as A
+    from stereolens.studies.leakage.choice_order import first_listed_wins
 
     done: dict[str, Any] = {}
     templates = _templates(study, language)
@@ -228,21 +255,22 @@ def score_model(lm: Any, kind: str, methods: list[str], lex: Any, language: str,
             groups = A.select_groups(lex, c.get("groups"))
             long, per_query, nonmatching = A.choice_scores(
                 lm, lex, language, mode=requested, design=c.get("design", "all"), opponents=c.get("opponents"),
-                both_orders=bool(c.get("both_orders", False)), n_samples=int(c.get("n_samples", 10)),
+                both_orders=bool(c.get("both_orders", True)), n_samples=int(c.get("n_samples", 10)),
                 temperature=float(c.get("temperature", 1.0)), groups=groups, cache=cache,
                 batch_tokens=batch_tokens,
             )
             write_csv(out_dir / "choice_queries.csv", per_query)
+            extra["first_listed_wins"] = first_listed_wins(per_query)
             # choice_scores returns non-matching counts exactly when it sampled
             used = "logprob" if nonmatching is None else "sample"
             if nonmatching is not None:
                 write_csv(out_dir / "choice_nonmatching.csv", nonmatching)
                 extra["nonmatching"] = int(nonmatching["n_nonmatching"].sum())
             n_pairs = len(A.same_polarity_pairs(lex, design=c.get("design", "all"), opponents=c.get("opponents"),
-                                                both_orders=bool(c.get("both_orders", False))))
+                                                both_orders=bool(c.get("both_orders", True))))
             extra.update({
                 "mode_requested": requested, "mode": used, "design": c.get("design", "all"),
-                "both_orders": bool(c.get("both_orders", False)), "pairs_per_group": n_pairs,
+                "both_orders": bool(c.get("both_orders", True)), "pairs_per_group": n_pairs,
                 "n_groups": len(groups), "groups": groups,
                 "n_samples": int(c.get("n_samples", 10)) if used == "sample" else None,
                 "queries": n_pairs * len(groups),
@@ -320,7 +348,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
 @stage("leakage-fit", configure=_lang_arg)
 def leakage_fit(args: argparse.Namespace) -> None:
     """Mixed-effects leakage fit for every (model, method) scored in one target language."""
-    from stereolens.studies.leakage.fit import fit_leakage, human_term, leakage_edges
+    from stereolens.studies.leakage.fit import MISSING_TREATMENTS, fit_leakage, human_term, leakage_edges
     from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
     from stereolens.tracking import stage_run
 
@@ -339,6 +367,11 @@ def leakage_fit(args: argparse.Namespace) -> None:
     baseline_path = SCORES_DIR / language / "baseline.csv"
     baseline = read_score_matrix(baseline_path, "baseline matrix") if manifest.get("baseline") else None
     terms = [human_term(lang) for lang in sorted(study["languages"], key=str.upper)]
+    missing = fit_cfg.get("missing", "zero")
+    if missing not in MISSING_TREATMENTS:
+        raise ConfigError(f"study.leakage.fit.missing must be one of {', '.join(MISSING_TREATMENTS)} "
+                          f"(zero: the reference code's treatment; drop: leave the cells out), got {missing!r}")
+    alpha = float(fit_cfg.get("alpha", 0.05))
     for model_id, info in manifest["models"].items():
         for method in info["methods"]:
             if method not in (fit_cfg.get("methods") or [method]):
@@ -347,21 +380,34 @@ def leakage_fit(args: argparse.Namespace) -> None:
             with stage_run(tracking, FIT_RUN, model=model_id, language=language, variant=method,
                            params={"fit": fit_cfg, "method": method}, annotation_source=source,
                            axes={"term": terms}) as run:
-                fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
-                                  missing=fit_cfg.get("missing", "drop"), alpha=float(fit_cfg.get("alpha", 0.05)))
-                edges = leakage_edges(fit, alpha=float(fit_cfg.get("alpha", 0.05)), model=f"{model_id}/{method}")
                 out = out_root / model_id / method
-                write_csv(out / "coefficients.csv", fit.coefficients)
-                write_json(out / "edges.json", edges)
-                write_json(out / "fit.json", fit.summary())
+                entry: dict[str, Any] = {"model": model_id, "method": method}
+                # the configured treatment of missing human cells is the reported one; the other is fitted beside
+                # it (alternative_missing/) so the report can show both edge sets
+                for treatment in (missing, *[t for t in MISSING_TREATMENTS if t != missing]):
+                    where = out if treatment == missing else out / "alternative_missing"
+                    fit = fit_leakage(target, human, language, baseline=baseline, scale=fit_cfg.get("scale", "raw"),
+                                      missing=treatment, alpha=alpha)
+                    edges = leakage_edges(fit, alpha=alpha, model=f"{model_id}/{method}", converged_only=False)
+                    write_csv(where / "coefficients.csv", fit.coefficients)
+                    write_json(where / "edges.json", edges)
+                    write_json(where / "fit.json", fit.summary())
+                    n_edges = sum(e["converged"] for e in edges)
+                    if treatment == missing:
+                        primary_fit, primary_edges = fit, n_edges
+                        entry.update({"dir": str(out), "missing": treatment, "n_edges": n_edges})
+                    else:
+                        entry["alternative"] = {"dir": str(where), "missing": treatment, "n_edges": n_edges}
                 # a human term the fit left out (constant in this language) is NaN, not absent
-                by_term = fit.coefficients.set_index("term")
+                by_term = primary_fit.coefficients.set_index("term")
                 run.log_metrics({f"alpha_{t}": by_term["estimate"].get(t) for t in terms}
                                 | {f"p_{t}": by_term["p"].get(t) for t in terms}
-                                | {"n_edges": len(edges), "n_obs": fit.n_obs})
+                                | {"n_edges": primary_edges, "n_obs": primary_fit.n_obs})
                 run.log_artifact(out / "coefficients.csv")
-                summary["fits"].append({"model": model_id, "method": method, "dir": str(out), "n_edges": len(edges)})
-            print(f"  fit {model_id}/{method} -> {language.upper()}: {len(edges)} edge(s); terms {fit.terms}")
+                summary["fits"].append(entry)
+            print(f"  fit {model_id}/{method} -> {language.upper()}: {primary_edges} edge(s) with missing human cells "
+                  f"{missing}, {entry['alternative']['n_edges']} with {entry['alternative']['missing']}"
+                  f"{'' if primary_fit.converged else ' (NOT converged: edges not reported)'}; terms {primary_fit.terms}")
     write_json(out_root / "summary.json", summary)
     print(f"leakage-fit {language}: {len(summary['fits'])} fit(s), "
           f"{sum(f['n_edges'] for f in summary['fits'])} edge(s) -> {out_root}")
@@ -377,7 +423,7 @@ def scores_coverage(manifest: dict[str, Any]) -> dict[str, Any]:
     if manifest.get("skipped"):
         return {"skipped": manifest["skipped"]}
     keys = ("templates", "mode_requested", "mode", "design", "both_orders", "pairs_per_group", "n_groups", "groups",
-            "queries", "n_samples", "nonmatching", "cells")
+            "queries", "n_samples", "nonmatching", "first_listed_wins", "cells")
     for model_id, info in (manifest.get("models") or {}).items():
         for method, done in (info.get("methods") or {}).items():
             out[f"{model_id}/{method}"] = {k: done[k] for k in keys if k in done}
@@ -394,9 +440,11 @@ def _read_human_provenance() -> dict[str, Any]:
 @stage("leakage-report")
 def leakage_report(args: argparse.Namespace) -> None:
     """Coefficient table, leakage edges, beta table, flow figure, qualitative table, report page."""
-    from stereolens.studies.leakage.fit import beta_table, qualitative_table
+    from stereolens.stats.multiple import family_description
+    from stereolens.studies.leakage.fit import (MISSING_TREATMENTS, beta_table, family_size, qualitative_table,
+                                                with_edge_corrections)
     from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
-    from stereolens.studies.leakage.report import flow_figure, report_markdown
+    from stereolens.studies.leakage.report import edges_label, flow_figure, position_bias_by_panel, report_markdown
     from stereolens.studies.leakage.association import load_lexicon
     from stereolens.tracking import stage_run
 
@@ -422,29 +470,38 @@ def leakage_report(args: argparse.Namespace) -> None:
             panel = f"{f['model']}/{f['method']}"
             if panel not in panels:
                 panels.append(panel)
-            out = Path(f["dir"])
-            coef = pd.read_csv(out / "coefficients.csv")
-            beta_inputs[(panel, language)] = coef
-            fs = json.loads((out / "fit.json").read_text(encoding="utf-8"))
-            coef = coef.assign(converged=bool(fs.get("converged", False)))
-            coef.insert(0, "target", language.upper())
-            coef.insert(0, "panel", panel)
-            coef_frames.append(coef)
-            fit_summaries.append({"panel": panel, **fs})
-            for e in json.loads((out / "edges.json").read_text(encoding="utf-8")):
-                e = {"panel": panel, **{k: v for k, v in e.items() if k != "model"}}
-                edges.append(e)
-                target = read_score_matrix(SCORES_DIR / language / f["model"] / f"{f['method']}.csv", "model score matrix")
-                q = qualitative_table(target, human, e["source"], e["target"], top_k=top_k, traits=lex.traits)
-                q.insert(0, "panel", panel)
-                qual_frames.append(q)
+            fits_of_panel = [(Path(f["dir"]), True)]
+            if f.get("alternative"):
+                fits_of_panel.append((Path(f["alternative"]["dir"]), False))
+            for out, configured in fits_of_panel:
+                coef = pd.read_csv(out / "coefficients.csv")
+                fs = json.loads((out / "fit.json").read_text(encoding="utf-8"))
+                if configured:
+                    beta_inputs[(panel, language)] = coef
+                    fit_summaries.append({"panel": panel, **fs})
+                coef = coef.assign(converged=bool(fs.get("converged", False)), missing=fs["missing"], configured=configured)
+                coef.insert(0, "target", language.upper())
+                coef.insert(0, "panel", panel)
+                coef_frames.append(coef)
+                edges.extend({"panel": panel, **{k: v for k, v in e.items() if k != "model"}, "configured": configured}
+                             for e in json.loads((out / "edges.json").read_text(encoding="utf-8")))
         for nm in (SCORES_DIR / language).glob("*/choice_nonmatching.csv"):
             df = pd.read_csv(nm)
             df.insert(0, "model", nm.parent.name)
             nonmatch.append(df)
     if not coef_frames:
         raise DataError(f"no leakage fits found under {FIT_DIR}: run the leakage-fit stages first")
-    coefficients = pd.concat(coef_frames, ignore_index=True)
+    alpha = float((study.get("fit") or {}).get("alpha", 0.05))
+    coefficients, edges = with_edge_corrections(pd.concat(coef_frames, ignore_index=True), edges, alpha=alpha)
+    reported = [e for e in edges if e["configured"] and e["converged"]]
+    n_unconverged_edges = sum(1 for e in edges if e["configured"] and not e["converged"])
+    for e in reported:
+        language = e["target"].lower()
+        model_id, method = e["panel"].rsplit("/", 1)
+        target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
+        q = qualitative_table(target, human, e["source"], e["target"], top_k=top_k, traits=lex.traits)
+        q.insert(0, "panel", e["panel"])
+        qual_frames.append(q)
     beta = beta_table(beta_inputs, languages)
     qualitative = pd.concat(qual_frames, ignore_index=True) if qual_frames else pd.DataFrame(
         columns=["panel", "source", "target", "trait", "group", "model_z", "source_human_z", "target_human_z", "leak_score"])
@@ -452,6 +509,13 @@ def leakage_report(args: argparse.Namespace) -> None:
     nonmatching = pd.concat(nonmatch, ignore_index=True) if nonmatch else pd.DataFrame(
         columns=["model", "language", "group", "n_generations", "n_nonmatching", "share_nonmatching"])
     human_provenance = _read_human_provenance()
+    # the edges are leakage in Equation 1's sense only where every fit had its monolingual baseline
+    baseline_available = all(s["baseline_available"] for s in fit_summaries)
+    label = edges_label(baseline_available)
+    configured_missing = fit_summaries[0]["missing"]
+    n_family = family_size(coefficients, configured_missing)
+    correction_legend = family_description(n_family, alpha)
+    bias = position_bias_by_panel(coverage)
     with stage_run(tracking, REPORT_RUN, model=p["model.id"], params={"study": study},
                    annotation_source=_human_source(human_provenance)) as run:
         write_csv(REPORT_DIR / "coefficients.csv", coefficients)
@@ -459,18 +523,38 @@ def leakage_report(args: argparse.Namespace) -> None:
         write_csv(REPORT_DIR / "beta_table.csv", beta)
         write_csv(REPORT_DIR / "qualitative.csv", qualitative)
         write_csv(REPORT_DIR / "choice_nonmatching.csv", nonmatching)
-        figs = flow_figure(edges, panels, languages, REPORT_DIR / "flow")
+        figs = flow_figure(reported, panels, languages, REPORT_DIR / "flow",
+                           title=f"{label[0].upper()}{label[1:]} (human source language -> target language in the model)")
         status = {lang: lex.translation_status(lang) for lang in languages}
         note = ("English templates and prompt are authored around the survey's own wording; Russian, Chinese and Hindi "
                 f"words, templates and prompts are authored, unreviewed translations ({json.dumps(status, ensure_ascii=False)}).")
         md = report_markdown(model_id=p["model.id"], coefficients=coefficients, edges=edges, beta=beta,
                              qualitative=qualitative, fit_summaries=fit_summaries, nonmatching=nonmatching,
-                             provenance={"translation_note": note, "human": human_provenance}, coverage=coverage)
+                             provenance={"translation_note": note, "human": human_provenance}, coverage=coverage,
+                             alpha=alpha, correction_legend=correction_legend, position_bias=bias)
         write_text(REPORT_DIR / "report.md", md)
-        metrics = {"n_edges": len(edges), "n_fits": len(fit_summaries),
-                   "edges": [f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g})" for e in edges],
+        other = [e for e in edges if not e["configured"] and e["converged"]]
+        metrics = {"n_edges": len(reported), "n_fits": len(fit_summaries),
+                   "edges_are": label,
+                   "edges": [f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g}, "
+                             f"p_holm={e['p_holm']:.2g}, p_bh={e['p_bh']:.2g})" for e in reported],
+                   "missing_human_cells": {
+                       "configured": configured_missing, "n_edges": len(reported),
+                       "alternative": next((t for t in MISSING_TREATMENTS if t != configured_missing), None),
+                       "n_edges_alternative": len(other),
+                       "edges_alternative": [f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, "
+                                             f"p={e['p']:.2g})" for e in other]},
+                   "n_edges_not_converged": n_unconverged_edges,
+                   "multiple_comparisons": {
+                       "rule": f"paper's rule: alpha > 0 and p < {alpha:g}, per coefficient",
+                       "family": f"every non-target human term of every fit with missing human cells {configured_missing}",
+                       "n_tests": n_family, "legend": correction_legend,
+                       "n_edges_holm": sum(bool(e["p_holm"] < alpha) for e in reported),
+                       "n_edges_bh": sum(bool(e["p_bh"] < alpha) for e in reported)},
+                   "position_bias": bias,
                    "terms": {f"{s['panel']}->{s['target_language']}": s["terms"] for s in fit_summaries},
                    "baseline_available": any(s["baseline_available"] for s in fit_summaries),
+                   "baseline_available_all_fits": baseline_available,
                    "fits": [{"panel": s["panel"], "target": s["target_language"], "n_obs": s["n_obs"],
                              "missing_human": s["missing"],
                              "n_dropped_missing_human": s.get("n_dropped_missing_human"),
@@ -481,7 +565,7 @@ def leakage_report(args: argparse.Namespace) -> None:
                    "human": human_provenance,
                    "translation_status": status,
                    # the report site's contract (README, "The report")
-                   "headline": {"leakage edges": len(edges), "fits": len(fit_summaries),
+                   "headline": {label: len(reported), "fits": len(fit_summaries),
                                 "converged fits": sum(bool(s.get("converged")) for s in fit_summaries)},
                    "provenance": {"annotation_source": _human_source(human_provenance),
                                   "translation_status": {k: sum(by.get(k, 0) for by in status.values())
@@ -489,8 +573,10 @@ def leakage_report(args: argparse.Namespace) -> None:
                                   "machine_generated": False,
                                   "notes": [note]}}
         write_json(REPORT_DIR / "summary.json", metrics)
-        run.log_metrics({"n_edges": len(edges), "n_fits": len(fit_summaries)})
+        run.log_metrics({"n_edges": len(reported), "n_fits": len(fit_summaries)})
         run.set_tags({"translation_status": "authored (unreviewed) for ru/zh/hi"})
         for path in [REPORT_DIR / "coefficients.csv", REPORT_DIR / "report.md", *figs]:
             run.log_artifact(path)
-    print(f"leakage report: {len(edges)} edge(s) over {len(fit_summaries)} fit(s) -> {REPORT_DIR}")
+    print(f"leakage report: {len(reported)} {label} over {len(fit_summaries)} fit(s)"
+          + (f" ({n_unconverged_edges} more from fits that did not converge, not reported)" if n_unconverged_edges else "")
+          + f" -> {REPORT_DIR}")

@@ -1,0 +1,312 @@
+"""Known answers for the validity review of the leakage study (ISSUE27: leakage items and multiple comparisons).
+
+Each test fails on the code before the review: unconverged fits' edges were reported, missing human cells
+were dropped by default, each choice pair was asked in one order, every left pole was "negative", the
+published path kept groups of one annotator, and the edges carried no multiple-comparison correction.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from stereolens.studies.leakage import association as A
+from stereolens.studies.leakage.fit import design_table, fit_leakage, leakage_edges, with_edge_corrections
+
+from test_leakage_fit import GROUPS, TRAITS, leaky_target, synthetic_human
+
+REPO = Path(__file__).resolve().parents[3]
+SEED = REPO / "data" / "seed" / "leakage"
+DEFAULT = yaml.safe_load((REPO / "conf" / "study" / "leakage" / "default.yaml").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def lex():
+    return A.load_lexicon(SEED)
+
+
+# ----------------------------------------------------------------------------- 1. convergence
+
+
+def test_edges_of_a_fit_that_did_not_converge_are_flagged_and_not_reported():
+    human = synthetic_human(1)
+    fit = fit_leakage(leaky_target(human, seed=2), human, "hi", maxiter=1, missing="drop")
+    assert fit.converged is False
+    flagged = leakage_edges(fit, converged_only=False)
+    assert flagged and all(e["converged"] is False for e in flagged)  # RU -> HI is planted (0.3)
+    assert leakage_edges(fit) == []  # the default leaves them out
+    converged = fit_leakage(leaky_target(human, seed=2), human, "hi", missing="drop")
+    assert converged.converged and all(e["converged"] for e in leakage_edges(converged))
+
+
+def test_report_counts_unconverged_edges_and_leaves_them_out_of_the_headline():
+    from stereolens.studies.leakage.report import report_markdown
+
+    coef = pd.DataFrame({"panel": ["m/ilps"] * 2, "target": ["HI", "EN"], "term": ["H_RU", "H_RU"],
+                         "estimate": [0.3, 0.2], "p": [0.001, 0.002], "missing": "zero", "converged": [True, False]})
+    edges = [{"panel": "m/ilps", "source": "RU", "target": "HI", "estimate": 0.3, "p": 0.001, "converged": True,
+              "missing": "zero", "configured": True},
+             {"panel": "m/ilps", "source": "RU", "target": "EN", "estimate": 0.2, "p": 0.002, "converged": False,
+              "missing": "zero", "configured": True}]
+    fits = [{"panel": "m/ilps", "target_language": t, "terms": ["H_RU"], "n_obs": 960, "n_traits": 32,
+             "missing": "zero", "scale": "raw", "converged": c, "baseline_available": True} for t, c in (("HI", True), ("EN", False))]
+    md = report_markdown(model_id="m", coefficients=coef, edges=edges, beta=pd.DataFrame({"model": []}),
+                         qualitative=pd.DataFrame(), fit_summaries=fits, nonmatching=None, provenance={})
+    assert "**1 leakage edges**" in md and "1 more from fits that did not converge, not reported" in md
+    assert "Not reported: 1 edge(s) from fits whose MixedLM did not converge: m/ilps RU->EN" in md
+
+
+# ----------------------------------------------------------------------------- 2. missing human cells
+
+
+def _nonshared_human(seed: int = 21) -> dict[str, pd.DataFrame]:
+    """Complete 32 x 30 matrices, then each language leaves out the other languages' three home groups
+    (as the published survey does for non-shared groups): 9 missing columns per language."""
+    human = synthetic_human(seed, missing=0.0)
+    home = {"EN": GROUPS[0:3], "RU": GROUPS[3:6], "ZH": GROUPS[6:9], "HI": GROUPS[9:12]}
+    for lang, m in human.items():
+        foreign = [g for other, gs in home.items() if other != lang for g in gs]
+        m[foreign] = np.nan
+    return human
+
+
+def test_zero_fill_is_the_default_and_equals_the_reference_codes_fit():
+    """The reference code (mixed_effect.py) sets missing human cells to 0 and fits statsmodels' MixedLM with
+    a random intercept per trait: our default fit must give its numbers, from a frame we build by hand."""
+    import statsmodels.formula.api as smf
+
+    human = _nonshared_human()
+    rng = np.random.default_rng(22)
+    target = 0.3 * human["RU"].fillna(0) + rng.normal(0, 2, size=(32, 1)) + rng.normal(0, 3, size=(32, 30))
+    fit = fit_leakage(target, human, "hi")  # no missing argument: the study's default
+    assert fit.missing == "zero" and fit.n_obs == 960
+    # by hand: long format, NaN -> 0, the reference formula
+    rows = []
+    for t in TRAITS:
+        for g in GROUPS:
+            rows.append({"trait": t, "y": target.loc[t, g],
+                         **{f"H_{lang}": (0.0 if np.isnan(m.loc[t, g]) else m.loc[t, g]) for lang, m in human.items()}})
+    frame = pd.DataFrame(rows)
+    # the optimiser our fit kept (L-BFGS stops at a singular covariance here; fit_leakage tries several)
+    ref = smf.mixedlm("y ~ H_EN + H_HI + H_RU + H_ZH", frame, groups=frame["trait"]).fit(reml=True, method=fit.optimiser)
+    ours = fit.coefficients.set_index("term")
+    for term in ("H_EN", "H_HI", "H_RU", "H_ZH"):
+        assert ours.loc[term, "estimate"] == pytest.approx(ref.fe_params[term], abs=1e-8), term
+        assert ours.loc[term, "p"] == pytest.approx(ref.pvalues[term], rel=1e-6), term
+    assert ours.loc["H_RU", "estimate"] == pytest.approx(0.3, abs=0.05) and ours.loc["H_RU", "p"] < 0.05
+    dropped, _ = design_table(target, human, target_language="hi", missing="drop")
+    assert len(dropped) == 960 - 12 * 32  # every non-shared group is missing in some language: all 12 leave
+    assert DEFAULT["fit"]["missing"] == "zero"
+
+
+def test_both_edge_sets_side_by_side():
+    from stereolens.studies.leakage.report import edge_sets_side_by_side
+
+    coef = pd.DataFrame({
+        "panel": ["m/ilps"] * 4, "target": ["HI"] * 4, "term": ["H_RU", "H_ZH", "H_RU", "H_ZH"],
+        "estimate": [0.3, 0.1, 0.25, -0.1], "p": [0.001, 0.01, 0.2, 0.01],
+        "missing": ["zero", "zero", "drop", "drop"], "converged": True})
+    table = edge_sets_side_by_side(coef).set_index("source")
+    assert list(table.index) == ["RU", "ZH"]
+    assert table.loc["RU", "edge_zero"] and not table.loc["RU", "edge_drop"]
+    assert table.loc["ZH", "edge_zero"] and not table.loc["ZH", "edge_drop"]  # negative under drop: no edge
+    assert table.loc["RU", "p_drop"] == pytest.approx(0.2)
+
+
+# ----------------------------------------------------------------------------- 3. position bias
+
+
+@dataclass(frozen=True)
+class _Spec:
+    kind: str = "chat"
+
+
+class FirstOptionScorer:
+    """A deterministic chooser with a planted position bias: every trait is equally likely on its own merits,
+    but the option listed first in the prompt gets ``bias`` nats more (and 'neither' is never chosen)."""
+
+    spec = _Spec()
+
+    def __init__(self, bias: float, merit: dict[str, float] | None = None):
+        self.bias, self.merit = bias, merit or {}
+
+    def loglikelihood(self, requests):
+        from stereolens.models.base import Loglikelihood
+
+        out = []
+        for r in requests:
+            user = r.messages[-1].content
+            option = r.continuation.strip()
+            if option == "neither":
+                out.append(Loglikelihood(-50.0, 1))
+                continue
+            others = [w for w in _QUOTED.findall(user) if w != option and w != "neither"]
+            first = user.index(f"'{option}'") < user.index(f"'{others[0]}'")
+            out.append(Loglikelihood(self.merit.get(option, 0.0) + (self.bias if first else 0.0), 1))
+        return out
+
+
+import re  # noqa: E402
+
+_QUOTED = re.compile(r"[‘'“\"]([^’'”\"]+)[’'”\"]")
+
+
+def test_both_orders_cancel_a_planted_position_bias(lex):
+    from stereolens.studies.leakage.choice_order import first_listed_wins
+
+    chooser = FirstOptionScorer(bias=2.0)
+    one, per_one, _ = A.choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"],
+                                      both_orders=False)
+    both, per_both, _ = A.choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"])
+    # one order: the planted bias is measured exactly; a trait listed only first scores sigmoid(2), one
+    # listed only second 1 - sigmoid(2) (the first trait of an odd class is both: 1/2)
+    assert first_listed_wins(per_one) == 1.0 and first_listed_wins(per_both) == 1.0
+    only_first = set(per_one["trait1"]) - set(per_one["trait2"])
+    only_second = set(per_one["trait2"]) - set(per_one["trait1"])
+    s1 = one.set_index("trait")["score"]
+    sigmoid = 1 / (1 + np.exp(-2.0))
+    assert len(only_first) == len(only_second) == 15  # 17 pairs; two first traits are also a wrap pair's second
+    np.testing.assert_allclose(s1[sorted(only_first)], sigmoid, atol=1e-9)
+    np.testing.assert_allclose(s1[sorted(only_second)], 1 - sigmoid, atol=1e-9)
+    # both orders (the default): every trait has equal merit, so every score is exactly 1/2
+    np.testing.assert_allclose(both["score"], 0.5, atol=1e-9)
+    assert len(per_both) == 2 * len(per_one)
+
+
+def test_both_orders_keep_a_real_preference(lex):
+    chooser = FirstOptionScorer(bias=2.0, merit={"wealthy": 1.0})
+    both = A.choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"])[0].set_index("trait")
+    assert both.loc["wealthy", "score"] > 0.5 and DEFAULT["choice"]["both_orders"] is True
+
+
+def test_first_listed_wins_from_samples_and_ties():
+    from stereolens.studies.leakage.choice_order import first_listed_wins
+
+    gens = pd.DataFrame({"language": "en", "group": "woman", "trait1": ["a", "a", "a", "c", "c"],
+                         "trait2": ["b", "b", "b", "d", "d"], "match": ["trait1", "trait1", "trait2", "trait1", "trait2"]})
+    assert first_listed_wins(gens) == pytest.approx(0.75)  # a-b: first wins 2 of 3; c-d: a tie, one half
+
+
+# ----------------------------------------------------------------------------- 4. headline without a baseline
+
+
+def test_headline_says_association_without_a_baseline():
+    from stereolens.studies.leakage.report import edges_label, report_markdown
+
+    assert edges_label(True) == "leakage edges"
+    assert "association" in edges_label(False) and "leakage edges" not in edges_label(False)
+    fits = [{"panel": "m/ilps", "target_language": "HI", "terms": ["H_RU"], "n_obs": 960, "n_traits": 32,
+             "missing": "zero", "scale": "raw", "converged": True, "baseline_available": False}]
+    md = report_markdown(model_id="m", coefficients=pd.DataFrame({"term": []}), edges=[], beta=pd.DataFrame({"model": []}),
+                         qualitative=pd.DataFrame(), fit_summaries=fits, nonmatching=None, provenance={})
+    assert "**0 cross-language association edges" in md and "not as leakage in the paper's sense" in md
+
+
+# ----------------------------------------------------------------------------- 5. polarity
+
+
+def test_non_polar_traits_are_compared_only_with_each_other(lex):
+    pol = dict(zip(lex.traits["trait"], lex.traits["polarity"]))
+    assert pol["religious"] == pol["traditional"] == "neutral"  # seed 001 section 4.2.3
+    assert pol["untrustworthy"] == "negative" and pol["warm"] == "positive" and pol["irrational"] == "negative"
+    for design in ("all", "matching"):
+        for a, b in A.same_polarity_pairs(lex, design=design):
+            assert pol[a] == pol[b], (a, b)
+    opponents = {b for a, b in A.same_polarity_pairs(lex, design="all") if a == "religious"}
+    assert opponents == {"traditional", "modern", "non religious", "conservative", "liberal"}
+
+
+def test_an_unknown_polarity_is_refused_in_one_line(tmp_path):
+    import shutil
+
+    seed = tmp_path / "seed"
+    shutil.copytree(SEED, seed)
+    text = (seed / "traits.csv").read_text(encoding="utf-8").replace("religious,8,beliefs,left,neutral",
+                                                                      "religious,8,beliefs,left,nonpolar")
+    (seed / "traits.csv").write_text(text, encoding="utf-8")
+    with pytest.raises(A.DataError, match=r"traits.csv line 16, column polarity: 'nonpolar'"):
+        A.load_lexicon(seed)
+
+
+# ----------------------------------------------------------------------------- 6. one annotator rule
+
+
+def test_one_minimum_of_annotators_for_the_published_survey(tmp_path, monkeypatch, data_mirror):
+    from stereolens.cli import main
+    from stereolens.studies.leakage.matrices import read_matrix
+
+    survey = Path(data_mirror) / "stereotype_leakage"
+    if not survey.is_dir():
+        pytest.skip(f"leakage survey not in the data mirror ({survey})")
+    study = dict(DEFAULT, languages=["hi"], seed_dir=str(SEED), survey=str(survey))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"tracking": {"enabled": False}, "study": {"leakage": study}}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["stage", "leakage-human"]) == 0
+    h_hi = read_matrix(Path("data/processed/leakage/human/H_HI.csv"))
+    published = read_matrix(survey / "aggregated_data_HI.csv")
+    # the published file keeps immigrant (1 annotator) and Asian person (4); the study's rule (5) does not
+    assert published[["immigrant", "Asian person"]].notna().all().all()
+    assert h_hi[["immigrant", "Asian person"]].isna().all().all()
+    pd.testing.assert_frame_equal(h_hi.drop(columns=["immigrant", "Asian person"]),
+                                  published.drop(columns=["immigrant", "Asian person"]), check_dtype=False)
+    check = pd.read_csv("data/processed/leakage/human/published_check.csv")
+    assert check[["missing_mismatch", "groups_below_min", "cells_blanked_below_min"]].values.tolist() == [[0, 2, 64]]
+    prov = json.loads(Path("data/processed/leakage/human/provenance.json").read_text())
+    assert prov["HI"]["groups_below_min"] == ["immigrant (n = 1)", "Asian person (n = 4)"]
+
+
+def test_the_new_survey_path_reads_the_same_key(tmp_path, monkeypatch, capsys):
+    from stereolens.cli import main
+    from stereolens.studies.leakage.matrices import read_matrix
+    from test_leakage_survey import ASSIGNED, simulate_survey
+
+    table = simulate_survey(A.load_lexicon(SEED), "EN", ASSIGNED, seed=1)
+    path = tmp_path / "judgements.csv"
+    table.to_csv(path, index=False)
+    judgements = {"path": str(path), "qc": dict(DEFAULT["judgements"]["qc"])}
+    study = dict(DEFAULT, languages=["en"], seed_dir=str(SEED), survey=str(tmp_path / "none"),
+                 judgements=judgements, min_annotators_per_group=3)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"tracking": {"enabled": False}, "study": {"leakage": study}}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["stage", "leakage-human"]) == 0
+    h_en = read_matrix(Path("data/processed/leakage/human/H_EN.csv"))
+    assert h_en[["lesbian", "Texan"]].notna().all().all()  # 3 and 4 passing annotators: kept at a minimum of 3
+    # the old per-path key is refused, naming the one key
+    judgements["qc"]["min_annotations_per_group"] = 5
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"tracking": {"enabled": False}, "study": {"leakage": study}}))
+    assert main(["stage", "leakage-human"]) != 0
+    assert "study.leakage.min_annotators_per_group" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- 7. multiple comparisons
+
+
+def test_holm_and_bh_over_the_non_target_family_by_hand():
+    # one treatment's family: the four non-target terms (the target's own H_HI and the intercept are not
+    # leakage tests); the other treatment is its own family
+    rows = [("m/ilps", "H_EN", 0.002, "zero"), ("m/ilps", "H_RU", 0.01, "zero"), ("m/ilps", "H_ZH", 0.03, "zero"),
+            ("m/ilps", "H_HI", 0.0001, "zero"), ("m/ilps", "Intercept", 0.0, "zero"), ("m/choice", "H_EN", 0.5, "zero"),
+            ("m/ilps", "H_EN", 0.01, "drop"), ("m/ilps", "H_RU", 0.04, "drop")]
+    coef = pd.DataFrame([{"panel": panel, "target": "HI", "term": term, "estimate": 0.1, "p": p, "missing": missing,
+                          "converged": True} for panel, term, p, missing in rows])
+    edges = [{"panel": "m/ilps", "source": "EN", "target": "HI", "estimate": 0.1, "p": 0.002, "missing": "zero",
+              "converged": True}]
+    out, adjusted = with_edge_corrections(coef, edges)
+    zero = out[(out["missing"] == "zero")].set_index(["panel", "term"])
+    # family p = 0.002, 0.01, 0.03, 0.5 (n = 4). Holm: 4 x 0.002 = 0.008, 3 x 0.01 = 0.03, 2 x 0.03 = 0.06,
+    # 0.5.  BH: 0.008, 0.02, 0.04, 0.5
+    assert zero.loc[("m/ilps", "H_EN"), "p_holm"] == pytest.approx(0.008)
+    assert zero.loc[("m/ilps", "H_RU"), "p_holm"] == pytest.approx(0.03)
+    assert zero.loc[("m/ilps", "H_ZH"), "p_holm"] == pytest.approx(0.06)
+    assert zero.loc[("m/ilps", "H_ZH"), "p_bh"] == pytest.approx(0.04)
+    assert zero.loc[("m/ilps", "H_RU"), "p_bh"] == pytest.approx(0.02)
+    assert np.isnan(zero.loc[("m/ilps", "H_HI"), "p_holm"]) and np.isnan(zero.loc[("m/ilps", "Intercept"), "p_bh"])
+    drop = out[out["missing"] == "drop"].set_index("term")
+    assert drop.loc["H_EN", "p_holm"] == pytest.approx(0.02) and drop.loc["H_RU", "p_bh"] == pytest.approx(0.04)
+    assert adjusted[0]["p_holm"] == pytest.approx(0.008) and adjusted[0]["p_bh"] == pytest.approx(0.008)
