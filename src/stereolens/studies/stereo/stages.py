@@ -30,7 +30,7 @@ from stereolens.tracking import declare_run
 
 STUDY = "stereo"
 RETRIEVE_METRICS = ("n_requests", "n_refusals", "n_empty", "n_stereotypes", "n_without_target", "mean_rounds_per_pov",
-                    "saturated_cells", "round_cap_cells", "cached_responses", "extraction_parse_failures")
+                    "saturated_cells", "round_cap_cells", "refused_cells", "cached_responses", "extraction_parse_failures")
 VALIDATE_METRICS = ("n_items", "n_judgements", "n_validated", "validation_rate")
 RUNS = {
     "retrieve": declare_run(STUDY, "retrieve", params=("study",), metrics=RETRIEVE_METRICS),
@@ -141,7 +141,9 @@ def retrieve(args: argparse.Namespace) -> None:
                "n_stereotypes": len(result.stereotypes),
                "n_without_target": int((result.stereotypes["target"].fillna("") == "").sum()),
                "mean_rounds_per_pov": float(rounds.mean()), "saturated_cells": int((result.curve["stop"] == "saturated").sum()),
-               "round_cap_cells": int((result.curve["stop"] == "round_cap").sum()), "mode": settings.mode,
+               "round_cap_cells": int((result.curve["stop"] == "round_cap").sum()),
+               # cells whose every round was refused: no evidence of saturation either way
+               "refused_cells": int((result.curve["stop"] == "refused").sum()), "mode": settings.mode,
                "rule": {"k": settings.rule.k, "m": settings.rule.m, "max_rounds": settings.rule.max_rounds},
                "cached_responses": int(result.responses["cached"].sum()),
                # the extraction step is ours (the paper does not describe it)
