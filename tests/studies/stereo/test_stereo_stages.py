@@ -223,10 +223,8 @@ def test_release_of_what_the_stages_wrote(tmp_path, monkeypatch, scripted_server
     inst = pd.read_csv("data/processed/stereo/instances.csv")
     machine = inst.index[inst["source"] == "machine"][0]
     assert f"data/processed/stereo/instances.csv line {machine + 2}: {inst.loc[machine, 'id']}: source=machine" in message
-    provenance = pd.read_csv("data/processed/stereo/instances_provenance.csv")
-    starter = provenance.index[provenance["review"] == "not_native_reviewed"][0]
-    assert (f"data/processed/stereo/instances_provenance.csv line {starter + 2}: {provenance.loc[starter, 'id']}: "
-            "review=not_native_reviewed") in message
+    starter = inst.index[inst["source"] == "authored"][0]  # the authored starter triples: unreviewed, not translations
+    assert f"data/processed/stereo/instances.csv line {starter + 2}: {inst.loc[starter, 'id']}: source=authored" in message
     assert "reports/quality/stereo__*.json: gate report: gate report missing" in message
     out = tmp_path / "released"
     assert main(["release", "stereo", "--output", str(out), "--allow-unreviewed"]) == 0
