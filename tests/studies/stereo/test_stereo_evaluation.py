@@ -149,7 +149,7 @@ def test_stereoset_generative_score_equals_the_reference_computation(clm):
     for row, context in ((0, CONTEXT), (1, "María tiene 30 años")):
         for name, text in (("stereo", LONG), ("anti", "Juan juega al ajedrez."), ("unrelated", SHORT)):
             assert scores.at[row, f"score_{name}"] == pytest.approx(reference_generative_score(model, tok, context, text),
-                                                                   rel=1e-9)
+                                                                   rel=1e-5)
     assert scores.at[0, "n_tokens_unrelated"] == len(tok(SHORT, add_special_tokens=False)["input_ids"])
 
 

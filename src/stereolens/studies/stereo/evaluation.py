@@ -88,24 +88,57 @@ def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: st
     return out
 
 
-def _log2_probs(lm: Any, rows: list[list[int]], pad_id: int, batch_size: int = 16) -> list[list[float]]:
-    """log2 P(row[i] | row[:i]) for i >= 1 of each row, from forward passes over the rows as they are (no prefix)."""
+def _output_head(model):
     import torch
 
-    device = next(lm.parameters()).device
-    out: list[list[float]] = []
+    for name in ("lm_head", "cls", "generator_lm_head"):
+        head = getattr(model, name, None)
+        if isinstance(head, torch.nn.Module):
+            return head
+    return model.get_output_embeddings()
+
+
+def _log_probs_at(model, hidden, targets):
+    logits = _output_head(model)(hidden).float()
+    cap = getattr(getattr(model.config, "text_config", None) or model.config, "final_logit_softcapping", None)
+    if cap:
+        import torch
+
+        logits = torch.tanh(logits / cap) * cap
+    return logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def logprob_sums(model, rows: list[list[int]], pad_id: int, wanted: list[list[tuple[int, int]]], batch_size: int) -> list[float]:
+    """Sum of the natural log-probabilities of (predicting position, target id) per row, in right-padded batches.
+
+    Plain forward passes through the model's modules (body, then output head), so that hooks on them fire
+    (the heads study's gates); a row with nothing wanted sums to 0.
+    """
+    import torch
+
+    base = model.base_model
+    device = next(model.parameters()).device
+    out: list[float] = []
     for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
+        chunk, chunk_wanted = rows[start:start + batch_size], wanted[start:start + batch_size]
+        if not any(chunk_wanted):
+            out.extend([0.0] * len(chunk))
+            continue
         width = max(map(len, chunk))
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
         for i, r in enumerate(chunk):
             ids[i, :len(r)] = torch.tensor(r)
             mask[i, :len(r)] = 1
+        owner = [i for i, pairs in enumerate(chunk_wanted) for _ in pairs]
+        positions = [pos for pairs in chunk_wanted for pos, _ in pairs]
+        targets = [target for pairs in chunk_wanted for _, target in pairs]
         with torch.no_grad():
-            logp = lm(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.double().log_softmax(-1).cpu()
-        for i, r in enumerate(chunk):
-            out.append([float(logp[i, k - 1, r[k]]) / math.log(2) for k in range(1, len(r))])
+            hidden = base(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+            lp = _log_probs_at(model, hidden[torch.tensor(owner, device=device), torch.tensor(positions, device=device)],
+                               torch.tensor(targets, device=device))
+            sums = torch.zeros(len(chunk), dtype=torch.float64).index_add_(0, torch.tensor(owner), lp.double().cpu())
+        out.extend(sums.tolist())
     return out
 
 
@@ -147,14 +180,15 @@ def stereoset_generative_scores(model: Any, contexts: Sequence[str], candidates:
         context_lengths.append(len(plain(context)))
         alones.append(plain(candidate))
     firsts = sorted({r[0] for r in fulls} | {r[0] for r in alones})
-    with_start = _log2_probs(lm, [[start, t] for t in firsts], pad, batch_size)
-    first_log2 = {t: lp[0] for t, lp in zip(firsts, with_start)}
-    full_lp = _log2_probs(lm, fulls, pad, batch_size)
-    alone_lp = _log2_probs(lm, alones, pad, batch_size)
+    # natural-log sums: the first token after the start token alone, the later ones in a pass without it
+    first_lp = dict(zip(firsts, logprob_sums(lm, [[start, t] for t in firsts], pad, [[(0, t)] for t in firsts], batch_size)))
+    context_rest = logprob_sums(lm, fulls, pad, [[(k - 1, r[k]) for k in range(1, n)] for r, n in zip(fulls, context_lengths)],
+                                batch_size)
+    alone_rest = logprob_sums(lm, alones, pad, [[(k - 1, r[k]) for k in range(1, len(r))] for r in alones], batch_size)
     values = []
-    for full, n_context, lp_full, alone, lp_alone in zip(fulls, context_lengths, full_lp, alones, alone_lp):
-        context_mean = (first_log2[full[0]] + sum(lp_full[:n_context - 1])) / n_context
-        alone_mean = (first_log2[alone[0]] + sum(lp_alone)) / len(alone)
+    for full, n_context, context_lp, alone, alone_lp in zip(fulls, context_lengths, context_rest, alones, alone_rest):
+        context_mean = (first_lp[full[0]] + context_lp) / n_context / math.log(2)
+        alone_mean = (first_lp[alone[0]] + alone_lp) / len(alone) / math.log(2)
         values.append(alone_mean / context_mean)
     return values, [len(a) for a in alones]
 
