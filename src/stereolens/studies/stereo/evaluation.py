@@ -88,62 +88,17 @@ def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: st
     return out
 
 
-def _output_head(model):
+def _log2_probs(lm: Any, row: Sequence[int]) -> list[float]:
+    """log2 P(row[k] | row[:k]) for k >= 1, from one forward pass over the row as it is (no prefix added)."""
     import torch
 
-    for name in ("lm_head", "cls", "generator_lm_head"):
-        head = getattr(model, name, None)
-        if isinstance(head, torch.nn.Module):
-            return head
-    return model.get_output_embeddings()
+    with torch.no_grad():
+        logits = lm(input_ids=torch.tensor([list(row)], device=next(lm.parameters()).device)).logits[0]
+    logp = logits.float().log_softmax(-1)
+    return [float(logp[k - 1, row[k]]) / math.log(2) for k in range(1, len(row))]
 
 
-def _log_probs_at(model, hidden, targets):
-    logits = _output_head(model)(hidden).float()
-    cap = getattr(getattr(model.config, "text_config", None) or model.config, "final_logit_softcapping", None)
-    if cap:
-        import torch
-
-        logits = torch.tanh(logits / cap) * cap
-    return logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-
-def logprob_sums(model, rows: list[list[int]], pad_id: int, wanted: list[list[tuple[int, int]]], batch_size: int) -> list[float]:
-    """Sum of the natural log-probabilities of (predicting position, target id) per row, in right-padded batches.
-
-    Plain forward passes through the model's modules (body, then output head), so that hooks on them fire
-    (the heads study's gates); a row with nothing wanted sums to 0.
-    """
-    import torch
-
-    base = model.base_model
-    device = next(model.parameters()).device
-    out: list[float] = []
-    for start in range(0, len(rows), batch_size):
-        chunk, chunk_wanted = rows[start:start + batch_size], wanted[start:start + batch_size]
-        if not any(chunk_wanted):
-            out.extend([0.0] * len(chunk))
-            continue
-        width = max(map(len, chunk))
-        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for i, r in enumerate(chunk):
-            ids[i, :len(r)] = torch.tensor(r)
-            mask[i, :len(r)] = 1
-        owner = [i for i, pairs in enumerate(chunk_wanted) for _ in pairs]
-        positions = [pos for pairs in chunk_wanted for pos, _ in pairs]
-        targets = [target for pairs in chunk_wanted for _, target in pairs]
-        with torch.no_grad():
-            hidden = base(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
-            lp = _log_probs_at(model, hidden[torch.tensor(owner, device=device), torch.tensor(positions, device=device)],
-                               torch.tensor(targets, device=device))
-            sums = torch.zeros(len(chunk), dtype=torch.float64).index_add_(0, torch.tensor(owner), lp.double().cpu())
-        out.extend(sums.tolist())
-    return out
-
-
-def stereoset_generative_scores(model: Any, contexts: Sequence[str], candidates: Sequence[str], *,
-                                batch_size: int = 16) -> tuple[list[float], list[int]]:
+def stereoset_generative_scores(model: Any, contexts: Sequence[str], candidates: Sequence[str]) -> tuple[list[float], list[int]]:
     """StereoSet's generative intersentence score of each candidate, and the candidate's token count.
 
     As ``evaluate_intersentence`` of the reference computes it: a context not
@@ -159,14 +114,15 @@ def stereoset_generative_scores(model: Any, contexts: Sequence[str], candidates:
     so the context enters only as a per-item divisor: the candidate itself is
     scored without it, and since both means are negative, of two candidates the
     *less* probable one (alone) scores higher.  This is the reference's number,
-    kept for comparison; the study's scores are ``mean`` or ``sum``.
+    kept for comparison; the study's scores are ``mean`` or ``sum``.  One
+    unbatched forward pass per text, as the reference does (an option for
+    comparison, not the default's path).
     """
     from stereolens.scoring.access import unwrap
     from stereolens.scoring.encoding import check_text, prefix_token_id
 
     lm, tok, _ = unwrap(model, None)
     start = prefix_token_id(tok)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else start
 
     def plain(text: str) -> list[int]:
         return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
@@ -179,17 +135,16 @@ def stereoset_generative_scores(model: Any, contexts: Sequence[str], candidates:
         fulls.append(plain(f"{context} {candidate}"))
         context_lengths.append(len(plain(context)))
         alones.append(plain(candidate))
-    firsts = sorted({r[0] for r in fulls} | {r[0] for r in alones})
-    # natural-log sums: the first token after the start token alone, the later ones in a pass without it
-    first_lp = dict(zip(firsts, logprob_sums(lm, [[start, t] for t in firsts], pad, [[(0, t)] for t in firsts], batch_size)))
-    context_rest = logprob_sums(lm, fulls, pad, [[(k - 1, r[k]) for k in range(1, n)] for r, n in zip(fulls, context_lengths)],
-                                batch_size)
-    alone_rest = logprob_sums(lm, alones, pad, [[(k - 1, r[k]) for k in range(1, len(r))] for r in alones], batch_size)
-    values = []
-    for full, n_context, context_lp, alone, alone_lp in zip(fulls, context_lengths, context_rest, alones, alone_rest):
-        context_mean = (first_lp[full[0]] + context_lp) / n_context / math.log(2)
-        alone_mean = (first_lp[alone[0]] + alone_lp) / len(alone) / math.log(2)
-        values.append(alone_mean / context_mean)
+    first_log2: dict[int, float] = {}  # the first token of a text, after the start token alone
+
+    def mean_log2(row: list[int], n: int) -> float:
+        """Mean log2 probability of the first ``n`` tokens of ``row`` (causal: the later tokens cannot change them)."""
+        if row[0] not in first_log2:
+            first_log2[row[0]] = _log2_probs(lm, [start, row[0]])[0]
+        return (first_log2[row[0]] + sum(_log2_probs(lm, row[:n])) if n > 1 else first_log2[row[0]]) / n
+
+    values = [mean_log2(alone, len(alone)) / mean_log2(full, n_context)
+              for full, n_context, alone in zip(fulls, context_lengths, alones)]
     return values, [len(a) for a in alones]
 
 
