@@ -205,13 +205,14 @@ def test_a_table_with_nothing_flagged_gives_no_rows_even_with_id_columns(tmp_pat
     from stereolens.lineage.provenance import unreviewed_rows
 
     table = tmp_path / "instances.csv"
-    table.write_text("id,source\na1,authored\na2,human\n", encoding="utf-8")
+    table.write_text("id,source\na1,CrowS-Pairs\na2,human\n", encoding="utf-8")
     assert unreviewed_rows(table, ["id"]).empty
-    table.write_text("id,review,validation_source\na1,not_native_reviewed,human\na2,native,simulated\n",
+    # authored by the project is unreviewed; the old review column is no provenance column any more
+    table.write_text("id,source,review,validation_source\na1,authored,not_native_reviewed,human\na2,human,native,simulated\n",
                      encoding="utf-8")
     flagged = unreviewed_rows(table, ["id"])
     assert flagged[["row", "item", "reason"]].values.tolist() == [
-        [2, "a1", "review=not_native_reviewed"], [3, "a2", "validation_source=simulated"]]
+        [2, "a1", "source=authored"], [3, "a2", "validation_source=simulated"]]
 
 
 def test_a_declared_gate_without_a_report_blocks_and_a_missing_agreement_file_is_refused(repo, tmp_path):

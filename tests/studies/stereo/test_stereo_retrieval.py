@@ -30,10 +30,11 @@ def api_key(monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
 
-def stops(rule: SaturationRule, counts: list[int]) -> tuple[int, str]:
+def stops(rule: SaturationRule, counts: list[int], refused: list[bool] | None = None) -> tuple[int, str]:
     """Feed rounds one at a time, as the loop does; return (round stopped at, reason)."""
+    refused = refused or [False] * len(counts)
     for r in range(1, len(counts) + 1):
-        reason = rule.decide(counts[:r])
+        reason = rule.decide(counts[:r], refused[:r])
         if reason:
             return r, reason
     return 0, ""
@@ -53,6 +54,16 @@ def test_saturation_k_consecutive_rounds_below_m():
 
 def test_saturation_round_cap():
     assert stops(SaturationRule(k=1, m=1, max_rounds=3), [4, 2, 1, 5]) == (3, "round_cap")
+
+
+def test_a_refused_round_never_counts_towards_saturation():
+    rule = SaturationRule(k=1, m=1, max_rounds=4)
+    # a refused round adds 0 but is no evidence that nothing new is left: go on
+    assert stops(rule, [0, 0, 0, 0], [True, True, True, True]) == (4, "refused")
+    assert stops(rule, [0, 3, 0], [True, False, False]) == (3, "saturated")
+    assert stops(rule, [0, 3, 2, 0], [True, False, False, True]) == (4, "round_cap")
+    # k=2: a refused round between two quiet answered rounds neither counts nor breaks the run
+    assert stops(SaturationRule(k=2, m=1, max_rounds=9), [5, 0, 0, 0], [False, False, True, False]) == (4, "saturated")
 
 
 def test_saturation_rejects_nonsense():
@@ -100,6 +111,23 @@ def test_refusals():
     assert is_refusal("Lo siento, pero no puedo ayudarte con esa solicitud.", phrases)
     assert not is_refusal("   ", phrases)  # empty output is counted apart, not as a refusal
     assert not is_refusal("1. Los viejos no entienden la tecnología.", phrases)
+    assert is_refusal("No puedo ayudarte con esa solicitud.", phrases)  # GPT-4o, Fig H2
+
+
+def test_a_refusal_phrase_inside_a_post_is_not_a_refusal():
+    from stereolens.studies.stereo.retrieval import read_reply
+
+    phrases = load_prompts(SEED_DIR / "prompts.yaml", "es").refusals
+    reply = ("1. No es apropiado que las mujeres de Monterrey manejen taxis de noche.\n"
+             "2. Los chilangos son arrogantes con todos.")
+    assert not is_refusal(reply, phrases)
+    assert read_reply(reply, phrases) == (False, ["No es apropiado que las mujeres de Monterrey manejen taxis de noche.",
+                                                  "Los chilangos son arrogantes con todos."])
+    quoted = "\"Como modelo de lenguaje de la familia, la abuela siempre tiene razón\"\n\"Los viejos no saben usar el celular.\""
+    assert read_reply(quoted, phrases)[0] is False and len(read_reply(quoted, phrases)[1]) == 2
+    # a refusal opening followed by posts is a partial compliance: the posts count, the opening is not one
+    partial = "Lo siento, pero no puedo generar contenido ofensivo. Aun así, aquí van ejemplos suaves\n- Los viejos no saben usar el celular."
+    assert read_reply(partial, phrases) == (False, ["Los viejos no saben usar el celular."])
 
 
 ROUNDS = {
@@ -107,14 +135,16 @@ ROUNDS = {
     ("México", 1): "1. Los chilangos son arrogantes con todos.\n2. Los viejos no saben usar el celular.\n3. Las mujeres de Monterrey solo piensan en dinero.",
     ("México", 2): "1. Los viejos no saben usar el celular nunca.\n2. Los jóvenes son flojos y no quieren trabajar.",
     ("México", 3): "1. Los chilangos son arrogantes con todos.",
-    # Spain: always refuses -> no posts, saturated at round 1
-    ("España", 1): "Lo siento, pero no puedo ayudarte con eso.",
 }
+# Spain: refuses every round -> no posts, and the cell ends `refused` at the round cap, not `saturated` at round 1
+SPAIN_REFUSAL = "Lo siento, pero no puedo ayudarte con eso."
 
 
 def script(message: str, seed: int) -> str:
     if "publicaciones" not in message:
         return "Claro, con gusto."
+    if "de España y" in message:
+        return SPAIN_REFUSAL
     for (country, rnd), reply in ROUNDS.items():
         if f"de {country} y" in message and seed == rnd:
             return reply
@@ -131,18 +161,37 @@ def test_retrieve_on_real_model_calls(tmp_path, scripted_server):
     curve = result.curve.set_index(["country", "round"])
     assert list(result.curve[result.curve.country == "Mexico"]["n_new"]) == [3, 1, 0]
     assert curve.loc[("Mexico", 3), "stop"] == "saturated"
-    assert list(result.curve[result.curve.country == "Spain"]["n_new"]) == [0]
+    spain = result.curve[result.curve.country == "Spain"]
+    assert list(spain["n_new"]) == [0] * 5 and spain["refusal"].all()
+    assert list(spain["stop"]) == [""] * 4 + ["refused"]
     ref = result.refusals.set_index("country")
-    assert ref.loc["Spain", "n_refusals"] == 1 and ref.loc["Mexico", "n_refusals"] == 0
+    assert ref.loc["Spain", "n_refusals"] == 5 and ref.loc["Mexico", "n_refusals"] == 0
     assert len(result.stereotypes) == 4
     assert set(result.stereotypes["target"]) == {"chilangos", "viejos", "mujeres de monterrey", "jóvenes"}
-    # every raw response is kept: 2 preamble turns are not rows, 3 Mexico rounds + 1 Spain round are
-    assert len(result.responses) == 4 and result.responses["response"].str.len().gt(0).all()
-    assert n_calls == 2 + 4
+    # every raw response is kept: 2 preamble turns are not rows, 3 Mexico rounds + 5 Spain rounds are
+    assert len(result.responses) == 8 and result.responses["response"].str.len().gt(0).all()
+    assert n_calls == 2 + 8
     # the prompt is the paper's, filled in
     body = server.bodies[-1]["messages"]
     assert [m["role"] for m in body] == ["user", "assistant", "user", "assistant", "user"]
     assert "sesgos de edad negativos en la cultura" in body[-1]["content"]
+
+
+def test_a_round_whose_post_says_no_es_apropiado_keeps_its_posts_and_goes_on(tmp_path, scripted_server):
+    prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
+    replies = {1: "1. No es apropiado que las mujeres de Monterrey manejen taxis.\n2. Los chilangos son arrogantes con todos.",
+               2: "1. Los chilangos son arrogantes con todos."}
+
+    def quoting(message: str, seed: int) -> str:
+        return replies.get(seed, "Claro.") if "publicaciones" in message else "Claro."
+
+    settings = RetrievalSettings(countries=("Mexico",), categories=("gender",), points_of_view=("passerby",),
+                                 seed=0, rule=SaturationRule(1, 1, 5))
+    with scripted_server(quoting) as server:
+        result = retrieve(server.model(tmp_path / "c"), prompts, settings, model_label="scripted")
+    assert list(result.curve["n_new"]) == [2, 0] and list(result.curve["stop"]) == ["", "saturated"]
+    assert not result.curve["refusal"].any() and int(result.responses["refusal"].sum()) == 0
+    assert "mujeres de monterrey" in set(result.stereotypes["target"])
 
 
 def test_positive_then_negative_reads_the_last_turn(tmp_path, scripted_server):

@@ -69,6 +69,15 @@ def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_l
     summary = json.loads(Path("reports/stereo/summary.json").read_text())
     assert {"ss", "lms", "icat", "by_country"} <= set(summary) and list(summary["by_country"]) == ["Mexico"]
     assert "conditional log-likelihood" in summary["method"]
+    assert summary["candidate_score"] == "mean" and "mean over the candidate's tokens" in summary["method"]
+    # `stereolens stereo score` on the stage's own input gives the stage's scores
+    assert main(["stereo", "score", "--model", str(tiny_causal_lm_dir), "--instances", "data/processed/stereo/instances.csv",
+                 "--output", "cli_scores.csv", "--no-cache"]) == 0
+    stage_scores = pd.read_csv("data/processed/stereo/scores.csv", dtype={"id": str}).set_index("id")
+    cli_scores = pd.read_csv("cli_scores.csv", dtype={"id": str}).set_index("id").loc[stage_scores.index]
+    assert len(stage_scores) == (inst["source"] == "machine").sum()
+    for col in ("score_stereo", "score_anti", "score_unrelated", "n_tokens_stereo", "n_tokens_anti", "n_tokens_unrelated"):
+        assert cli_scores[col].to_numpy() == pytest.approx(stage_scores[col].to_numpy(), abs=1e-5), col
     report = Path("reports/stereo/report.md").read_text()
     assert "simulated" in report.splitlines()[0] and "machine" in report.splitlines()[0]
     assert "stereoset: not available" in report
@@ -223,10 +232,8 @@ def test_release_of_what_the_stages_wrote(tmp_path, monkeypatch, scripted_server
     inst = pd.read_csv("data/processed/stereo/instances.csv")
     machine = inst.index[inst["source"] == "machine"][0]
     assert f"data/processed/stereo/instances.csv line {machine + 2}: {inst.loc[machine, 'id']}: source=machine" in message
-    provenance = pd.read_csv("data/processed/stereo/instances_provenance.csv")
-    starter = provenance.index[provenance["review"] == "not_native_reviewed"][0]
-    assert (f"data/processed/stereo/instances_provenance.csv line {starter + 2}: {provenance.loc[starter, 'id']}: "
-            "review=not_native_reviewed") in message
+    starter = inst.index[inst["source"] == "authored"][0]  # the authored starter triples: unreviewed, not translations
+    assert f"data/processed/stereo/instances.csv line {starter + 2}: {inst.loc[starter, 'id']}: source=authored" in message
     assert "reports/quality/stereo__*.json: gate report: gate report missing" in message
     out = tmp_path / "released"
     assert main(["release", "stereo", "--output", str(out), "--allow-unreviewed"]) == 0

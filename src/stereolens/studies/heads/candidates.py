@@ -5,9 +5,14 @@ engine's fast paths recompute parts of BERT-like layers themselves and its
 cache is keyed by model identity, which knows nothing of a head gate.  Here
 every pass goes through the model's modules, so the gate's hooks always fire.
 
-- causal LMs: log P(candidate | context), summed over the candidate's tokens;
+- causal LMs: log P(candidate | context) over the candidate's tokens;
 - masked LMs: PLL-word-l2r over the candidate's words with the context present
   (each token scored with itself and the rest of its word to the right masked).
+
+``score`` aggregates the candidate's token log-probabilities as the stereo
+study's evaluation does (``stereolens.stats.stereoset.aggregate_logprob``):
+``mean`` over its tokens (the default there) or ``sum``.  The stage passes the
+configured setting; StereoSet's own generative score is not offered under a gate.
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from stereolens.errors import ConfigError
+from stereolens.stats.stereoset import DEFAULT_CANDIDATE_SCORE, aggregate_logprob
 from stereolens.studies.heads.gates import HeadGate
+
+GATED_SCORES = ("mean", "sum")
 
 
 def _output_head(model):
@@ -60,7 +69,12 @@ def _run(model, rows: list[list[int]], pad_id: int, wanted: list[list[tuple[int,
     return out
 
 
-def causal_scores(model, tokenizer, contexts: Sequence[str], candidates: Sequence[str], *, batch_size: int = 16) -> np.ndarray:
+def _aggregated(totals: Sequence[float], counts: Sequence[int], score: str) -> np.ndarray:
+    return np.asarray([aggregate_logprob(t, n, score) for t, n in zip(totals, counts)], dtype=float)
+
+
+def causal_scores(model, tokenizer, contexts: Sequence[str], candidates: Sequence[str], *, batch_size: int = 16,
+                  score: str = DEFAULT_CANDIDATE_SCORE) -> np.ndarray:
     rows, wanted = [], []
     for context, candidate in zip(contexts, candidates):
         ctx = tokenizer(str(context).strip())["input_ids"]
@@ -68,10 +82,11 @@ def causal_scores(model, tokenizer, contexts: Sequence[str], candidates: Sequenc
         rows.append(ctx + cand)
         wanted.append([(len(ctx) + k - 1, tok) for k, tok in enumerate(cand)])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return np.asarray(_run(model, rows, pad, wanted, batch_size))
+    return _aggregated(_run(model, rows, pad, wanted, batch_size), [len(w) for w in wanted], score)
 
 
-def masked_scores(model, tokenizer, contexts: Sequence[str], candidates: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+def masked_scores(model, tokenizer, contexts: Sequence[str], candidates: Sequence[str], *, batch_size: int = 32,
+                  score: str = DEFAULT_CANDIDATE_SCORE) -> np.ndarray:
     rows, wanted, owner = [], [], []
     for item, (context, candidate) in enumerate(zip(contexts, candidates)):
         context = str(context).strip()
@@ -92,15 +107,21 @@ def masked_scores(model, tokenizer, contexts: Sequence[str], candidates: Sequenc
     per_row = _run(model, rows, pad, wanted, batch_size)
     totals = np.zeros(len(contexts))
     np.add.at(totals, np.asarray(owner, dtype=int), np.asarray(per_row))
-    return totals
+    counts = np.bincount(np.asarray(owner, dtype=int), minlength=len(contexts))
+    return _aggregated(totals, counts, score)
 
 
 def candidate_scores(model, tokenizer, kind: str, contexts: Sequence[str], candidates: Sequence[str],
                      gate: HeadGate | None = None, gate_values: torch.Tensor | None = None, *,
-                     batch_size: int = 16) -> np.ndarray:
-    """Scores of ``candidates`` given ``contexts`` with ``gate_values`` (layers x heads) applied."""
+                     batch_size: int = 16, score: str = DEFAULT_CANDIDATE_SCORE) -> np.ndarray:
+    """Scores of ``candidates`` given ``contexts`` with ``gate_values`` (layers x heads) applied.
+
+    ``score``: ``mean`` (per token) or ``sum`` of the candidate's token log-probabilities.
+    """
+    if score not in GATED_SCORES:
+        raise ConfigError(f"the heads study scores StereoSet candidates by {' or '.join(GATED_SCORES)}, not {score!r}")
     fn = causal_scores if kind == "causal" else masked_scores
     if gate is None:
-        return fn(model, tokenizer, contexts, candidates, batch_size=batch_size)
+        return fn(model, tokenizer, contexts, candidates, batch_size=batch_size, score=score)
     with gate.applied(gate_values):
-        return fn(model, tokenizer, contexts, candidates, batch_size=batch_size)
+        return fn(model, tokenizer, contexts, candidates, batch_size=batch_size, score=score)

@@ -1,6 +1,12 @@
-"""``stereolens stereo evaluate``: StereoSet ss / lms / icat of any scored instance table, outside DVC.
+"""``stereolens stereo score`` and ``stereo evaluate``: StereoSet scoring and ss / lms / icat outside DVC.
 
+    stereolens stereo score --model M --instances instances.csv --output scores.csv [--score mean|sum|stereoset_generative]
     stereolens stereo evaluate --scores scores.csv --output DIR [--bootstrap 1000] [--seed 0]
+
+``score`` reads a StereoSet-format table (columns as ``data/processed/stereo/instances.csv``:
+``id,country,category,target,context,sent_stereo,sent_anti,sent_unrelated``; others are kept) and
+writes it back with ``score_stereo``, ``score_anti``, ``score_unrelated`` and ``n_tokens_*``, scored
+by the same function as the ``stereo-evaluate`` stage (default ``mean``: per-token mean log-probability).
 
 Input columns: ``id,country,category,target,score_stereo,score_anti,score_unrelated``
 (higher = more likely).  Output: ``summary.json`` with ``ss``, ``lms``, ``icat``
@@ -13,17 +19,43 @@ from __future__ import annotations
 
 import argparse
 
+from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from stereolens.cli import get_or_create_subparser
 
     sub = get_or_create_subparser(subparsers, "stereo", help="country-specific StereoSet benchmark (seed 003) tools")
+    sc = sub.add_parser("score", help="score the three candidates of a StereoSet-format file given their context")
+    sc.add_argument("--model", required=True, help="Hugging Face model name or local directory (masked or causal LM)")
+    sc.add_argument("--instances", required=True,
+                    help="CSV: id,country,category,target,context,sent_stereo,sent_anti,sent_unrelated")
+    sc.add_argument("--output", required=True, help="CSV: the instances plus score_* and n_tokens_* per candidate")
+    sc.add_argument("--score", choices=CANDIDATE_SCORES, default=DEFAULT_CANDIDATE_SCORE,
+                    help="per-token mean (default), sum, or StereoSet's generative intersentence score (causal LMs)")
+    sc.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None, help="model dtype (default: float32)")
+    sc.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
+    sc.add_argument("--no-cache", action="store_true", help="do not read or write the response cache")
+    sc.add_argument("--cache-dir", default=None, help="response cache directory (default: $STEREOLENS_CACHE_DIR or cache/models)")
+    sc.add_argument("--progress", action="store_true", help="show a progress bar")
+    sc.set_defaults(func=_score)
+
     ev = sub.add_parser("evaluate", help="ss, lms and icat overall and per country from candidate scores")
     ev.add_argument("--scores", required=True, help="CSV: id,country,category,target,score_stereo,score_anti,score_unrelated")
     ev.add_argument("--output", required=True, help="output directory")
     ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples over items for the intervals (0 = none)")
     ev.add_argument("--seed", type=int, default=0)
     ev.set_defaults(func=_evaluate)
+
+
+def _score(args: argparse.Namespace) -> int:
+    from stereolens.models import ResponseCache
+    from stereolens.studies.stereo.evaluation import score_file
+
+    scored = score_file(args.model, args.instances, args.output, score=args.score, dtype=args.dtype, device=args.device,
+                        cache=ResponseCache(args.cache_dir, enabled=not args.no_cache), progress=args.progress)
+    print(f"scored {len(scored)} StereoSet instances ({args.score}) -> {args.output}")
+    return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -2,15 +2,32 @@
 
 StereoSet scored inter-sentence items with BERT's next-sentence head, which
 XLM-R lacks; the paper does not say what it did.  Here each candidate
-(stereotypical, anti-stereotypical, unrelated) is scored by its
-log-likelihood given the context: PLL-word-l2r over the candidate's tokens
-with the context present for masked LMs, the conditional log-likelihood
-log P(candidate | context) for causal LMs.  ``per_token`` divides each score
-by the candidate's token count (StereoSet's own causal scoring averages).
+(stereotypical, anti-stereotypical, unrelated) is scored by its log-likelihood
+given the context: PLL-word-l2r over the candidate's tokens with the context
+present for masked LMs, the conditional log-likelihood log P(candidate |
+context) for causal LMs.  ``score`` (``study.stereo.evaluation.score``) turns
+the candidate's token log-probabilities into one number:
+
+* ``mean`` (default): their mean over the candidate's tokens.  The candidates
+  differ in length (the unrelated sentences are shorter), and a sum would make
+  lms and ss partly a length contest; StereoSet's own generative scoring
+  averages over tokens.
+* ``sum``: the plain log-likelihood.
+* ``stereoset_generative`` (causal LMs only): StereoSet's own intersentence
+  score for generative models (``code/eval_generative_models.py`` of
+  moinnadeem/StereoSet), for comparison with numbers computed that way: the
+  mean log2 probability of the candidate *without* the context divided by the
+  mean log2 probability of the context sentence itself (see
+  :func:`stereoset_generative_scores`).
+
+``stereolens stereo score`` and the ``stereo-evaluate`` stage both score through
+:func:`score_instances`.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,50 +35,180 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stats.stereoset import stereoset_table
+from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, aggregate_logprob, stereoset_table
 
 SCORE_INPUT_COLUMNS = ("id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated")
 CANDIDATES = (("stereo", "sent_stereo"), ("anti", "sent_anti"), ("unrelated", "sent_unrelated"))
+# the columns of data/processed/stereo/instances.csv that scoring reads
+INSTANCE_COLUMNS = ("id", "country", "category", "target", "context", "sent_stereo", "sent_anti", "sent_unrelated")
+# StereoSet's reference ends a context without final punctuation with a full stop before appending the candidate
+_SENTENCE_END = (".", "!", "?")
 
 
-def scoring_method(kind: str, *, per_token: bool) -> str:
-    base = {"masked": "PLL-word-l2r of the candidate's tokens with the context present (natural log)",
-            "causal": "conditional log-likelihood log P(candidate | context) (natural log)"}
-    if kind not in base:
+def check_candidate_score(kind: str, score: str) -> None:
+    """Refuse a candidate score the model kind cannot give, before any model loads."""
+    if kind not in ("masked", "causal"):
         raise ConfigError(f"stereo evaluation scores masked or causal LMs, not kind={kind!r}")
-    return base[kind] + (", divided by the candidate's token count" if per_token else ", summed over its tokens")
+    if score not in CANDIDATE_SCORES:
+        raise ConfigError(f"study.stereo.evaluation.score must be one of {', '.join(CANDIDATE_SCORES)}, got {score!r}")
+    if score == "stereoset_generative" and kind != "causal":
+        raise ConfigError("score stereoset_generative is StereoSet's score for generative (causal) LMs; "
+                          f"a {kind} model is scored with mean or sum")
 
 
-def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, per_token: bool = False, cache: Any = None,
-                    progress: bool = False) -> pd.DataFrame:
+def scoring_method(kind: str, score: str) -> str:
+    check_candidate_score(kind, score)
+    if score == "stereoset_generative":
+        return ("StereoSet's generative intersentence score (moinnadeem/StereoSet code/eval_generative_models.py): "
+                "mean log2 P of the candidate without the context / mean log2 P of the context sentence")
+    base = {"masked": "PLL-word-l2r of the candidate's tokens with the context present (natural log)",
+            "causal": "conditional log-likelihood log P(candidate | context) (natural log)"}[kind]
+    return base + (", mean over the candidate's tokens" if score == "mean" else ", summed over its tokens")
+
+
+def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: str = DEFAULT_CANDIDATE_SCORE,
+                    cache: Any = None, progress: bool = False) -> pd.DataFrame:
     """``instances`` plus ``score_*`` and ``n_tokens_*`` for the three candidates, scored in one batch each."""
     from stereolens.scoring import score_continuations, score_masked_continuations
 
+    check_candidate_score(kind, score)
     out = instances.copy()
     for name, col in CANDIDATES:
         contexts, conts, ids = out["context"].tolist(), out[col].tolist(), out["id"].tolist()
+        if score == "stereoset_generative":
+            values, counts = stereoset_generative_scores(model, contexts, conts)
+            out[f"n_tokens_{name}"], out[f"score_{name}"] = counts, values
+            continue
         if kind == "masked":
             scores = score_masked_continuations(model, None, contexts, conts, "pll_word_l2r", ids=ids, cache=cache, progress=progress)
-        elif kind == "causal":
-            scores = score_continuations(model, None, contexts, [" " + c for c in conts], ids=ids, cache=cache, progress=progress)
         else:
-            raise ConfigError(f"stereo evaluation scores masked or causal LMs, not kind={kind!r}")
+            scores = score_continuations(model, None, contexts, [" " + c for c in conts], ids=ids, cache=cache, progress=progress)
         out[f"n_tokens_{name}"] = [s.n_tokens for s in scores]
-        out[f"score_{name}"] = [s.logprob / s.n_tokens if per_token else s.logprob for s in scores]
+        out[f"score_{name}"] = [aggregate_logprob(s.logprob, s.n_tokens, score) for s in scores]
     return out
 
 
+def _log2_probs(lm: Any, row: Sequence[int]) -> list[float]:
+    """log2 P(row[k] | row[:k]) for k >= 1, from one forward pass over the row as it is (no prefix added)."""
+    import torch
+
+    with torch.no_grad():
+        logits = lm(input_ids=torch.tensor([list(row)], device=next(lm.parameters()).device)).logits[0]
+    logp = logits.float().log_softmax(-1)
+    return [float(logp[k - 1, row[k]]) / math.log(2) for k in range(1, len(row))]
+
+
+def stereoset_generative_scores(model: Any, contexts: Sequence[str], candidates: Sequence[str]) -> tuple[list[float], list[int]]:
+    """StereoSet's generative intersentence score of each candidate, and the candidate's token count.
+
+    As ``evaluate_intersentence`` of the reference computes it: a context not
+    ending in ``.``, ``!`` or ``?`` gets a full stop; texts are the tokenizer's
+    plain tokens (no special tokens, as GPT-2's ``encode``); the first token of
+    a text is scored after the unconditional start token alone (GPT-2's
+    ``<|endoftext|>``; here BOS, or EOS without one), every later token by a
+    forward pass over the text's own tokens, without the start token.  With
+    ``m(x)`` the mean log2 probability of those tokens,
+
+        score = m(candidate alone) / m(context, tokens of "context candidate" up to the context's length)
+
+    so the context enters only as a per-item divisor: the candidate itself is
+    scored without it, and since both means are negative, of two candidates the
+    *less* probable one (alone) scores higher.  This is the reference's number,
+    kept for comparison; the study's scores are ``mean`` or ``sum``.  One
+    unbatched forward pass per text, as the reference does (an option for
+    comparison, not the default's path).
+    """
+    from stereolens.scoring.access import unwrap
+    from stereolens.scoring.encoding import check_text, prefix_token_id
+
+    lm, tok, _ = unwrap(model, None)
+    start = prefix_token_id(tok)
+
+    def plain(text: str) -> list[int]:
+        return [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+
+    fulls, context_lengths, alones = [], [], []
+    for row, (context, candidate) in enumerate(zip(contexts, candidates)):
+        context, candidate = check_text(context, row, "context"), check_text(candidate, row, "candidate")
+        if not context.endswith(_SENTENCE_END):
+            context = f"{context}."
+        fulls.append(plain(f"{context} {candidate}"))
+        context_lengths.append(len(plain(context)))
+        alones.append(plain(candidate))
+    first_log2: dict[int, float] = {}  # the first token of a text, after the start token alone
+
+    def mean_log2(row: list[int], n: int) -> float:
+        """Mean log2 probability of the first ``n`` tokens of ``row`` (causal: the later tokens cannot change them)."""
+        if row[0] not in first_log2:
+            first_log2[row[0]] = _log2_probs(lm, [start, row[0]])[0]
+        return (first_log2[row[0]] + sum(_log2_probs(lm, row[:n])) if n > 1 else first_log2[row[0]]) / n
+
+    values = [mean_log2(alone, len(alone)) / mean_log2(full, n_context)
+              for full, n_context, alone in zip(fulls, context_lengths, alones)]
+    return values, [len(a) for a in alones]
+
+
+def read_instances(path: str | Path) -> pd.DataFrame:
+    """A StereoSet-format instances table (columns as ``data/processed/stereo/instances.csv``), text kept as text."""
+    df = read_csv_checked(path, INSTANCE_COLUMNS, what="StereoSet instances", dtype=str, keep_default_na=False,
+                          allow_empty=False)
+    refuse_duplicate_ids(df, path)
+    for col in INSTANCE_COLUMNS:
+        empty = df[col].str.strip() == ""
+        if empty.any():
+            raise DataError(f"{path} line {int(empty.idxmax()) + 2}, column {col}: empty")
+    return df
+
+
+def refuse_duplicate_ids(df: pd.DataFrame, where: str | Path) -> None:
+    dup = df["id"].duplicated()
+    if dup.any():
+        row = int(dup.idxmax())
+        first = int(df.index[df["id"] == df.at[row, "id"]][0])
+        raise DataError(f"{where} line {row + 2}, column id: {df.at[row, 'id']!r} already on line {first + 2}")
+
+
+def score_file(model_name: str, instances_path: str | Path, output: str | Path, *, score: str = DEFAULT_CANDIDATE_SCORE,
+               dtype: str | None = None, device: str = "cpu", cache: Any = None, progress: bool = False) -> pd.DataFrame:
+    """``stereolens stereo score``: score a StereoSet-format file with any model, as the stage does.
+
+    ``cache`` is a :class:`~stereolens.models.ResponseCache` (None: the default location).
+    """
+    from stereolens.io import check_writable
+    from stereolens.models import ModelSpec, load_model
+    from stereolens.scoring.model_kind import model_kind
+
+    check_writable(output)
+    instances = read_instances(instances_path)
+    kind = model_kind(model_name)
+    check_candidate_score(kind, score)
+    model = load_model(ModelSpec(name=model_name, kind=kind, dtype=dtype, device=device), cache=cache)
+    # a switched-off cache loads the model uncached and keeps scores out of any cache
+    scores_cache = cache if cache is not None and cache.enabled else None
+    scored = score_instances(model, kind, instances, score=score, cache=scores_cache, progress=progress)
+    write_csv(output, scored)
+    return scored
+
+
 def check_scores(df: pd.DataFrame, where: str) -> pd.DataFrame:
-    for col in ("score_stereo", "score_anti", "score_unrelated"):
-        values = pd.to_numeric(df[col], errors="coerce")
-        bad = values.isna()
-        if bad.any():
-            raise DataError(f"{where} line {int(bad.idxmax()) + 2}, column {col}: {df.at[bad.idxmax(), col]!r} is not a number")
-        df[col] = values
+    """Scores as finite numbers and filled labels, else one line naming the file, line and column (``df`` read as text)."""
     for col in ("id", "country", "category", "target"):
         bad = df[col].isna() | (df[col].astype(str).str.strip() == "")
         if bad.any():
             raise DataError(f"{where} line {int(bad.idxmax()) + 2}, column {col}: empty")
+    refuse_duplicate_ids(df, where)
+    for col in ("score_stereo", "score_anti", "score_unrelated"):
+        text = df[col].fillna("").astype(str)
+        values = pd.to_numeric(text.str.strip(), errors="coerce")
+        # an infinite score would win (or tie) every comparison: a scoring failure, not a preference
+        bad = values.isna() | ~values.map(math.isfinite)
+        if bad.any():
+            row = int(bad.idxmax())
+            cell = text.iat[row]
+            what = ("empty" if not cell.strip() else f"{cell!r} is not a number" if pd.isna(values.iat[row])
+                    else f"{cell!r} is not a finite number")
+            raise DataError(f"{where} line {row + 2}, column {col}: {what}")
+        df[col] = values
     return df
 
 
@@ -96,7 +243,8 @@ def summary(t: dict[str, pd.DataFrame]) -> dict[str, Any]:
 
 def evaluate_file(scores_path: str | Path, output: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
     """``stereolens stereo evaluate``: a scores CSV in, ``summary.json`` and the tables out."""
-    df = read_csv_checked(scores_path, SCORE_INPUT_COLUMNS, what="StereoSet scores", dtype={"id": str, "country": str, "category": str, "target": str})
+    df = read_csv_checked(scores_path, SCORE_INPUT_COLUMNS, what="StereoSet scores", dtype=str, keep_default_na=False,
+                          allow_empty=False)
     df = check_scores(df, str(scores_path))
     t = tables(df, n_resamples=n_resamples, seed=seed)
     out = Path(output)

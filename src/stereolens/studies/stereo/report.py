@@ -103,6 +103,7 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
         f"({ret.get('n_without_target')} without an identifiable target group: kept, as the generator wrote them); saturation rule "
         f"k={ret.get('rule', {}).get('k')}, m={ret.get('rule', {}).get('m')}, cap {ret.get('rule', {}).get('max_rounds')} rounds: "
         f"{ret.get('saturated_cells')} point-of-view runs saturated, {ret.get('round_cap_cells')} hit the cap, "
+        f"{ret.get('refused_cells', 0)} were refused in every round, "
         f"{ret.get('mean_rounds_per_pov', float('nan')):.1f} rounds on average (paper: about 3). Extraction of (target group, "
         f"stereotype) is ours (the paper does not describe it): {_extraction_line(ret.get('extraction') or {})} Curve: `retrieval/saturation_curve.png`; refusals "
         "per model, country and category: `retrieval/refusals.csv`; raw responses: `data/interim/stereo/retrieval/responses.csv`.",

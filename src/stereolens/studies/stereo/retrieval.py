@@ -51,9 +51,13 @@ _NOT_GROUPS = {"que", "cuales", "demas", "otros", "otras", "mismos", "mismas", "
 
 @dataclass(frozen=True)
 class SaturationRule:
-    """Stop after ``k`` consecutive rounds that each add fewer than ``m`` new stereotypes, or at ``max_rounds``.
+    """Stop after ``k`` consecutive answered rounds that each add fewer than ``m`` new stereotypes, or at ``max_rounds``.
 
     The paper's rule is k=1, m=1: stop at the first round that adds nothing new.
+    A refused round (see :func:`read_reply`) is no evidence that nothing new is
+    left: it neither counts towards saturation nor breaks a run of answered
+    rounds, but it does count towards the round cap.  A cell whose every round
+    was refused ends as ``refused``.
     """
 
     k: int = 1
@@ -64,23 +68,55 @@ class SaturationRule:
         if self.k < 1 or self.m < 1 or self.max_rounds < 1:
             raise ConfigError(f"saturation needs k >= 1, m >= 1 and max_rounds >= 1, got {self}")
 
-    def decide(self, new_per_round: Sequence[int]) -> str | None:
-        """Why to stop after the rounds so far (``saturated`` / ``round_cap``), or None to go on."""
-        tail = list(new_per_round)[-self.k :]
-        if len(new_per_round) >= self.k and all(n < self.m for n in tail):
+    def decide(self, new_per_round: Sequence[int], refused: Sequence[bool] | None = None) -> str | None:
+        """Why to stop after the rounds so far (``saturated`` / ``round_cap`` / ``refused``), or None to go on.
+
+        ``refused[i]`` says whether round i was refused (default: none was).
+        """
+        refused = list(refused) if refused is not None else [False] * len(new_per_round)
+        if len(refused) != len(new_per_round):
+            raise ValueError(f"{len(new_per_round)} rounds but {len(refused)} refusal flags")
+        answered = [n for n, r in zip(new_per_round, refused) if not r]
+        if len(answered) >= self.k and all(n < self.m for n in answered[-self.k:]):
             return "saturated"
         if len(new_per_round) >= self.max_rounds:
-            return "round_cap"
+            return "refused" if not answered else "round_cap"
         return None
 
 
 # ---------------------------------------------------------------- parsing and extraction
 
 
-def is_refusal(text: str, phrases: Sequence[str]) -> bool:
-    """One of the refusal phrases (accent-folded, case-insensitive); an empty output is counted apart."""
-    folded = fold(text).strip()
-    return bool(folded) and any(fold(p) in folded for p in phrases)
+def _quoted_or_listed(line: str) -> bool:
+    """A line that is a numbered, bulleted or quoted item: a post, never the reply's own opening statement."""
+    return bool(_BULLET.match(line)) or line.lstrip().startswith(('"', "“", "«", "'"))
+
+
+def read_reply(text: str, phrases: Sequence[str], *, min_words: int = 4) -> tuple[bool, list[str]]:
+    """(refused, posts) of one reply.
+
+    Refusal is decided on the reply's opening, never on a phrase anywhere in it:
+    a post may well say "No es apropiado que las mujeres ...".  The opening is
+    the first non-empty line when it is not a numbered, bulleted or quoted item;
+    it is a refusal opening when it contains one of the refusal phrases
+    (accent-folded, case-insensitive).  A reply with a refusal opening is a
+    refusal only when no post follows it; when posts follow (a partial
+    compliance), they are the reply's posts and the opening is not one of them.
+    An empty reply is not a refusal (it is counted apart).
+    """
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    if not lines:
+        return False, []
+    opening = fold(lines[0]).strip()
+    if not _quoted_or_listed(lines[0]) and any(fold(p) in opening for p in phrases):
+        following = parse_posts("\n".join(lines[1:]), min_words=min_words)
+        return not following, following
+    return False, parse_posts(text, min_words=min_words)
+
+
+def is_refusal(text: str, phrases: Sequence[str], *, min_words: int = 4) -> bool:
+    """Whether the reply is a refusal (:func:`read_reply`)."""
+    return read_reply(text, phrases, min_words=min_words)[0]
 
 
 def parse_posts(text: str, *, min_words: int = 4) -> list[str]:
@@ -272,6 +308,7 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
     turns = {cell: prompts.retrieval_turns(s.mode, country=cell[0], category=cell[1], pov=cell[2], n_posts=s.n_posts) for cell in cells}
     pool = StereotypePool(s.near_duplicate_threshold)
     new_counts: dict[tuple, list[int]] = {cell: [] for cell in cells}
+    refused_rounds: dict[tuple, list[bool]] = {cell: [] for cell in cells}
     active = list(cells)
     responses, curve, extractions = [], [], []
     bar = tqdm(total=len(cells) * s.rule.max_rounds, desc="stereo retrieval", disable=not progress, unit="round")
@@ -293,8 +330,8 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
         still = []
         posts_of = {}
         for cell in active:
-            refused = any(is_refusal(g.text, prompts.refusals) for g in replies[cell])
-            posts_of[cell] = (refused, [] if refused else parse_posts(replies[cell][-1].text, min_words=s.min_words))
+            # the last turn's reply carries the posts (earlier turns of positive_then_negative lead up to it)
+            posts_of[cell] = read_reply(replies[cell][-1].text, prompts.refusals, min_words=s.min_words)
         # every post of the round in one batch of extraction requests
         items = [(cell, post) for cell in active for post in posts_of[cell][1]]
         if s.extraction == "model":
@@ -315,11 +352,12 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
                 responses.append({
                     "model": model_label, "country": country, "category": category, "pov": pov, "round": round_no,
                     "step": step, "prompt": turns[cell][step], "response": gen.text, "finish_reason": gen.finish_reason,
-                    "refusal": is_refusal(gen.text, prompts.refusals), "empty": not gen.text.strip(), "n_posts": len(posts) if step == len(replies[cell]) - 1 else 0,
+                    "refusal": is_refusal(gen.text, prompts.refusals, min_words=s.min_words), "empty": not gen.text.strip(), "n_posts": len(posts) if step == len(replies[cell]) - 1 else 0,
                     "cached": gen.cached,
                 })
             new_counts[cell].append(n_new)
-            reason = s.rule.decide(new_counts[cell])
+            refused_rounds[cell].append(refused)
+            reason = s.rule.decide(new_counts[cell], refused_rounds[cell])
             curve.append({"country": country, "category": category, "pov": pov, "round": round_no, "n_posts": len(posts),
                           "n_new": n_new, "cumulative": sum(new_counts[cell]), "refusal": refused, "stop": reason or ""})
             bar.update(1)

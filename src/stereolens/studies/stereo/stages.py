@@ -30,7 +30,7 @@ from stereolens.tracking import declare_run
 
 STUDY = "stereo"
 RETRIEVE_METRICS = ("n_requests", "n_refusals", "n_empty", "n_stereotypes", "n_without_target", "mean_rounds_per_pov",
-                    "saturated_cells", "round_cap_cells", "cached_responses", "extraction_parse_failures")
+                    "saturated_cells", "round_cap_cells", "refused_cells", "cached_responses", "extraction_parse_failures")
 VALIDATE_METRICS = ("n_items", "n_judgements", "n_validated", "validation_rate")
 RUNS = {
     "retrieve": declare_run(STUDY, "retrieve", params=("study",), metrics=RETRIEVE_METRICS),
@@ -141,7 +141,9 @@ def retrieve(args: argparse.Namespace) -> None:
                "n_stereotypes": len(result.stereotypes),
                "n_without_target": int((result.stereotypes["target"].fillna("") == "").sum()),
                "mean_rounds_per_pov": float(rounds.mean()), "saturated_cells": int((result.curve["stop"] == "saturated").sum()),
-               "round_cap_cells": int((result.curve["stop"] == "round_cap").sum()), "mode": settings.mode,
+               "round_cap_cells": int((result.curve["stop"] == "round_cap").sum()),
+               # cells whose every round was refused: no evidence of saturation either way
+               "refused_cells": int((result.curve["stop"] == "refused").sum()), "mode": settings.mode,
                "rule": {"k": settings.rule.k, "m": settings.rule.m, "max_rounds": settings.rule.max_rounds},
                "cached_responses": int(result.responses["cached"].sum()),
                # the extraction step is ours (the paper does not describe it)
@@ -373,6 +375,16 @@ def overlap(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- evaluate
 
 
+def candidate_score(ecfg: dict[str, Any]) -> str:
+    """``study.stereo.evaluation.score`` (mean, sum or stereoset_generative; default mean)."""
+    from stereolens.stats.stereoset import DEFAULT_CANDIDATE_SCORE
+
+    if "per_token" in ecfg:
+        raise ConfigError("study.stereo.evaluation.per_token is replaced by study.stereo.evaluation.score: "
+                          "mean (per token, the default), sum or stereoset_generative")
+    return str(ecfg.get("score") or DEFAULT_CANDIDATE_SCORE)
+
+
 @stage("stereo-evaluate")
 def evaluate(args: argparse.Namespace) -> None:
     """ss / lms / icat per country for each evaluated model, candidates scored given the context."""
@@ -383,12 +395,15 @@ def evaluate(args: argparse.Namespace) -> None:
     p = _params(args, ("model", "seed", "tracking"), ("language", "evaluation"))
     cfg = p["study.stereo"]
     ecfg = cfg["evaluation"]
-    instances = read_csv_checked(PROCESSED / "instances.csv", list(ev.SCORE_INPUT_COLUMNS[:4]) + ["context", "sent_stereo", "sent_anti", "sent_unrelated", "source"],
+    instances = read_csv_checked(PROCESSED / "instances.csv", [*ev.INSTANCE_COLUMNS, "source"],
                                  what="instances", dtype=str, keep_default_na=False)
+    ev.refuse_duplicate_ids(instances, PROCESSED / "instances.csv")
     if not ecfg.get("include_starter", True):
         instances = instances[instances["source"] != "authored"]
     models = ecfg.get("models") or [p["model"]]
-    per_token = bool(ecfg.get("per_token", False))
+    score = candidate_score(ecfg)
+    for mcfg in models:  # refuse a score a model cannot give before any model loads
+        ev.check_candidate_score(mcfg["kind"], score)
     if instances.empty:
         # nothing validated was instantiated and the starter set is off: say so instead of stopping the report
         write_csv(PROCESSED / "scores.csv", pd.DataFrame(columns=["model", *instances.columns]))
@@ -402,7 +417,7 @@ def evaluate(args: argparse.Namespace) -> None:
         label = _label(mcfg)
         started = time.perf_counter()
         model = _load(mcfg)
-        scores = ev.score_instances(model, mcfg["kind"], instances, per_token=per_token,
+        scores = ev.score_instances(model, mcfg["kind"], instances, score=score,
                                     cache=ResponseCache(model_cache_dir()), progress=_progress())
         scores.insert(0, "model", label)
         t = ev.tables(scores, n_resamples=int(ecfg.get("bootstrap", 1000)), seed=int(p["seed"]),
@@ -412,7 +427,8 @@ def evaluate(args: argparse.Namespace) -> None:
             write_csv(out / f"{name}.csv", table)
         evaluation_figure(t["by_country"], out / "ss_lms_icat_by_country", title=f"{label}: StereoSet scores per country")
         s = ev.summary(t)
-        s["method"] = ev.scoring_method(mcfg["kind"], per_token=per_token)
+        s["method"] = ev.scoring_method(mcfg["kind"], score)
+        s["candidate_score"] = score
         s["sources"] = instances["source"].value_counts().to_dict()
         summaries[label] = s
         all_scores.append(scores)
@@ -433,10 +449,12 @@ def evaluate(args: argparse.Namespace) -> None:
                   "annotation_source": ", ".join(annotation_sources),
                   "notes": ["instances by source: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))]}
     if sources.get("authored"):
-        provenance["translation_status"] = {"authored": sources["authored"]}
+        # the starter triples are authored by the project (not translations): their own unreviewed kind
+        provenance["source"] = {"authored": sources["authored"]}
     headline = {"ss": round(first["ss"], 2), "lms": round(first["lms"], 2), "icat": round(first["icat"], 2),
-                "instances": int(first["n"])}
-    write_json(REPORTS / "summary.json", {**{k: first[k] for k in ("ss", "lms", "icat", "n", "by_country", "method")},
+                "instances": int(first["n"]), "candidate score": score}
+    write_json(REPORTS / "summary.json", {**{k: first[k] for k in ("ss", "lms", "icat", "n", "by_country", "method",
+                                                                   "candidate_score")},
                                           "model": _label(models[0]), "models": summaries, "headline": headline,
                                           "provenance": provenance})
 
