@@ -36,6 +36,7 @@ BAD = [
     ("split.pruning_fraction", 0.7, "study.heads.split.shapley_fraction + study.heads.split.pruning_fraction"),
     ("probe.pooling", "middle", "study.heads.probe.pooling must be one of"),
     ("shapley.value", "bogus", "study.heads.shapley.value must be one of"),
+    ("pruning.candidate_score", "stereoset_generative", "study.heads.pruning.candidate_score must be one of"),
     ("shapley.layers", [], "study.heads.shapley.layers must be null or a non-empty list"),
     ("shapley.permutations", 7, "study.heads.shapley.permutations must be even with study.heads.shapley.antithetic"),
     ("shapley.permutations", 0, "study.heads.shapley.permutations must be a positive integer"),

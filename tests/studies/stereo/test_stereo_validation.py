@@ -63,6 +63,14 @@ def test_median_at_or_below_two_is_discarded():
     assert d.loc["a", "vote_ratio"] == "2:3"
 
 
+def test_unanswered_labels_are_not_counted_as_annotators():
+    # a panel member that gave no parseable score leaves a missing label: 2 annotators judged, not 3
+    j = pd.DataFrame({"item_id": ["a", "a", "a"], "annotator_id": ["m1", "m2", "m3"], "label": [4, None, 2]})
+    d = v.decide(j).set_index("item_id")
+    assert d.loc["a", "n_annotators"] == 2
+    assert d.loc["a", "median"] == 3 and d.loc["a", "vote_ratio"] == "1:1"
+
+
 def test_rates_and_vote_ratio_tables():
     st = stereotypes(2)
     labels = {"Mexico-age-0": [5] * 5, "Mexico-age-1": [1] * 5, "Mexico-gender-0": [3, 3, 3, 1, 1], "Mexico-gender-1": [4, 4, 4, 4, 2]}

@@ -24,9 +24,8 @@ import torch
 
 from stereolens.errors import ConfigError
 from stereolens.stats.stereoset import DEFAULT_CANDIDATE_SCORE, aggregate_logprob
+from stereolens.studies.heads.config import GATED_SCORES
 from stereolens.studies.heads.gates import HeadGate
-
-GATED_SCORES = ("mean", "sum")
 
 
 def _output_head(model):

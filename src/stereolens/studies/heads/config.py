@@ -17,6 +17,9 @@ PARAM_TYPES = {"countries": list, "max_instances_per_country": int, "threads": i
 
 POOLINGS = ("first", "last", "mean")          # where the probe reads its vector; "auto" picks first or last
 VALUE_METRICS = ("accuracy", "loss")          # the Shapley value function: probe accuracy or minus its cross-entropy
+# StereoSet candidate scores under a head gate: the reference generative score needs the context sentence scored
+# alone, which the gated candidate scorer does not do
+GATED_SCORES = ("mean", "sum")
 
 
 def check_layers(layers: Sequence[int] | None, n_layers: int | None = None) -> None:
@@ -66,5 +69,8 @@ def check_heads_config(cfg: dict[str, Any], *, n_layers: int | None = None) -> N
         raise ConfigError(f"study.heads.shapley.permutations must be even with study.heads.shapley.antithetic true "
                           f"(a permutation and its reverse are one sample), got {shapley['permutations']}")
     _positive_int(cfg["pruning"]["step"], "study.heads.pruning.step")
+    if cfg["pruning"]["candidate_score"] not in GATED_SCORES:
+        raise ConfigError(f"study.heads.pruning.candidate_score must be one of {list(GATED_SCORES)}, "
+                          f"got {cfg['pruning']['candidate_score']!r}")
     if cfg["pruning"]["stereoset_items_per_country"] is not None:
         _positive_int(cfg["pruning"]["stereoset_items_per_country"], "study.heads.pruning.stereoset_items_per_country")

@@ -257,7 +257,7 @@ def instance_provenance(sources: list[str]) -> dict:
     provenance = {"machine_generated": "machine" in sources,
                   "notes": [f"probe instances from the stereo study, sources: {', '.join(sources) or 'none'}"]}
     if "authored" in sources:
-        provenance["translation_status"] = "authored"
+        provenance["source"] = "authored"  # written by the project, not reviewed by native speakers
     return provenance
 
 

@@ -167,7 +167,8 @@ def decide(judgements: pd.DataFrame) -> pd.DataFrame:
     """Per item: median score, valid votes (score >= 3), invalid votes (<= 2), and ``validated`` = median > 2."""
     g = judgements.assign(label=pd.to_numeric(judgements["label"])).groupby("item_id")["label"]
     out = pd.DataFrame({
-        "median": g.median(), "n_annotators": g.size(),
+        # an unanswered label (a panel model that gave no parseable score) is not an annotator's judgement
+        "median": g.median(), "n_annotators": g.count(),
         "valid_votes": g.apply(lambda s: int((s >= 3).sum())), "invalid_votes": g.apply(lambda s: int((s <= DISCARD_AT_OR_BELOW).sum())),
     }).reset_index()
     out["validated"] = out["median"] > DISCARD_AT_OR_BELOW
