@@ -30,7 +30,8 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError, GateFailed
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
+from stereolens.stages.common import languages_to_run, load_params
+from stereolens.stages.kit import load_stage_model, model_label
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -85,16 +86,6 @@ def _model_cfg(entry: dict[str, Any] | None, default_model: dict[str, Any]) -> d
     return dict(entry)
 
 
-def _load(model_cfg: dict[str, Any], executor: dict[str, Any] | None = None):
-    from stereolens.models import ResponseCache, load_model, spec_from_config
-
-    return load_model(spec_from_config(model_cfg), cache=ResponseCache(model_cache_dir()), executor=executor)
-
-
-def _label(model_cfg: dict[str, Any]) -> str:
-    return str(model_cfg.get("id") or model_cfg["name"])
-
-
 def responders(p: dict[str, Any]) -> list[dict[str, Any]]:
     entries = p["cfg"].get("responders") or [None]
     return [_model_cfg(e, p["model"]) for e in entries]
@@ -112,7 +103,7 @@ def judge_panel(p: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
         member = dict(member)
         model_cfg = _model_cfg(member.pop("model", None), p["model"])
         if not member.get("id"):
-            member["id"] = _label(model_cfg)
+            member["id"] = model_label(model_cfg)
         try:
             spec = JudgeSpec(**member)
         except TypeError as exc:
@@ -165,9 +156,9 @@ def configuration_label(p: dict[str, Any], scores: pd.DataFrame | None = None) -
         scenarios = cfg.get("scenario_ids") or f"{cfg.get('per_dimension_domain') or 'all'} per dimension x domain"
     return {
         "config": cfg.get("name", "?"),
-        "responders": ", ".join(_label(m) for m in responders(p)),
+        "responders": ", ".join(model_label(m) for m in responders(p)),
         "judges": ", ".join(
-            f"{m.get('id') or _label(_model_cfg(m.get('model'), p['model']))} ({m.get('mode', 'logprob')})" for m in panel
+            f"{m.get('id') or model_label(_model_cfg(m.get('model'), p['model']))} ({m.get('mode', 'logprob')})" for m in panel
         ),
         "languages": ", ".join(languages_to_run(list(cfg["languages"]), p["language"])),
         "dimensions": listed("dimension", cfg.get("dimensions")),
@@ -226,10 +217,10 @@ def collect(args: argparse.Namespace) -> None:
     )
     frames = []
     for model_cfg in responders(p):
-        label = _label(model_cfg)
+        label = model_label(model_cfg)
         started = time.time()
         with _tracking(p, COLLECT_RUN, model=label, annotation_source=None) as run:
-            model = _load(model_cfg, executor_config(args.params))
+            model = load_stage_model(model_cfg, params_path=args.params, key="study.pcs.responders", generator=True)
             responses = check_validity(collect_responses(model, label, prompts, settings), vsettings)
             frames.append(responses)
             run.log_metrics({
@@ -267,7 +258,9 @@ def calibration_set(args: argparse.Namespace) -> None:
     scenarios, rubrics = load_calibration_inputs(cfg.get("bank", "data/seed/pcs"), language=lang,
                                                  dimensions=cfg.get("dimensions"))
     source = ccfg.get("source", "template")
-    generator = _load(_model_cfg(ccfg.get("generator"), p["model"])) if source == "model" else None
+    generator = (load_stage_model(_model_cfg(ccfg.get("generator"), p["model"]), params_path=args.params,
+                                  key="study.pcs.calibration.generator", generator=True)
+                 if source == "model" else None)
     calib = build_calibration_set(
         scenarios, rubrics, pairs_per_feature=int(ccfg.get("pairs_per_feature", 1)), source=source,
         generator=generator, language=lang, language_name=LANGUAGE_NAMES.get(lang, lang),
@@ -310,7 +303,7 @@ def judge(args: argparse.Namespace) -> None:
     for spec, model_cfg in judge_panel(p):
         started = time.time()
         with _tracking(p, JUDGE_RUN, model=spec.id, annotation_source=JUDGE_SOURCE) as run:
-            model = _load(model_cfg, executor_config(args.params))
+            model = load_stage_model(model_cfg, params_path=args.params, key="study.pcs.judges.panel")
             scored = judge_items(model, spec, items)
             cal = judge_calibration(model, spec, calib, dict(bank.rubrics))
             run.log_metrics({
@@ -384,7 +377,7 @@ def validate(args: argparse.Namespace) -> None:
     calib = read_csv_checked(INTERIM / "calibration_scores.csv", ["pair_id", "pole", "score"], what="calibration scores")
     result = evaluate_gates(scores, calib, gates_cfg)
     result["calibration_set"] = calibration_set_version(calib)
-    write_json(REPORTS / "gates.json", _json_safe(result))
+    write_json(REPORTS / "gates.json", result)
     row, expectations = {}, []
     for name, g in result["gates"].items():
         if g["passed"] is None:
@@ -430,12 +423,6 @@ def calibration_set_version(calib_scores: pd.DataFrame) -> dict[str, Any]:
 
 def _short(v: Any) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
-
-
-def _json_safe(obj: Any) -> Any:
-    from stereolens.studies.pcs.analysis import _clean
-
-    return _clean(obj)
 
 
 # ---------------------------------------------------------------- human validation
@@ -539,7 +526,7 @@ def human_validation(args: argparse.Namespace) -> None:
         summary = {"source": source, "n_items": int(len(items)), "n_judgements": int(len(judgements)),
                    "n_decided": int(len(decided)), "n_undecided": int((~prefs["decided"]).sum()),
                    "metrics": review.metrics(), "binomial_tests": tests}
-        write_json(HUMAN_REPORTS / "summary.json", _json_safe(summary))
+        write_json(HUMAN_REPORTS / "summary.json", summary)
         # a measure the scale does not define (kappa on an open scale) and an absent count are NaN
         run.log_metrics({m: None for m in AGREEMENT_MEASURES} | {f"{m}_ci_{end}": None for m in AGREEMENT_MEASURES
                                                                  for end in ("low", "high")}
@@ -557,7 +544,14 @@ def human_validation(args: argparse.Namespace) -> None:
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of seed 004 from the judged scores."""
     from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
-    from stereolens.studies.pcs.cli import write_analysis
+    from stereolens.studies.pcs.inputs import (
+        read_preferences,
+        read_responses,
+        translation_status_line,
+        with_domains,
+        with_invalid_reasons,
+    )
+    from stereolens.studies.pcs.outputs import write_analysis
 
     p = _params(args)
     cfg = p["cfg"]
@@ -574,33 +568,15 @@ def analyze(args: argparse.Namespace) -> None:
     if acfg.get("human_preferences"):
         raise ConfigError("study.pcs.analysis.human_preferences is replaced by the pcs_human_validation stage: "
                           "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
-    human, human_source = None, None
-    prefs_path = HUMAN_INTERIM / "preferences.csv"
-    if prefs_path.exists():
-        prefs = read_csv_checked(prefs_path, ["language", "comparison", "preference", "decided", "source"],
-                                 what="human-validation preferences", keep_default_na=False)
-        human = prefs.loc[prefs["decided"].astype(str).str.lower() == "true"]
-        human_source = ", ".join(sorted(prefs["source"].astype(str).unique())) or None
+    human, human_source = read_preferences(HUMAN_INTERIM / "preferences.csv")
     validity = pd.read_csv(REPORTS / "validity.csv") if (REPORTS / "validity.csv").exists() else None
-    responses_path = INTERIM / "responses.csv"
-    label_frame = scores
-    if responses_path.exists():
-        responses = read_csv_checked(responses_path, ["response_id", "scenario_id", "domain", "translation_status",
-                                                      "invalid_reason"], what="pcs responses", keep_default_na=False)
-        domains = responses.drop_duplicates("scenario_id").set_index("scenario_id")["domain"]
-        label_frame = scores.assign(domain=scores["scenario_id"].map(domains))
-        # a judged response the validity check flagged (the default judges wrong-language replies) stays out of
-        # the analysis: analyze_scores drops it and counts it
-        scores = scores.assign(invalid_reason=scores["response_id"].map(
-            responses.set_index("response_id")["invalid_reason"]).fillna(""))
-    configuration = configuration_label(p, label_frame)
-    if responses_path.exists():
-        # provenance: machine-translated prompts that no reviewer has seen are labelled as such
-        status = responses["translation_status"]
-        labels = {"authored": "authored (machine-written translation, unreviewed)", "source": "source (English original)"}
-        configuration["prompt translation status"] = ", ".join(
-            f"{labels.get(k, k)}: {v}" for k, v in status.value_counts().items()
-        )
+    responses = read_responses(INTERIM / "responses.csv")
+    if responses is None:
+        configuration = configuration_label(p, scores)
+    else:
+        configuration = configuration_label(p, with_domains(scores, responses))
+        scores = with_invalid_reasons(scores, responses)
+        configuration["prompt translation status"] = translation_status_line(responses)
     if human_source:
         configuration["human-validation preferences"] = (
             f"{human_source}" + (" (NOT human judgements)" if human_source != "human" else "")
