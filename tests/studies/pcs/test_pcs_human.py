@@ -9,7 +9,7 @@ import pytest
 
 from stereolens.studies.pcs import human_validation as ph
 from stereolens.errors import ConfigError, DataError
-from stereolens.studies.pcs.stages import human_validation_round
+from stereolens.studies.pcs.human_validation import human_validation_round
 
 ANNOTATION = {
     "source": "simulated", "scale": "likert5", "quorum": 3,

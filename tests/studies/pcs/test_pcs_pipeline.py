@@ -180,3 +180,27 @@ def test_pcs_analyze_cli_refuses_blank_sample(tmp_path, capsys):
     df.to_csv(tmp_path / "scores.csv", index=False)
     assert main(["pcs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(tmp_path / "o")]) == 2
     assert "line 5, column sample: blank 'sample'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stage_name,where,key", [
+    ("pcs-collect", "responders", "study.pcs.responders"),
+    ("pcs-calibration-set", "generator", "study.pcs.calibration.generator"),
+])
+def test_a_model_that_cannot_generate_is_refused_before_it_loads(tmp_path, monkeypatch, capsys, stage_name, where, key):
+    """A masked LM as a responder or as the calibration generator: one line naming the key, before any load
+    (the path does not exist, so a load would fail with another message)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
+    _write_bank(tmp_path)
+    _params(tmp_path, tmp_path / "no-such-model")
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    masked = {"id": "mlm", "name": str(tmp_path / "no-such-model"), "kind": "masked", "backend": "hf"}
+    if where == "responders":
+        params["study"]["pcs"]["responders"] = [masked]
+    else:
+        params["study"]["pcs"]["calibration"].update(source="model", generator=masked)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["stage", stage_name]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{key}: 'mlm' is a 'masked' model and cannot generate text" in err[0]

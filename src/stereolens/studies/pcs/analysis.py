@@ -49,6 +49,7 @@ import pandas as pd
 from scipy import stats
 
 from stereolens.errors import DataError
+from stereolens.io import finite_json
 # re-exported: the one default, defined without heavy imports
 from stereolens.studies.pcs import DEFAULT_MIN_GAIN_STEPS, SENSITIVITY_GAIN_STEPS
 
@@ -650,21 +651,6 @@ class PCSAnalysis:
     cells: pd.DataFrame | None = None  # triads with per-cell PCS
 
 
-def _clean(value: Any) -> Any:
-    """NaN -> None recursively (JSON has no NaN)."""
-    if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(float(value)) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
-
-
 def min_gain_sensitivity(tri: pd.DataFrame, steps: Sequence[float], configured: float) -> pd.DataFrame:
     """PCS and capability utilisation on the same triads for each minimum gain (in scale steps).
 
@@ -709,23 +695,8 @@ def analyze_scores(
     tri = add_pcs(triads(cells), min_gain)
     ldi = ldi_table(cells)
     hud_feat = hud_by_feature(ldi, hindi, urdu)
-    included = tri.loc[~tri["excluded"]]
-    cap_util, cap_util_note = capability_utilisation(tri, min_gain)
-    summary = {
-        "pcs": float(included["pcs"].mean()) if len(included) else math.nan,
-        "cap_util": cap_util,
-        "cap_util_note": cap_util_note,
-        "n_excluded": int(tri["excluded"].sum()),
-        "by_dimension": {str(k): float(v) for k, v in tri.groupby("dimension")["pcs"].mean().items()},
-        "ldi": {
-            str(lang): {str(f): float(v) for f, v in zip(group["feature"], group["ldi"])}
-            for lang, group in ldi.groupby("language", sort=True)
-        },
-        "hud": {str(f): float(v) for f, v in zip(hud_feat["feature"], hud_feat["hud"])},
-    }
-    if "overall" not in summary["hud"]:
-        summary["hud"]["overall"] = math.nan
     means_a = scenario_means(resp, "A")
+    summary = headline_summary(tri, ldi, hud_feat, min_gain)
     tables = {
         "table01_model_dimension": model_dimension_summary(tri, min_gain),
         "table02_ldi_by_language": ldi_by_language(ldi),
@@ -746,13 +717,48 @@ def analyze_scores(
         "pcs_dimension_language": _pcs_stats(tri, ["dimension", "language"], min_gain),
         "pcs_cells": tri,
     }
-    statistics: dict[str, Any] = {
+    statistics = analysis_statistics(scores, resp, tri, ldi, means_a, min_gain_steps=min_gain_steps, hindi=hindi,
+                                     urdu=urdu, n_excluded_invalid=int(excluded_responses["n_excluded"].sum()))
+    if human is not None and len(human):
+        table, tests = human_validation(human)
+        tables["table17_human_validation"] = table
+        statistics["human_validation"] = tests
+    return PCSAnalysis(summary=finite_json(summary), tables=tables, statistics=finite_json(statistics), cells=tri)
+
+
+def headline_summary(tri: pd.DataFrame, ldi: pd.DataFrame, hud_feat: pd.DataFrame, min_gain: float) -> dict[str, Any]:
+    """PCS, capability utilisation, exclusions, PCS per dimension, LDI and HUD: the numbers of ``summary.json``."""
+    included = tri.loc[~tri["excluded"]]
+    cap_util, cap_util_note = capability_utilisation(tri, min_gain)
+    summary = {
+        "pcs": float(included["pcs"].mean()) if len(included) else math.nan,
+        "cap_util": cap_util,
+        "cap_util_note": cap_util_note,
+        "n_excluded": int(tri["excluded"].sum()),
+        "by_dimension": {str(k): float(v) for k, v in tri.groupby("dimension")["pcs"].mean().items()},
+        "ldi": {
+            str(lang): {str(f): float(v) for f, v in zip(group["feature"], group["ldi"])}
+            for lang, group in ldi.groupby("language", sort=True)
+        },
+        "hud": {str(f): float(v) for f, v in zip(hud_feat["feature"], hud_feat["hud"])},
+    }
+    if "overall" not in summary["hud"]:
+        summary["hud"]["overall"] = math.nan
+    return summary
+
+
+def analysis_statistics(scores: pd.DataFrame, resp: pd.DataFrame, tri: pd.DataFrame, ldi: pd.DataFrame,
+                        means_a: pd.DataFrame, *, min_gain_steps: float, hindi: str, urdu: str,
+                        n_excluded_invalid: int) -> dict[str, Any]:
+    """Counts, the Hindi-Urdu and model tests and the condition means: the numbers of ``statistics.json``."""
+    included = tri.loc[~tri["excluded"]]
+    return {
         "n_scores": int(len(scores)),
         "n_cells": int(len(tri)),
         "n_included": int(len(included)),
         "min_gain_steps": float(min_gain_steps),
-        "min_gain_points": min_gain,
-        "n_responses_excluded_invalid": int(excluded_responses["n_excluded"].sum()),
+        "min_gain_points": min_gain_points(min_gain_steps),
+        "n_responses_excluded_invalid": n_excluded_invalid,
         "pcs_sd": float(included["pcs"].std()) if len(included) > 1 else math.nan,
         "models": sorted(tri["model"].unique().tolist()),
         "languages": sorted(tri["language"].unique().tolist()),
@@ -762,8 +768,3 @@ def analyze_scores(
         "model_anova": model_anova(tri),
         "means": {c: float(tri[c].mean()) if len(tri) else math.nan for c in CONDITIONS},
     }
-    if human is not None and len(human):
-        table, tests = human_validation(human)
-        tables["table17_human_validation"] = table
-        statistics["human_validation"] = tests
-    return PCSAnalysis(summary=_clean(summary), tables=tables, statistics=_clean(statistics), cells=tri)

@@ -14,100 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from stereolens.studies.pcs import DEFAULT_MIN_GAIN_STEPS
 
-if TYPE_CHECKING:  # the analysis (pandas, scipy) loads when a command runs, not when the parser is built
-    import pandas as pd
-
-    from stereolens.studies.pcs.analysis import PCSAnalysis
-
 DEFAULT_RUBRICS = "data/seed/pcs/rubrics.yaml"
-
-
-def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any] | None, human_source: str | None,
-                    gates: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The report site's ``headline`` and ``provenance`` blocks (README, "The report")."""
-    # "authored (machine-written translation, unreviewed): 12, source (English original): 6" -> counts per status
-    status = str((configuration or {}).get("prompt translation status", ""))
-    counts = {label: int(n) for label, n in re.findall(r"(\w+)(?: \([^)]*\))?: (\d+)", status)}
-    return {
-        "headline": {"PCS": summary.get("pcs"),
-                     "capability utilisation": summary.get("cap_util") if summary.get("cap_util") is not None
-                     else summary.get("cap_util_note") or None,
-                     "excluded cells": summary.get("n_excluded"),
-                     "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run"},
-        "provenance": {"annotation_source": ", ".join(filter(None, ["llm_panel", human_source])),
-                       "translation_status": counts, "machine_generated": False,
-                       "notes": ["scores come from the configured judge panel (language models)"]
-                       + ([f"human-validation preferences: {human_source}"] if human_source else [])},
-    }
-
-
-def write_analysis(
-    scores: pd.DataFrame,
-    output: str | os.PathLike,
-    *,
-    min_gain_steps: float = DEFAULT_MIN_GAIN_STEPS,
-    hindi: str = "hi",
-    urdu: str = "ur",
-    human: pd.DataFrame | None = None,
-    configuration: Mapping[str, Any] | None = None,
-    gates: Mapping[str, Any] | None = None,
-    validity: pd.DataFrame | None = None,
-    waterfall_cell: Mapping[str, Any] | None = None,
-) -> tuple[PCSAnalysis, list[Path]]:
-    """Analyse ``scores`` and write summary, statistics, tables, figures and report under ``output``.
-
-    ``human`` may carry a ``source`` column (human / simulated / llm_panel); the
-    report says so in a visible line when the preferences are not human.
-    """
-    from stereolens.io import write_csv, write_json, write_text
-    from stereolens.studies.pcs.analysis import analyze_scores
-    from stereolens.studies.pcs.report import report_markdown, write_figures
-
-    out = Path(output)
-    human_source = human_sources(human)
-    analysis = analyze_scores(scores, min_gain_steps=min_gain_steps, hindi=hindi, urdu=urdu, human=human)
-    if human_source:
-        analysis.statistics["human_validation_source"] = human_source
-    files = [write_json(out / "summary.json", {**analysis.summary, **report_contract(analysis.summary, configuration,
-                                                                                 human_source, gates)})]
-    statistics = dict(analysis.statistics)
-    if configuration:
-        statistics["configuration"] = dict(configuration)
-    if gates:
-        statistics["gates"] = gates
-    files.append(write_json(out / "statistics.json", statistics))
-    for name, table in analysis.tables.items():
-        files.append(write_csv(out / "tables" / f"{name}.csv", table))
-    config = dict(configuration or {"config": "ad hoc (stereolens pcs analyze)", "min_gain_steps": min_gain_steps})
-    note = "; ".join(f"{k}={v}" for k, v in config.items() if k in ("config", "responders", "judges"))
-    if gates and not gates.get("all_passed", True):
-        note += "; JUDGE GATES NOT PASSED"
-    if human_source and human_source != "human":
-        note += f"; human-validation preferences: {human_source}"
-    figures = write_figures(analysis.tables, analysis.cells, out / "figures", note=note or None,
-                            waterfall_cell=waterfall_cell)
-    files += figures
-    md = report_markdown(configuration=config, summary=analysis.summary, statistics=analysis.statistics, gates=gates,
-                         tables=analysis.tables, validity=validity, human_source=human_source,
-                         figures=[str(f.relative_to(out)) for f in figures if f.suffix == ".png"])
-    files.append(write_text(out / "report.md", md))
-    return analysis, files
-
-
-def human_sources(human: pd.DataFrame | None) -> str | None:
-    """The ``source`` of human-validation preferences ("human" when the table has no source column)."""
-    if human is None or not len(human):
-        return None
-    if "source" not in human.columns:
-        return "human"
-    return ", ".join(sorted(human["source"].dropna().astype(str).unique())) or "human"
 
 
 def rubric_features(path: str | os.PathLike | None) -> dict[str, list[str]] | None:
@@ -122,6 +33,8 @@ def rubric_features(path: str | os.PathLike | None) -> dict[str, list[str]] | No
 def _analyze(args: argparse.Namespace) -> int:
     from stereolens.io import check_writable, read_csv_checked
     from stereolens.studies.pcs.analysis import REQUIRED_COLUMNS, validate_scores
+    # the analysis (pandas, scipy) loads when a command runs, not when the parser is built
+    from stereolens.studies.pcs.outputs import write_analysis
 
     check_writable(Path(args.output) / "summary.json")
     scores = read_csv_checked(args.scores, REQUIRED_COLUMNS, what="judged scores", allow_empty=False)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import pandas as pd
 
 from stereolens.annotation.scales import Scale
 from stereolens.errors import ConfigError, DataError
+from stereolens.io import write_csv
 
 COMPARISONS: dict[str, tuple[str, str]] = {"A-C": ("A", "C"), "B-C": ("B", "C")}
 TIE = "tie"
@@ -178,3 +180,72 @@ def to_preferences(aggregated: pd.DataFrame, items: pd.DataFrame, *, source: str
         })
     return pd.DataFrame(rows, columns=["item_id", "language", "comparison", "preference", "decided", "votes", "n",
                                        "model", "scenario_id", "dimension", "source"])
+
+
+def human_validation_round(
+    responses: pd.DataFrame,
+    scores: pd.DataFrame,
+    annotation: dict[str, Any],
+    hv: dict[str, Any],
+    *,
+    seed: int,
+    interim: Path,
+    reports: Path,
+    report_dir: str | Path = "reports/quality",
+):
+    """Pairwise A-vs-C / B-vs-C preferences from ``annotation.source``, reviewed and aggregated.
+
+    Returns (items, judgements, review, preferences).  Task files for annotators
+    (CSV, Label Studio JSON and labelling config) are written for every source,
+    so a real team can take over from a simulated round.
+    """
+    from dataclasses import replace
+
+    from stereolens.annotation.config import AnnotationConfig
+    from stereolens.annotation.round import collect_judgements, review_round
+    from stereolens.annotation.tasks import export_tasks
+
+    hv = dict(hv or {})
+    known = {"items_per_comparison", "tie_margin", "judgements", "comparisons"}
+    unknown = sorted(set(hv) - known)
+    if unknown:
+        raise ConfigError(f"study.pcs.human_validation: unknown key(s) {unknown} (known: {sorted(known)})")
+    # annotation.scale belongs to the Likert studies; a pairwise preference has its own answer scale
+    acfg = replace(AnnotationConfig.from_config(annotation), scale=PAIRWISE_SCALE)
+    if acfg.source == "llm_panel":
+        raise ConfigError("annotation.source=llm_panel is not supported for pcs pairwise preferences yet "
+                          "(the judges already are an LLM panel); use annotation=simulated or annotation=human")
+    items = preference_items(
+        responses, scores, items_per_comparison=hv.get("items_per_comparison"),
+        tie_margin=float(hv.get("tie_margin", 0.0)), seed=seed,
+        comparisons=tuple(hv.get("comparisons") or ("A-C", "B-C")),
+    )
+    # the key (which condition is shown where) stays out of the annotators' files
+    write_csv(interim / "items.csv", items.drop(columns=["text"]))
+    export_tasks(items[list(TASK_COLUMNS)], PAIRWISE_SCALE, INSTRUCTIONS, reports / "tasks", name="pairwise_tasks")
+    if acfg.source == "human":
+        path = hv.get("judgements")
+        if not path or not Path(path).exists():
+            raise ConfigError(
+                f"annotation.source=human: study.pcs.human_validation.judgements ({path!r}) is not a completed "
+                f"judgements CSV (item_id, annotator_id, label); the tasks to annotate are in {reports / 'tasks'}"
+            )
+        judgements = collect_judgements(acfg, items, judgements_path=path)
+        judgements["language"] = judgements["item_id"].map(items.set_index("item_id")["language"])
+    else:
+        # one pool of simulated native speakers per language, as in appendix J
+        frames = []
+        for i, (lang, group) in enumerate(items.groupby("language", sort=True)):
+            sim = replace(acfg, simulator={**acfg.simulator, "seed": int(acfg.simulator.get("seed", 0)) + i})
+            judged = collect_judgements(sim, group[["item_id", "truth"]])
+            judged["annotator_id"] = lang + "-" + judged["annotator_id"].astype(str)
+            frames.append(judged.assign(language=lang))
+        judgements = pd.concat(frames, ignore_index=True)
+        judgements["source"] = "simulated"
+    write_csv(interim / "judgements.csv", judgements)
+    review = review_round(judgements, acfg, study="pcs", artefact=str(interim / "judgements.csv"),
+                          items=items[["item_id"]], report_dir=report_dir, seed=seed)
+    review.write(reports)
+    prefs = to_preferences(review.aggregated, items, source=acfg.source)
+    write_csv(interim / "preferences.csv", prefs)
+    return items, judgements, review, prefs

@@ -315,6 +315,25 @@ def judge_items(model: LanguageModel, spec: JudgeSpec, items: Sequence[JudgeItem
 # ---------------------------------------------------------------- panel validation
 
 
+def judge_items_for(responses: pd.DataFrame, bank) -> list[JudgeItem]:
+    """One item per response: its dimension, the scenario's neutral prompt (Prompt A) and the rubric's features."""
+    neutral = {(r.scenario_id, r.language): r.prompt_a for r in bank.scenarios.itertuples()}
+    return [JudgeItem(r.response_id, r.dimension, neutral[(r.scenario_id, r.language)], str(r.response),
+                      bank.features(r.dimension))
+            for r in responses.itertuples()]
+
+
+SCORE_COLUMNS = ("model", "language", "scenario_id", "dimension", "feature", "condition", "sample", "judge", "score",
+                 "digit_mass", "status", "rationale", "error", "response_id")
+
+
+def scores_table(judged: Sequence[pd.DataFrame], responses: pd.DataFrame) -> pd.DataFrame:
+    """Every judge's feature scores with the response each scores (model, language, scenario, condition, sample)."""
+    meta = responses.set_index("response_id")[["model", "language", "scenario_id", "dimension", "condition", "sample"]]
+    scores = pd.concat(judged, ignore_index=True).join(meta, on="item_id").rename(columns={"item_id": "response_id"})
+    return scores[list(SCORE_COLUMNS)]
+
+
 def construct_validity(cells: pd.DataFrame) -> dict[str, Any]:
     """Share of scenario-feature cells (judge and sample means) where B scores above A."""
     wide = cells.pivot_table(index=["model", "language", "scenario_id", "feature"], columns="condition",

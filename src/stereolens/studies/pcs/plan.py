@@ -6,7 +6,8 @@ from typing import Any
 
 from stereolens.studies.pcs.judging import SCALE
 from stereolens.studies.pcs.scenarios import triad_prompts
-from stereolens.studies.pcs.stages import _bank, _label, judge_panel, responders
+from stereolens.stages.kit import model_label
+from stereolens.studies.pcs.stages import _bank, judge_panel, responders
 
 
 def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -26,7 +27,7 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
     people = responders(p)
     rows = []
     for model in people:
-        rows.append({"study": "pcs", "stage": "pcs_collect", "model": _label(model), "language": "all",
+        rows.append({"study": "pcs", "stage": "pcs_collect", "model": model_label(model), "language": "all",
                      "request": "generations", "count": per_prompt,
                      "note": f"{len(prompts)} prompts (scenario x language x condition) x {samples} samples"})
     responses = per_prompt * len(people)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from stereolens.figures import save_figure
+from stereolens.report.markdown import markdown_table
 
 DIMENSION_COLOURS = {"PDI": "#1f77b4", "IDV": "#2ca02c", "UAI": "#d62728"}
 
@@ -159,16 +160,6 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _md_table(df: pd.DataFrame, digits: int = 3) -> str:
-    if df is None or df.empty:
-        return "_(empty)_\n"
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        lines.append("| " + " | ".join(_fmt(v, digits) for v in row) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, Any], statistics: Mapping[str, Any],
                     gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
                     figures: list[str], human_source: str | None = None) -> str:
@@ -222,7 +213,7 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
                         f"paired t = {_fmt(sc.get('t'))}, p = {_fmt(sc.get('p_t'))}; Wilcoxon W = "
                         f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
     if validity is not None and len(validity):
-        lines += ["", "## Response validity", "", _md_table(validity)]
+        lines += ["", "## Response validity", "", markdown_table(validity)]
     if human_source:
         lines.append(f"- human-validation preferences: {human_source}")
     notes = {
@@ -238,7 +229,7 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
                  "scenario_rm_anova_language", "table16_paired_a_vs_c", "table13_hud_by_feature",
                  "table14_feature_ranking", "table17_human_validation"):
         if name in tables:
-            lines += ["", f"## {name}", ""] + ([notes[name], ""] if name in notes else []) + [_md_table(tables[name])]
+            lines += ["", f"## {name}", ""] + ([notes[name], ""] if name in notes else []) + [markdown_table(tables[name])]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
     return "\n".join(lines) + "\n"

@@ -115,6 +115,20 @@ class ValiditySettings:
             )
 
 
+def collection_settings_from_config(collection: Mapping[str, object] | None, *, seed: int) -> CollectionSettings:
+    """Settings from the ``collection`` config block; ``language_names`` extends the default names."""
+    coll = dict(collection or {})
+    return CollectionSettings(
+        temperature=float(coll.get("temperature", 0.7)),
+        max_tokens=int(coll.get("max_tokens", 2000)),
+        samples=int(coll.get("samples", 4)),
+        base_seed=int(seed),
+        stop=tuple(coll.get("stop") or ()),
+        **({"system_prompt": coll["system_prompt"]} if coll.get("system_prompt") else {}),
+        **({"language_names": {**LANGUAGE_NAMES, **coll["language_names"]}} if coll.get("language_names") else {}),
+    )
+
+
 def validity_settings_from_config(cfg: Mapping[str, object] | None, languages: Sequence[str] = (),
                                   *, where: str = "study.pcs.validity") -> ValiditySettings:
     """Settings from the ``validity`` config block; ``scripts``, ``refusals`` and ``profiles`` extend the defaults

@@ -28,9 +28,10 @@ from typing import Any
 
 import pandas as pd
 
-from stereolens.errors import ConfigError, DataError, GateFailed
+from stereolens.errors import ConfigError, GateFailed
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
+from stereolens.stages.common import languages_to_run, load_params
+from stereolens.stages.kit import load_stage_model, model_label
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -85,16 +86,6 @@ def _model_cfg(entry: dict[str, Any] | None, default_model: dict[str, Any]) -> d
     return dict(entry)
 
 
-def _load(model_cfg: dict[str, Any], executor: dict[str, Any] | None = None):
-    from stereolens.models import ResponseCache, load_model, spec_from_config
-
-    return load_model(spec_from_config(model_cfg), cache=ResponseCache(model_cache_dir()), executor=executor)
-
-
-def _label(model_cfg: dict[str, Any]) -> str:
-    return str(model_cfg.get("id") or model_cfg["name"])
-
-
 def responders(p: dict[str, Any]) -> list[dict[str, Any]]:
     entries = p["cfg"].get("responders") or [None]
     return [_model_cfg(e, p["model"]) for e in entries]
@@ -112,7 +103,7 @@ def judge_panel(p: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
         member = dict(member)
         model_cfg = _model_cfg(member.pop("model", None), p["model"])
         if not member.get("id"):
-            member["id"] = _label(model_cfg)
+            member["id"] = model_label(model_cfg)
         try:
             spec = JudgeSpec(**member)
         except TypeError as exc:
@@ -165,9 +156,9 @@ def configuration_label(p: dict[str, Any], scores: pd.DataFrame | None = None) -
         scenarios = cfg.get("scenario_ids") or f"{cfg.get('per_dimension_domain') or 'all'} per dimension x domain"
     return {
         "config": cfg.get("name", "?"),
-        "responders": ", ".join(_label(m) for m in responders(p)),
+        "responders": ", ".join(model_label(m) for m in responders(p)),
         "judges": ", ".join(
-            f"{m.get('id') or _label(_model_cfg(m.get('model'), p['model']))} ({m.get('mode', 'logprob')})" for m in panel
+            f"{m.get('id') or model_label(_model_cfg(m.get('model'), p['model']))} ({m.get('mode', 'logprob')})" for m in panel
         ),
         "languages": ", ".join(languages_to_run(list(cfg["languages"]), p["language"])),
         "dimensions": listed("dimension", cfg.get("dimensions")),
@@ -200,9 +191,9 @@ def collect(args: argparse.Namespace) -> None:
     """Collect triad responses through the model layer and check their validity."""
     from stereolens.studies.pcs.scenarios import review_summary, triad_prompts
     from stereolens.studies.pcs.responses import (
-        CollectionSettings,
         check_validity,
         collect_responses,
+        collection_settings_from_config,
         validity_settings_from_config,
         validity_summary,
     )
@@ -214,22 +205,13 @@ def collect(args: argparse.Namespace) -> None:
     warn_sampling(cfg.get("collection", {}))
     bank = _bank(p)
     prompts = triad_prompts(bank, tuple(cfg.get("conditions", ("A", "B", "C"))))
-    coll = cfg.get("collection", {})
-    settings = CollectionSettings(
-        temperature=float(coll.get("temperature", 0.7)),
-        max_tokens=int(coll.get("max_tokens", 2000)),
-        samples=int(coll.get("samples", 4)),
-        base_seed=int(p["seed"]),
-        stop=tuple(coll.get("stop") or ()),
-        **({"system_prompt": coll["system_prompt"]} if coll.get("system_prompt") else {}),
-        **({"language_names": {**CollectionSettings().language_names, **coll["language_names"]}} if coll.get("language_names") else {}),
-    )
+    settings = collection_settings_from_config(cfg.get("collection"), seed=int(p["seed"]))
     frames = []
     for model_cfg in responders(p):
-        label = _label(model_cfg)
+        label = model_label(model_cfg)
         started = time.time()
         with _tracking(p, COLLECT_RUN, model=label, annotation_source=None) as run:
-            model = _load(model_cfg, executor_config(args.params))
+            model = load_stage_model(model_cfg, params_path=args.params, key="study.pcs.responders", generator=True)
             responses = check_validity(collect_responses(model, label, prompts, settings), vsettings)
             frames.append(responses)
             run.log_metrics({
@@ -267,7 +249,9 @@ def calibration_set(args: argparse.Namespace) -> None:
     scenarios, rubrics = load_calibration_inputs(cfg.get("bank", "data/seed/pcs"), language=lang,
                                                  dimensions=cfg.get("dimensions"))
     source = ccfg.get("source", "template")
-    generator = _load(_model_cfg(ccfg.get("generator"), p["model"])) if source == "model" else None
+    generator = (load_stage_model(_model_cfg(ccfg.get("generator"), p["model"]), params_path=args.params,
+                                  key="study.pcs.calibration.generator", generator=True)
+                 if source == "model" else None)
     calib = build_calibration_set(
         scenarios, rubrics, pairs_per_feature=int(ccfg.get("pairs_per_feature", 1)), source=source,
         generator=generator, language=lang, language_name=LANGUAGE_NAMES.get(lang, lang),
@@ -280,22 +264,10 @@ def calibration_set(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- judge
 
 
-def judge_items_for(responses: pd.DataFrame, bank) -> list:
-    from stereolens.studies.pcs.judging import JudgeItem
-
-    neutral = {(r.scenario_id, r.language): r.prompt_a for r in bank.scenarios.itertuples()}
-    items = []
-    for r in responses.itertuples():
-        items.append(
-            JudgeItem(r.response_id, r.dimension, neutral[(r.scenario_id, r.language)], str(r.response), bank.features(r.dimension))
-        )
-    return items
-
-
 @stage("pcs-judge")
 def judge(args: argparse.Namespace) -> None:
     """Score every valid response and every calibration exemplar with every judge of the panel."""
-    from stereolens.studies.pcs.judging import judge_calibration, judge_items
+    from stereolens.studies.pcs.judging import judge_calibration, judge_items, judge_items_for, scores_table
 
     p = _params(args)
     bank = _bank(p)
@@ -305,12 +277,11 @@ def judge(args: argparse.Namespace) -> None:
     calib = read_csv_checked(INTERIM / "calibration_set.csv", ["pair_id", "pole", "response"], what="calibration set",
                              keep_default_na=False)
     items = judge_items_for(responses, bank)
-    meta = responses.set_index("response_id")[["model", "language", "scenario_id", "dimension", "condition", "sample"]]
     score_frames, calib_frames = [], []
     for spec, model_cfg in judge_panel(p):
         started = time.time()
         with _tracking(p, JUDGE_RUN, model=spec.id, annotation_source=JUDGE_SOURCE) as run:
-            model = _load(model_cfg, executor_config(args.params))
+            model = load_stage_model(model_cfg, params_path=args.params, key="study.pcs.judges.panel")
             scored = judge_items(model, spec, items)
             cal = judge_calibration(model, spec, calib, dict(bank.rubrics))
             run.log_metrics({
@@ -321,44 +292,11 @@ def judge(args: argparse.Namespace) -> None:
         print(f"pcs-judge: {spec.id}: {len(scored)} feature scores, {int((scored['status'] == 'failed').sum())} failed")
         score_frames.append(scored)
         calib_frames.append(cal)
-    scores = pd.concat(score_frames, ignore_index=True)
-    scores = scores.join(meta, on="item_id").rename(columns={"item_id": "response_id"})
-    cols = ["model", "language", "scenario_id", "dimension", "feature", "condition", "sample", "judge", "score",
-            "digit_mass", "status", "rationale", "error", "response_id"]
-    write_csv(INTERIM / "scores.csv", scores[cols])
+    write_csv(INTERIM / "scores.csv", scores_table(score_frames, responses))
     write_csv(INTERIM / "calibration_scores.csv", pd.concat(calib_frames, ignore_index=True))
 
 
 # ---------------------------------------------------------------- validate (gates)
-
-
-def evaluate_gates(scores: pd.DataFrame, calib_scores: pd.DataFrame, gates_cfg: dict[str, Any]) -> dict[str, Any]:
-    """The three appendix B.1 figures and whether each passes its configured threshold."""
-    from stereolens.studies.pcs.analysis import cell_scores, check_scores
-    from stereolens.studies.pcs.judging import calibration_accuracy, construct_validity, inter_judge_alpha
-
-    checked = check_scores(scores)
-    cv = construct_validity(cell_scores(checked))
-    alpha = inter_judge_alpha(checked, n_boot=int(gates_cfg.get("alpha_bootstrap", 200)))
-    cal = calibration_accuracy(calib_scores.dropna(subset=["score"]))
-    cal_min = min(cal["by_dimension"].values()) if cal["by_dimension"] else math.nan
-
-    def gate(observed: float, threshold: float) -> dict[str, Any]:
-        passed = None if observed is None or (isinstance(observed, float) and math.isnan(observed)) else bool(observed >= threshold)
-        return {"observed": observed, "threshold": threshold, "passed": passed}
-
-    gates = {
-        "construct_validity": {**gate(cv["construct_validity"], float(gates_cfg.get("construct_validity_min", 0.8))), "n": cv["n"]},
-        "inter_judge_alpha": {**gate(alpha["alpha"], float(gates_cfg.get("alpha_min", 0.6))), **{k: v for k, v in alpha.items() if k != "alpha"}},
-        "calibration_accuracy": {**gate(cal_min, float(gates_cfg.get("calibration_min", 0.9))),
-                                 "overall": cal["accuracy"], "by_dimension": cal["by_dimension"],
-                                 "by_judge": cal.get("by_judge", {}), "n_pairs": cal["n_pairs"]},
-    }
-    # a gate that cannot be computed (one judge: no alpha) passes only if the config allows it
-    allow_na = bool(gates_cfg.get("allow_not_applicable", True))
-    all_passed = all(g["passed"] is True or (g["passed"] is None and allow_na) for g in gates.values())
-    return {"enforced": bool(gates_cfg.get("enforce", True)), "all_passed": all_passed,
-            "allow_not_applicable": allow_na, "gates": gates}
 
 
 def failing_gates(result: dict[str, Any]) -> str:
@@ -377,14 +315,16 @@ def failing_gates(result: dict[str, Any]) -> str:
 def validate(args: argparse.Namespace) -> None:
     """Judge-panel gates: construct validity, inter-judge alpha, calibration accuracy."""
     from stereolens.quality.gates import Expectation, run_gate
+    from stereolens.studies.pcs.gates import calibration_set_version, evaluate_gates
 
     p = _params(args)
     gates_cfg = p["cfg"].get("gates", {})
     scores = read_csv_checked(INTERIM / "scores.csv", ["judge", "score"], what="pcs scores")
     calib = read_csv_checked(INTERIM / "calibration_scores.csv", ["pair_id", "pole", "score"], what="calibration scores")
     result = evaluate_gates(scores, calib, gates_cfg)
-    result["calibration_set"] = calibration_set_version(calib)
-    write_json(REPORTS / "gates.json", _json_safe(result))
+    result["calibration_set"] = calibration_set_version(calib, INTERIM / "calibration_set.csv",
+                                                        INTERIM / "calibration_scores.csv")
+    write_json(REPORTS / "gates.json", result)
     row, expectations = {}, []
     for name, g in result["gates"].items():
         if g["passed"] is None:
@@ -412,30 +352,8 @@ def validate(args: argparse.Namespace) -> None:
     print(f"pcs-validate: gates {status}: " + ", ".join(f"{k}={_short(g['observed'])}/{g['threshold']}" for k, g in result["gates"].items()))
 
 
-def calibration_set_version(calib_scores: pd.DataFrame) -> dict[str, Any]:
-    """Path, sha256 and size of the calibration set the panel was scored on (a stale score table is refused)."""
-    from stereolens.studies.pcs.calibration import file_sha256
-
-    path = INTERIM / "calibration_set.csv"
-    if not path.exists():
-        raise DataError(f"{path} not found: run the pcs-calibration-set stage first")
-    calib = read_csv_checked(path, ["pair_id", "pole"], what="calibration set", keep_default_na=False)
-    stale = sorted(set(calib_scores["pair_id"].astype(str)) - set(calib["pair_id"].astype(str)))
-    if stale:
-        raise DataError(f"{INTERIM / 'calibration_scores.csv'} scores pair(s) {stale[:3]} that {path} does not hold: "
-                        f"rerun pcs-judge on the current calibration set")
-    return {"path": str(path), "sha256": file_sha256(path), "n_exemplars": int(len(calib)),
-            "n_pairs": int(calib["pair_id"].nunique())}
-
-
 def _short(v: Any) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
-
-
-def _json_safe(obj: Any) -> Any:
-    from stereolens.studies.pcs.analysis import _clean
-
-    return _clean(obj)
 
 
 # ---------------------------------------------------------------- human validation
@@ -445,80 +363,11 @@ HUMAN_REPORTS = REPORTS / "human_validation"
 HV_KEYS = ("annotation", "seed", "tracking", "study.pcs.human_validation")
 
 
-def human_validation_round(
-    responses: pd.DataFrame,
-    scores: pd.DataFrame,
-    annotation: dict[str, Any],
-    hv: dict[str, Any],
-    *,
-    seed: int,
-    interim: Path = HUMAN_INTERIM,
-    reports: Path = HUMAN_REPORTS,
-    report_dir: str | Path = "reports/quality",
-):
-    """Pairwise A-vs-C / B-vs-C preferences from ``annotation.source``, reviewed and aggregated.
-
-    Returns (items, judgements, review, preferences).  Task files for annotators
-    (CSV, Label Studio JSON and labelling config) are written for every source,
-    so a real team can take over from a simulated round.
-    """
-    from dataclasses import replace
-
-    from stereolens.studies.pcs.human_validation import INSTRUCTIONS, PAIRWISE_SCALE, TASK_COLUMNS, preference_items, to_preferences
-    from stereolens.annotation.config import AnnotationConfig
-    from stereolens.annotation.round import collect_judgements, review_round
-    from stereolens.annotation.tasks import export_tasks
-
-    hv = dict(hv or {})
-    known = {"items_per_comparison", "tie_margin", "judgements", "comparisons"}
-    unknown = sorted(set(hv) - known)
-    if unknown:
-        raise ConfigError(f"study.pcs.human_validation: unknown key(s) {unknown} (known: {sorted(known)})")
-    # annotation.scale belongs to the Likert studies; a pairwise preference has its own answer scale
-    acfg = replace(AnnotationConfig.from_config(annotation), scale=PAIRWISE_SCALE)
-    if acfg.source == "llm_panel":
-        raise ConfigError("annotation.source=llm_panel is not supported for pcs pairwise preferences yet "
-                          "(the judges already are an LLM panel); use annotation=simulated or annotation=human")
-    items = preference_items(
-        responses, scores, items_per_comparison=hv.get("items_per_comparison"),
-        tie_margin=float(hv.get("tie_margin", 0.0)), seed=seed,
-        comparisons=tuple(hv.get("comparisons") or ("A-C", "B-C")),
-    )
-    # the key (which condition is shown where) stays out of the annotators' files
-    write_csv(interim / "items.csv", items.drop(columns=["text"]))
-    export_tasks(items[list(TASK_COLUMNS)], PAIRWISE_SCALE, INSTRUCTIONS, reports / "tasks", name="pairwise_tasks")
-    if acfg.source == "human":
-        path = hv.get("judgements")
-        if not path or not Path(path).exists():
-            raise ConfigError(
-                f"annotation.source=human: study.pcs.human_validation.judgements ({path!r}) is not a completed "
-                f"judgements CSV (item_id, annotator_id, label); the tasks to annotate are in {reports / 'tasks'}"
-            )
-        judgements = collect_judgements(acfg, items, judgements_path=path)
-        judgements["language"] = judgements["item_id"].map(items.set_index("item_id")["language"])
-    else:
-        # one pool of simulated native speakers per language, as in appendix J
-        frames = []
-        for i, (lang, group) in enumerate(items.groupby("language", sort=True)):
-            sim = replace(acfg, simulator={**acfg.simulator, "seed": int(acfg.simulator.get("seed", 0)) + i})
-            judged = collect_judgements(sim, group[["item_id", "truth"]])
-            judged["annotator_id"] = lang + "-" + judged["annotator_id"].astype(str)
-            frames.append(judged.assign(language=lang))
-        judgements = pd.concat(frames, ignore_index=True)
-        judgements["source"] = "simulated"
-    write_csv(interim / "judgements.csv", judgements)
-    review = review_round(judgements, acfg, study=STUDY, artefact=str(interim / "judgements.csv"),
-                          items=items[["item_id"]], report_dir=report_dir, seed=seed)
-    review.write(reports)
-    prefs = to_preferences(review.aggregated, items, source=acfg.source)
-    write_csv(interim / "preferences.csv", prefs)
-    return items, judgements, review, prefs
-
-
 @stage("pcs-human-validation")
 def human_validation(args: argparse.Namespace) -> None:
     """Pairwise human-validation preferences (seed 004 appendix J) from the annotation layer."""
     from stereolens.studies.pcs.analysis import human_validation as binomial_tests
+    from stereolens.studies.pcs.human_validation import human_validation_round
 
     p = load_params(*HV_KEYS, path=args.params)
     hv = p["study.pcs.human_validation"] or {}
@@ -533,13 +382,14 @@ def human_validation(args: argparse.Namespace) -> None:
                    params={"annotation": p["annotation"], "human_validation": hv},
                    tags={"preferences_simulated": source == "simulated"}) as run:
         items, judgements, review, prefs = human_validation_round(responses, scores, p["annotation"], hv,
-                                                                  seed=int(p["seed"]))
+                                                                  seed=int(p["seed"]), interim=HUMAN_INTERIM,
+                                                                  reports=HUMAN_REPORTS)
         decided = prefs.loc[prefs["decided"]]
         _, tests = binomial_tests(decided) if len(decided) else (None, {})
         summary = {"source": source, "n_items": int(len(items)), "n_judgements": int(len(judgements)),
                    "n_decided": int(len(decided)), "n_undecided": int((~prefs["decided"]).sum()),
                    "metrics": review.metrics(), "binomial_tests": tests}
-        write_json(HUMAN_REPORTS / "summary.json", _json_safe(summary))
+        write_json(HUMAN_REPORTS / "summary.json", summary)
         # a measure the scale does not define (kappa on an open scale) and an absent count are NaN
         run.log_metrics({m: None for m in AGREEMENT_MEASURES} | {f"{m}_ci_{end}": None for m in AGREEMENT_MEASURES
                                                                  for end in ("low", "high")}
@@ -557,7 +407,14 @@ def human_validation(args: argparse.Namespace) -> None:
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of seed 004 from the judged scores."""
     from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
-    from stereolens.studies.pcs.cli import write_analysis
+    from stereolens.studies.pcs.inputs import (
+        read_preferences,
+        read_responses,
+        translation_status_line,
+        with_domains,
+        with_invalid_reasons,
+    )
+    from stereolens.studies.pcs.outputs import write_analysis
 
     p = _params(args)
     cfg = p["cfg"]
@@ -574,33 +431,15 @@ def analyze(args: argparse.Namespace) -> None:
     if acfg.get("human_preferences"):
         raise ConfigError("study.pcs.analysis.human_preferences is replaced by the pcs_human_validation stage: "
                           "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
-    human, human_source = None, None
-    prefs_path = HUMAN_INTERIM / "preferences.csv"
-    if prefs_path.exists():
-        prefs = read_csv_checked(prefs_path, ["language", "comparison", "preference", "decided", "source"],
-                                 what="human-validation preferences", keep_default_na=False)
-        human = prefs.loc[prefs["decided"].astype(str).str.lower() == "true"]
-        human_source = ", ".join(sorted(prefs["source"].astype(str).unique())) or None
+    human, human_source = read_preferences(HUMAN_INTERIM / "preferences.csv")
     validity = pd.read_csv(REPORTS / "validity.csv") if (REPORTS / "validity.csv").exists() else None
-    responses_path = INTERIM / "responses.csv"
-    label_frame = scores
-    if responses_path.exists():
-        responses = read_csv_checked(responses_path, ["response_id", "scenario_id", "domain", "translation_status",
-                                                      "invalid_reason"], what="pcs responses", keep_default_na=False)
-        domains = responses.drop_duplicates("scenario_id").set_index("scenario_id")["domain"]
-        label_frame = scores.assign(domain=scores["scenario_id"].map(domains))
-        # a judged response the validity check flagged (the default judges wrong-language replies) stays out of
-        # the analysis: analyze_scores drops it and counts it
-        scores = scores.assign(invalid_reason=scores["response_id"].map(
-            responses.set_index("response_id")["invalid_reason"]).fillna(""))
-    configuration = configuration_label(p, label_frame)
-    if responses_path.exists():
-        # provenance: machine-translated prompts that no reviewer has seen are labelled as such
-        status = responses["translation_status"]
-        labels = {"authored": "authored (machine-written translation, unreviewed)", "source": "source (English original)"}
-        configuration["prompt translation status"] = ", ".join(
-            f"{labels.get(k, k)}: {v}" for k, v in status.value_counts().items()
-        )
+    responses = read_responses(INTERIM / "responses.csv")
+    if responses is None:
+        configuration = configuration_label(p, scores)
+    else:
+        configuration = configuration_label(p, with_domains(scores, responses))
+        scores = with_invalid_reasons(scores, responses)
+        configuration["prompt translation status"] = translation_status_line(responses)
     if human_source:
         configuration["human-validation preferences"] = (
             f"{human_source}" + (" (NOT human judgements)" if human_source != "human" else "")
