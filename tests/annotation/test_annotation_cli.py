@@ -64,7 +64,7 @@ def test_export_import_simulate_roundtrip(tmp_path, capsys):
 
 
 def test_leakage_parser_is_shared():
-    from stereolens.cli import get_or_create_subparser
+    from stereolens.cli_support import get_or_create_subparser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

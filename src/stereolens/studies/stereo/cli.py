@@ -15,7 +15,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from stereolens.cli import get_or_create_subparser
+    from stereolens.cli_support import get_or_create_subparser
 
     sub = get_or_create_subparser(subparsers, "stereo", help="country-specific StereoSet benchmark (seed 003) tools")
     ev = sub.add_parser("evaluate", help="ss, lms and icat overall and per country from candidate scores")
