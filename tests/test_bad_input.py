@@ -70,7 +70,7 @@ def judgements(body: str) -> dict[str, str]:
     return {"j.csv": body}
 
 
-AGREE = ["annotation", "agreement", "--input", "{tmp}/j.csv", "--metric", "krippendorff", "--n-boot", "0"]
+AGREE = ["annotation", "agreement", "--input", "{tmp}/j.csv", "--metric", "krippendorff", "--resamples", "0"]
 
 
 def h_matrix(traits=("powerless", "powerful"), groups=("woman", "immigrant")) -> str:

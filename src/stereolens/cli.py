@@ -2,7 +2,9 @@
 
 Each package contributes its subcommands through a ``register(subparsers)``
 function in its own ``cli`` module, listed in :data:`COMMAND_MODULES`; this
-module only builds the parser and turns user errors into one line.
+module only builds the parser and turns user errors into one line.  It imports
+every command module, so none of them imports it back: what they share is in
+:mod:`stereolens.cli_support`.
 """
 
 from __future__ import annotations
@@ -27,26 +29,6 @@ COMMAND_MODULES: list[str] = [
     *study_modules("cli"),
     "stereolens.stages.cli",
 ]
-
-
-def get_or_create_subparser(
-    subparsers: argparse._SubParsersAction, name: str, help: str | None = None
-) -> argparse._SubParsersAction:
-    """The action-level subparsers of command ``name``, creating the command on first use.
-
-    Several modules may attach actions to one command (a study's own actions and,
-    say, an engine's), so whichever module registers first creates ``name`` and the
-    others reuse it.
-    """
-    parser = subparsers.choices.get(name)
-    if parser is None:
-        parser = subparsers.add_parser(name, help=help)
-    actions = getattr(parser, "_stereolens_actions", None)
-    if actions is None:
-        actions = parser.add_subparsers(dest=f"{name}_command", metavar="ACTION")
-        actions.required = True
-        parser._stereolens_actions = actions  # type: ignore[attr-defined]
-    return actions
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,12 +10,13 @@ shared group must be able to read results.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import hashlib
 import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,18 @@ def _delimiter_hint(header: str) -> str:
     return ""
 
 
+def missing_columns_message(where: str, missing: Sequence[str], have: Iterable[Any]) -> str:
+    """``FILE: missing column(s) X (has: ...; did you mean Y?)`` with a close match when there is one."""
+    have = [str(c) for c in have]
+    hints = []
+    for name in missing:
+        close = difflib.get_close_matches(name, have, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"{close[0]!r} for {name!r}")
+    hint = f"; did you mean {', '.join(hints)}?" if hints else ""
+    return f"{where} line 1: missing column(s) {', '.join(missing)} (has: {', '.join(have)}{hint})"
+
+
 def read_csv_checked(
     path: str | os.PathLike,
     required: Iterable[str],
@@ -156,8 +169,6 @@ def read_csv_checked(
     wrong delimiter are refused with the line and a hint.
     """
     import pandas as pd
-
-    from stereolens.tables import missing_columns_message
 
     path = Path(path)
     if not path.exists():

@@ -29,6 +29,7 @@ import pandas as pd
 import pandera.pandas as pa
 
 from stereolens.errors import DataError
+from stereolens.io import missing_columns_message, read_csv_checked
 
 HEADER_LINES = 1  # a CSV's data row i (0-based) is on line i + 2
 
@@ -128,8 +129,6 @@ def read_table(
     path: str | os.PathLike, schema: pa.DataFrameSchema, *, what: str, allow_empty: bool = False, text: bool = True
 ) -> pd.DataFrame:
     """Read a CSV (text stays text when ``text``: "NA" is a word) and validate it against ``schema``."""
-    from stereolens.io import read_csv_checked
-
     required = [name for name, column in schema.columns.items() if column.required]
     df = read_csv_checked(path, required, what=what, dtype=str if text else None, keep_default_na=not text,
                           allow_empty=allow_empty)
@@ -216,24 +215,9 @@ def _duplicate_message(df: pd.DataFrame, where: str, first_line: int, keys: list
     return f"{where} line {row + first_line}: duplicate row for {shown} (first at line {first})"
 
 
-def missing_columns_message(where: str, missing: Sequence[str], have: Iterable[Any]) -> str:
-    """``FILE: missing column(s) X (has: ...; did you mean Y?)`` with a close match when there is one."""
-    import difflib
-
-    have = [str(c) for c in have]
-    hints = []
-    for name in missing:
-        close = difflib.get_close_matches(name, have, n=1, cutoff=0.6)
-        if close:
-            hints.append(f"{close[0]!r} for {name!r}")
-    hint = f"; did you mean {', '.join(hints)}?" if hints else ""
-    return f"{where} line 1: missing column(s) {', '.join(missing)} (has: {', '.join(have)}{hint})"
-
-
 __all__ = [
     "choice_column",
     "judgements_schema",
-    "missing_columns_message",
     "number_column",
     "pairs_schema",
     "read_table",

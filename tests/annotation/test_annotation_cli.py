@@ -26,12 +26,13 @@ def judgements(tmp_path):
 def test_agreement_prints_json(judgements, capsys):
     path, df = judgements
     assert main(["annotation", "agreement", "--input", str(path), "--metric", "krippendorff",
-                 "--level", "ordinal", "--n-boot", "200"]) == 0
+                 "--level", "ordinal", "--resamples", "200"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"metric", "level", "value", "ci_low", "ci_high", "n"} <= set(out)
     wide = df.pivot(index="annotator_id", columns="item_id", values="label").to_numpy(dtype=float)
     assert out["value"] == pytest.approx(krippendorff.alpha(reliability_data=wide, level_of_measurement="ordinal"))
     assert out["ci_low"] < out["value"] < out["ci_high"] and out["n"] == 60 and out["level"] == "ordinal"
+    assert out["n_boot"] == 200  # --resamples, the one name of the bootstrap count across the CLIs
 
 
 def test_agreement_errors_exit_2(tmp_path, capsys):
@@ -64,7 +65,7 @@ def test_export_import_simulate_roundtrip(tmp_path, capsys):
 
 
 def test_leakage_parser_is_shared():
-    from stereolens.cli import get_or_create_subparser
+    from stereolens.cli_support import get_or_create_subparser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")

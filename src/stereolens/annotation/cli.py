@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     agree.add_argument("--input", required=True, help="CSV with item_id, annotator_id, label")
     agree.add_argument("--metric", required=True, choices=["fleiss", "krippendorff", "cohen", "raw"])
     agree.add_argument("--level", default="nominal", choices=["nominal", "ordinal", "interval"])
-    agree.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples of items (0: no CI)")
+    agree.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of items (0: no CI)")
     agree.add_argument("--confidence", type=float, default=0.95)
     agree.add_argument("--ci-method", default="percentile", choices=["percentile", "BCa"])
     agree.add_argument("--seed", type=int, default=0)
@@ -85,7 +85,7 @@ def _agreement(args: argparse.Namespace) -> int:
     extra = {}
     if scale is not None and args.metric == "cohen":
         extra["scale"] = scale
-    res = compute(df, args.metric, args.level, n_boot=args.n_boot, confidence=args.confidence,
+    res = compute(df, args.metric, args.level, n_boot=args.resamples, confidence=args.confidence,
                   seed=args.seed, ci_method=args.ci_method, **extra)
     out = {"metric": args.metric, "variant": res.metric, "level": args.level, "value": res.value, "ci_low": res.ci_low,
            "ci_high": res.ci_high, "n": res.n, "n_annotators": res.n_annotators,

@@ -256,77 +256,134 @@ def run_qc(
     Coverage (``items``, ``groups``) lists every item and group of the input,
     with zero where no kept annotator labelled it.
     """
+    annotators = annotator_checks(judgements, config, items=items, checks=checks, item_col=item_col,
+                                  annotator_col=annotator_col, label_col=label_col, repeat_col=repeat_col,
+                                  language_col=language_col)
+    annotators["reason"] = [exclusion_reason(row, config) for row in annotators.itertuples(index=False)]
+    annotators["passed"] = annotators["reason"] == ""
+    attention_items = _gold_items(items, item_col)
+    passed_ids = set(annotators.loc[annotators["passed"], annotator_col])
+    kept = _kept_judgements(judgements, passed_ids, attention_items, item_col=item_col,
+                            annotator_col=annotator_col, repeat_col=repeat_col)
+    # an unparsed answer (missing label) is not an annotation
+    labelled = kept.dropna(subset=[label_col])
+    return QCReport(
+        annotators=annotators,
+        kept=kept,
+        per_language=_pass_rates(annotators, language_col),
+        items=_item_coverage(judgements, items, labelled, attention_items, config, item_col=item_col),
+        groups=_group_coverage(judgements, labelled, attention_items, config, item_col=item_col,
+                               annotator_col=annotator_col, language_col=language_col, group_col=group_col),
+        config=config,
+    )
+
+
+def annotator_checks(
+    judgements: pd.DataFrame,
+    config: QCConfig,
+    *,
+    items: pd.DataFrame | None,
+    checks: pd.DataFrame | None,
+    item_col: str,
+    annotator_col: str,
+    label_col: str,
+    repeat_col: str,
+    language_col: str,
+) -> pd.DataFrame:
+    """One row per annotator (input order): [language], attention counts, repeats and self-agreement."""
     ann = pd.DataFrame({annotator_col: pd.unique(judgements[annotator_col])})
-    has_language = language_col in judgements.columns
-    if has_language:
+    if language_col in judgements.columns:
         lang = judgements.groupby(annotator_col, sort=False)[language_col].first()
         ann[language_col] = ann[annotator_col].map(lang)
     att = attention_failures(judgements, items, checks, item_col=item_col, annotator_col=annotator_col,
                              label_col=label_col, unanswered_is_failure=config.unanswered_check_is_failure)
-    sa = self_agreement(judgements, config, item_col=item_col, annotator_col=annotator_col, label_col=label_col, repeat_col=repeat_col)
+    sa = self_agreement(judgements, config, item_col=item_col, annotator_col=annotator_col, label_col=label_col,
+                        repeat_col=repeat_col)
     ann = ann.merge(att, on=annotator_col, how="left").merge(sa, on=annotator_col, how="left")
     for col in ("attention_checks", "attention_unanswered", "attention_failures", "n_repeats"):
         ann[col] = pd.to_numeric(ann[col], errors="coerce").fillna(0).astype(int)
     ann["self_agreement"] = pd.to_numeric(ann["self_agreement"], errors="coerce")
     ann["self_agreement_checked"] = ann["n_repeats"] > 0
+    return ann
 
-    reasons = []
-    for row in ann.itertuples(index=False):
-        why = []
-        if row.attention_failures > config.max_attention_failures:
-            skipped = f" ({row.attention_unanswered} unanswered)" if row.attention_unanswered and config.unanswered_check_is_failure else ""
-            why.append(f"failed {row.attention_failures} attention check(s){skipped}")
-        if row.n_repeats and row.self_agreement < config.self_agreement_min:
-            why.append(f"self-agreement {row.self_agreement:.2f} < {config.self_agreement_min}")
-        if config.require_repeat and not row.n_repeats:
-            why.append("no repeated item: self-agreement unknown")
-        reasons.append("; ".join(why))
-    ann["reason"] = reasons
-    ann["passed"] = ann["reason"] == ""
 
-    attention_items: set = set()
-    if items is not None and "gold" in items.columns:
-        attention_items = set(items.dropna(subset=["gold"])[item_col])
-    passed_ids = set(ann.loc[ann["passed"], annotator_col])
+def exclusion_reason(row: Any, config: QCConfig) -> str:
+    """Why the annotator ``row`` (of :func:`annotator_checks`) is excluded, ``""`` when they pass."""
+    why = []
+    if row.attention_failures > config.max_attention_failures:
+        unanswered = row.attention_unanswered and config.unanswered_check_is_failure
+        skipped = f" ({row.attention_unanswered} unanswered)" if unanswered else ""
+        why.append(f"failed {row.attention_failures} attention check(s){skipped}")
+    if row.n_repeats and row.self_agreement < config.self_agreement_min:
+        why.append(f"self-agreement {row.self_agreement:.2f} < {config.self_agreement_min}")
+    if config.require_repeat and not row.n_repeats:
+        why.append("no repeated item: self-agreement unknown")
+    return "; ".join(why)
+
+
+def _gold_items(items: pd.DataFrame | None, item_col: str) -> set:
+    """Ids of the attention items (those with a known ``gold`` answer)."""
+    if items is None or "gold" not in items.columns:
+        return set()
+    return set(items.dropna(subset=["gold"])[item_col])
+
+
+def _kept_judgements(
+    judgements: pd.DataFrame, passed_ids: set, attention_items: set, *, item_col: str, annotator_col: str,
+    repeat_col: str,
+) -> pd.DataFrame:
+    """The passing annotators' first answers, attention items removed."""
     kept = judgements[judgements[annotator_col].isin(passed_ids)]
     if repeat_col in kept.columns:
         kept = kept[pd.to_numeric(kept[repeat_col], errors="coerce").fillna(0).astype(int) == 0]
-    kept = kept[~kept[item_col].isin(attention_items)].reset_index(drop=True)
+    return kept[~kept[item_col].isin(attention_items)].reset_index(drop=True)
 
-    if has_language:
-        per_language = ann.groupby(language_col).agg(
+
+def _pass_rates(annotators: pd.DataFrame, language_col: str) -> pd.DataFrame:
+    """Annotators, passed, failed, pass rate and those without a repeat, per language (or ``all``)."""
+    if language_col in annotators.columns:
+        rates = annotators.groupby(language_col).agg(
             n_annotators=("passed", "size"), n_passed=("passed", "sum"),
             n_without_repeat=("self_agreement_checked", lambda s: int((~s).sum())),
         ).reset_index()
     else:
-        per_language = pd.DataFrame({
-            language_col: ["all"], "n_annotators": [len(ann)], "n_passed": [int(ann["passed"].sum())],
-            "n_without_repeat": [int((~ann["self_agreement_checked"]).sum())],
+        rates = pd.DataFrame({
+            language_col: ["all"], "n_annotators": [len(annotators)], "n_passed": [int(annotators["passed"].sum())],
+            "n_without_repeat": [int((~annotators["self_agreement_checked"]).sum())],
         })
-    per_language["n_failed"] = per_language["n_annotators"] - per_language["n_passed"]
-    per_language["pass_rate"] = per_language["n_passed"] / per_language["n_annotators"]
-    per_language = per_language[[language_col, "n_annotators", "n_passed", "n_failed", "pass_rate", "n_without_repeat"]]
+    rates["n_failed"] = rates["n_annotators"] - rates["n_passed"]
+    rates["pass_rate"] = rates["n_passed"] / rates["n_annotators"]
+    return rates[[language_col, "n_annotators", "n_passed", "n_failed", "pass_rate", "n_without_repeat"]]
 
-    # an unparsed answer (missing label) is not an annotation
-    labelled = kept.dropna(subset=[label_col])
+
+def _item_coverage(
+    judgements: pd.DataFrame, items: pd.DataFrame | None, labelled: pd.DataFrame, attention_items: set,
+    config: QCConfig, *, item_col: str,
+) -> pd.DataFrame:
+    """Kept annotations per item, for every item listed or judged (one whose annotators all failed has 0)."""
     counts = labelled.groupby(item_col).size().rename("n_annotations")
-    # every item listed or judged, so that one whose annotators all failed QC shows up with 0
     universe = [judgements[[item_col]]]
     if items is not None and item_col in items.columns:
         universe.insert(0, items[[item_col]])
-    item_counts = pd.concat(universe, ignore_index=True).drop_duplicates().reset_index(drop=True)
-    item_counts = item_counts[~item_counts[item_col].isin(attention_items)].reset_index(drop=True)
-    item_counts["n_annotations"] = item_counts[item_col].map(counts).fillna(0).astype(int)
-    item_counts["meets_min"] = item_counts["n_annotations"] >= config.min_annotations_per_item
+    coverage = pd.concat(universe, ignore_index=True).drop_duplicates().reset_index(drop=True)
+    coverage = coverage[~coverage[item_col].isin(attention_items)].reset_index(drop=True)
+    coverage["n_annotations"] = coverage[item_col].map(counts).fillna(0).astype(int)
+    coverage["meets_min"] = coverage["n_annotations"] >= config.min_annotations_per_item
+    return coverage
 
-    groups = None
-    if group_col and group_col in judgements.columns:
-        keys = [language_col, group_col] if has_language else [group_col]
-        seen = judgements.loc[~judgements[item_col].isin(attention_items)].dropna(subset=[group_col])
-        n_ann = labelled.groupby(keys)[annotator_col].nunique().rename("n_annotators")
-        groups = seen[keys].drop_duplicates().sort_values(keys).reset_index(drop=True)
-        groups = groups.merge(n_ann.reset_index(), on=keys, how="left")
-        groups["n_annotators"] = groups["n_annotators"].fillna(0).astype(int)
-        groups["meets_min"] = groups["n_annotators"] >= config.min_annotations_per_group
 
-    return QCReport(annotators=ann, kept=kept, per_language=per_language, items=item_counts, groups=groups, config=config)
+def _group_coverage(
+    judgements: pd.DataFrame, labelled: pd.DataFrame, attention_items: set, config: QCConfig, *, item_col: str,
+    annotator_col: str, language_col: str, group_col: str | None,
+) -> pd.DataFrame | None:
+    """Kept annotators per group (and language), for every group judged; None without a group column."""
+    if not group_col or group_col not in judgements.columns:
+        return None
+    keys = [language_col, group_col] if language_col in judgements.columns else [group_col]
+    seen = judgements.loc[~judgements[item_col].isin(attention_items)].dropna(subset=[group_col])
+    n_ann = labelled.groupby(keys)[annotator_col].nunique().rename("n_annotators")
+    groups = seen[keys].drop_duplicates().sort_values(keys).reset_index(drop=True)
+    groups = groups.merge(n_ann.reset_index(), on=keys, how="left")
+    groups["n_annotators"] = groups["n_annotators"].fillna(0).astype(int)
+    groups["meets_min"] = groups["n_annotators"] >= config.min_annotations_per_group
+    return groups

@@ -19,7 +19,8 @@ from stereolens.models.base import (
     UnsupportedRequest,
 )
 from stereolens.models.cache import ResponseCache
-from stereolens.models.registry import BACKENDS, load_model, register_backend, spec_from_config
+from stereolens.models.loading import load_model
+from stereolens.models.registry import BACKENDS, register_backend, spec_from_config
 
 __all__ = [
     "BACKENDS",

@@ -3,7 +3,8 @@
 The ``executor`` section of params.yaml (``conf/executor/``) picks one.  Studies do
 not change: they call :func:`stereolens.models.load_model` and the scoring functions
 of :mod:`stereolens.scoring` as before, and ``load_model(spec, cache, executor=...)``
-returns either the backend itself or a :class:`RayModel` that behaves like it.
+(:mod:`stereolens.models.loading`) returns either the backend itself or a
+:class:`RayModel` that behaves like it.
 
 A :class:`RayModel` cuts every batch of requests into shards of ``shard_size`` and
 hands them to a ``ray.util.ActorPool`` of :class:`ModelWorker` actors, each of
@@ -39,6 +40,7 @@ from stereolens.models.base import (
     ModelSpec,
 )
 from stereolens.models.cache import ResponseCache
+from stereolens.models.registry import load_local
 
 ExecutorKind = Literal["local", "ray"]
 
@@ -116,11 +118,9 @@ class ModelWorker:
     def __init__(self, spec: ModelSpec, cache_root: str | None, num_threads: int) -> None:
         import torch
 
-        from stereolens.models.registry import load_model
-
         torch.set_num_threads(max(1, num_threads))
         self.cache = ResponseCache(cache_root, enabled=cache_root is not None)
-        self.model = load_model(spec, cache=self.cache)
+        self.model = load_local(spec, self.cache)
 
     def _counted(self, call: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
         hits, misses = self.cache.hits, self.cache.misses
@@ -298,9 +298,7 @@ class RayModel(LanguageModel):
         if name.startswith("_"):
             raise AttributeError(name)
         if self.__dict__.get("_replica") is None:
-            from stereolens.models.registry import load_model
-
-            self._replica = load_model(self.spec, cache=self.cache)
+            self._replica = load_local(self.spec, self.cache)
         return getattr(self._replica, name)
 
     def close(self) -> None:

@@ -1,8 +1,10 @@
-"""From a config section to a loaded model.
+"""The backend table: which class serves a ``(backend, kind)``, and the typed model config.
 
 ``spec_from_config`` turns the ``model`` section of params.yaml into a typed
 :class:`ModelSpec` (refusing unknown keys so a typo never silently falls back to a
-default); ``load_model`` picks the backend class for ``(backend, kind)``.
+default); ``backend_class`` picks the backend class for ``(backend, kind)`` and
+``load_local`` loads it in this process (:func:`stereolens.models.loading.load_model`
+is the front door, which may send it to an executor instead).
 Backends are imported lazily: the OpenAI backend must not pay for importing torch,
 and the HF backends must not need the openai package.
 """
@@ -87,26 +89,6 @@ def backend_class(spec: ModelSpec) -> type[LanguageModel]:
     return getattr(importlib.import_module(module), cls)
 
 
-def load_model(spec: ModelSpec, cache: ResponseCache | None = None, executor: Any = None) -> LanguageModel:
-    """Load the model ``spec`` names; every request it serves goes through ``cache``.
-
-    ``cache=None`` uses a :class:`ResponseCache` at its default location
-    (``$STEREOLENS_CACHE_DIR`` or ``cache/models``): caching is never silently off.
-    Pass ``ResponseCache(enabled=False)`` to switch it off explicitly.
-
-    ``executor`` (an :class:`~stereolens.models.executor.ExecutorSpec` or the
-    ``executor`` config section; None = local) decides where an HF model runs:
-    with ``kind: ray`` the result is a :class:`~stereolens.models.executor.RayModel`
-    whose requests and sentence scores are sharded over Ray actors.
-    """
-    if isinstance(spec, dict):
-        spec = spec_from_config(spec)
-    cache = cache if cache is not None else ResponseCache()
-    if executor is not None and spec.backend == "hf":
-        from stereolens.models.executor import ExecutorSpec, RayModel, executor_from_config
-
-        if not isinstance(executor, ExecutorSpec):
-            executor = executor_from_config(executor)
-        if not executor.is_local:
-            return RayModel(spec, cache, executor)
+def load_local(spec: ModelSpec, cache: ResponseCache) -> LanguageModel:
+    """The backend ``spec`` names, loaded in this process; every request it serves goes through ``cache``."""
     return backend_class(spec)(spec, cache=cache)

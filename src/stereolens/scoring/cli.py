@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from stereolens.cli_support import get_or_create_subparser
 from stereolens.errors import DataError
 from stereolens.scoring.types import METRICS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from stereolens.cli import get_or_create_subparser
-
     sub = get_or_create_subparser(subparsers, "score", help="score sentences or minimal pairs with a language model")
 
     pairs = sub.add_parser(

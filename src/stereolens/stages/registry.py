@@ -2,12 +2,12 @@
 
 A stage module decorates plain functions::
 
-    @stage("leakage-fit", help="fit the leakage regression", configure=lambda p: p.add_argument("--target"))
+    @stage("leakage-fit", help="fit the leakage regression", configure=lambda p: p.add_argument("--language"))
     def fit(args: argparse.Namespace) -> None:
         params = load_params("study.leakage", path=args.params)
         ...
 
-and DVC runs it as ``stereolens stage leakage-fit --target hi``.  Every stage
+and DVC runs it as ``stereolens stage leakage-fit --language hi``.  Every stage
 gets ``--params`` (default ``params.yaml``).  Modules holding stages are listed
 in :data:`stereolens.stages.cli.STAGE_MODULES`.
 """

@@ -67,7 +67,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from stereolens.cli import get_or_create_subparser
+    from stereolens.cli_support import get_or_create_subparser
 
     actions = get_or_create_subparser(subparsers, "leakage", help="stereotype leakage study (seed 001)")
     p = actions.add_parser("fit", help="fit the leakage regression MLLM_tgt ~ sum_l H_l + LM_tgt (random intercept per trait)")

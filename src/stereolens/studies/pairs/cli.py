@@ -22,7 +22,7 @@ from stereolens.io import read_csv_checked
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from stereolens.cli import get_or_create_subparser
+    from stereolens.cli_support import get_or_create_subparser
 
     sub = get_or_create_subparser(subparsers, "pairs", help="seed 002 (AmchiBias) minimal-pair benchmark")
     analyze = sub.add_parser("analyze", help="bias score, BCa, binomial, LMS and tables of a scored pairs file")

@@ -58,7 +58,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from stereolens.cli import get_or_create_subparser
+    from stereolens.cli_support import get_or_create_subparser
 
     sub = get_or_create_subparser(subparsers, "pcs", help="pragmatic context sensitivity (seed 004) tools")
     analyze = sub.add_parser("analyze", help="LDI, PCS, capability utilisation, HUD and tests from judged scores")

@@ -23,7 +23,7 @@ from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from stereolens.cli import get_or_create_subparser
+    from stereolens.cli_support import get_or_create_subparser
 
     sub = get_or_create_subparser(subparsers, "stereo", help="country-specific StereoSet benchmark (seed 003) tools")
     sc = sub.add_parser("score", help="score the three candidates of a StereoSet-format file given their context")
