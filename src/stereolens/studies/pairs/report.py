@@ -137,10 +137,10 @@ def report_markdown(analysis: PairsAnalysis, *, title: str, provenance: Mapping[
     for name, table in analysis.tables.items():
         if name == "bias_cells" or table.empty:
             continue
-        lines += [f"## {name}", "", markdown_table(table), ""]
+        lines += [f"## {name}", "", markdown_table(table)]  # the table ends with its own newline
     if fragmentation is not None and not fragmentation.empty:
         lines += ["## tokenisation fragmentation", "",
-                  markdown_table(fragmentation.drop(columns=["lossy_examples"], errors="ignore")), ""]
+                  markdown_table(fragmentation.drop(columns=["lossy_examples"], errors="ignore"))]
     return "\n".join(lines) + "\n"
 
 
