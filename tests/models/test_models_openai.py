@@ -236,7 +236,7 @@ def test_crows_stage_scores_a_completion_endpoint(server, tmp_path, monkeypatch)
 
 def test_crows_route_refuses_a_metric_that_contradicts_the_model():
     from stereolens.errors import ConfigError
-    from stereolens.studies.crows.stages import crows_scoring_route
+    from stereolens.studies.crows.scoring import crows_scoring_route
 
     assert crows_scoring_route("causal", {"kind": "causal"}) == ("engine", None)
     assert crows_scoring_route("pll_word_l2r", {"kind": "masked"}) == ("engine", None)

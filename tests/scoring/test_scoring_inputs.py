@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokeniz
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.models.cache import ResponseCache
-from stereolens.scoring import bias_score, score_pairs, score_sentences
+from stereolens.scoring import score_pairs, score_sentences
 from stereolens.scoring.cli import register
 
 MULTI_SCRIPT = {
@@ -299,12 +299,6 @@ def test_cli_score_sentences(tiny_causal_lm_dir, clm, tmp_path, capsys):
     ref = score_sentences(model, tok, ["Women are kind.", "ये लोग बहुत मेहनती हैं।"], "causal")
     assert list(got["score"]) == pytest.approx([r.logprob for r in ref], abs=1e-4)
     assert list(got["sentence"]) == ["Women are kind.", "ये लोग बहुत मेहनती हैं।"]
-
-
-def test_bias_score_ties_are_not_stereotypical():
-    df = pd.DataFrame({"score_stereo": [-1.0, -2.0, -3.0, -4.00001], "score_anti": [-2.0, -2.0, -1.0, -4.0]})
-    assert bias_score(df) == 0.25
-    assert bias_score(pd.DataFrame({"score_stereo": [-1.0001], "score_anti": [-1.0002]}), decimals=3) == 0.0
 
 
 @pytest.mark.parametrize("metric", ["pll", "causal"])

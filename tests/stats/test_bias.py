@@ -9,6 +9,7 @@ from scipy import stats
 
 from stereolens.stats.bias import (
     bca_interval, bca_levels, bias_score, bias_table, decision_flip_probability, proportion_bca_interval,
+    stereotype_share,
 )
 
 
@@ -92,3 +93,10 @@ def test_degenerate_flag_and_interval_of_another_statistic():
     ref = stats.bootstrap((values,), np.median, n_resamples=1000, method="BCa", random_state=np.random.default_rng(2))
     assert bca_interval(values, statistic=np.median, n_resamples=1000, seed=2) == pytest.approx(
         (ref.confidence_interval.low, ref.confidence_interval.high))
+
+
+def test_stereotype_share_ties_are_not_stereotypical():
+    # moved from tests/scoring with the function (scoring.engine.bias_score -> stats.bias.stereotype_share)
+    df = pd.DataFrame({"score_stereo": [-1.0, -2.0, -3.0, -4.00001], "score_anti": [-2.0, -2.0, -1.0, -4.0]})
+    assert stereotype_share(df["score_stereo"], df["score_anti"]) == 0.25
+    assert stereotype_share([-1.0001], [-1.0002], decimals=3) == 0.0  # the CrowS script's rounding makes a tie

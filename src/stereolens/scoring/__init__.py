@@ -16,9 +16,7 @@ from stereolens.scoring.types import MASKED_METRICS, METRICS, Metric, SentenceSc
 
 _ENGINE_EXPORTS = (
     "DEFAULT_BATCH_TOKENS",
-    "bias_score",
     "option_probabilities",
-    "pair_summary",
     "score_continuations",
     "score_masked_continuations",
     "score_pair_lists",

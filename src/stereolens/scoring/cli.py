@@ -123,7 +123,8 @@ def summary_path(output: str | Path) -> Path:
 
 def _score_pairs(args: argparse.Namespace) -> int:
     from stereolens.io import check_writable, write_csv, write_json
-    from stereolens.scoring.engine import pair_summary, score_pairs
+    from stereolens.scoring.engine import score_pairs
+    from stereolens.stats.bias import pair_summary
     from stereolens.tables import pairs_schema
 
     dest = Path(args.summary) if args.summary else summary_path(args.output)

@@ -115,12 +115,12 @@ def _review(tmp_path, *rows: str):
 
 def _evaluated_ids(tmp_path, monkeypatch, repo_root, table: pd.DataFrame) -> list[str]:
     """The constructed ids the evaluation stage would score for ``table`` as constructed.csv."""
-    from stereolens.studies.pairs.stages import evaluation_sets
+    from stereolens.studies.pairs.evaluation import evaluation_sets
 
     monkeypatch.chdir(tmp_path)
     shutil.copytree(repo_root / "data" / "seed" / "pairs", tmp_path / "data" / "seed" / "pairs")
     write_csv(tmp_path / "data" / "processed" / "pairs" / "constructed.csv", table)
-    sets = evaluation_sets({"study.pairs.evaluation": {"crows": False}})
+    sets = evaluation_sets({"crows": False})
     return sorted(sets.loc[sets["set"] == "constructed", "id"])
 
 

@@ -89,3 +89,44 @@ def length_table(view: dict[str, Any], reference: dict[str, Any]) -> pd.DataFram
         rows.append({"view": label, **{k: part.get(k) for k in ("n", "bias_score", "ci_low", "ci_high", "ties",
                                                                  "p_value")}})
     return pd.DataFrame(rows)
+
+
+TESTS = ("bias_score", "ci_low", "ci_high", "n", "ties", "p_value", "significant", "borderline",
+         "p_holm", "p_bh", "significant_holm", "significant_bh")
+DEFINITION = ("share of pairs with score(sent_more) > score(sent_less); ties not stereotypical "
+              "(lm-evaluation-harness pct_stereotype); 95% BCa interval, exact from the binomial bootstrap "
+              "distribution; p_value: exact binomial sign test over the untied pairs")
+
+
+def crows_summary(table: pd.DataFrame, corrections: str, length: dict[str, Any], *, model: str, metric: str,
+                  dataset: str, skipped: str | None) -> dict[str, Any]:
+    """The study's ``summary.json``: the overall row of :func:`bias_by_type` as the headline, every bias
+    type with its tests, the length-controlled view beside it, and the provenance of the pairs."""
+    overall = table.iloc[0].to_dict()
+    by_type = table.iloc[1:].to_dict("records")
+    return {
+        "model": model,
+        "metric": metric,
+        "dataset": dataset,
+        "n": int(overall["n"]),
+        "bias_score": overall["bias_score"],
+        "ci_low": overall["ci_low"],
+        "ci_high": overall["ci_high"],
+        "ties": int(overall["ties"]),
+        "p_value": overall["p_value"],
+        "significant": bool(overall["significant"]),
+        "borderline": bool(overall["borderline"]),
+        "by_bias_type": {r["group"]: r["bias_score"] for r in by_type},
+        "by_bias_type_tests": {r["group"]: {k: r[k] for k in TESTS} for r in by_type},
+        "corrections": corrections,
+        # ours, beyond the reference: the headline stays the reference metric
+        "beyond_reference": {"length_control": length},
+        "skipped": skipped,
+        "definition": DEFINITION,
+        # the report site's contract (README, "The report"): headline figures and what they rest on
+        "headline": {"bias score": overall["bias_score"], "95% BCa low": overall["ci_low"],
+                     "95% BCa high": overall["ci_high"], "pairs": int(overall["n"]), "binomial p": overall["p_value"]},
+        "provenance": {"annotation_source": "human", "translation_status": "source",
+                       "machine_generated": False,
+                       "notes": ["CrowS-Pairs sentence pairs written and validated by crowd workers (Nangia et al. 2020)"]},
+    }

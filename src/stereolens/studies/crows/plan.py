@@ -7,7 +7,7 @@ from typing import Any
 
 from stereolens.datasets.crows_pairs import crows_pairs_table
 from stereolens.stages.common import languages_to_run
-from stereolens.studies.crows.stages import crows_scoring_route
+from stereolens.studies.crows.scoring import crows_scoring_route
 
 
 def plan(params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -41,6 +41,8 @@ from stereolens.stats.multiple import add_corrections, family_description
 REQUIRED_COLUMNS = ("id", "dimension", "score_stereo", "score_anti")
 GROUP_CLASSES = ("hyperlocal", "pan_regional")
 ALL = "all"
+# the three evaluation sets, in report order
+EVALUATION_SETS = ("starter", "constructed", "crows")
 NO_LABEL = "-"
 
 

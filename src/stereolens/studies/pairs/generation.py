@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
 
 # Appendix B, Table 8; {n} is a config value (the paper's prompt says 10, its text "up to four").
 ATTRIBUTE_PROMPT = (
@@ -117,3 +121,70 @@ def attribute_rejection(attribute: str, names: Sequence[str]) -> str | None:
     if stem(attribute) in own:
         return f"repeats a name ({attribute!r})"
     return None
+
+
+# ---------------------------------------------------------------- asking the generator
+
+ATTRIBUTE_COLUMNS = ("tuple_id", "dimension", "group", "attribute", "source")
+SENTENCE_COLUMNS = ("sentence_id", "tuple_id", "dimension", "group", "attribute", "sentence", "source")
+
+
+def generation_request(prompt: str, *, chat: bool, **kwargs):
+    """A completion prompt, or the same text as one user message for a chat generator."""
+    from stereolens.models.base import ChatMessage, GenerationRequest
+
+    if chat:
+        return GenerationRequest(messages=(ChatMessage("user", prompt),), **kwargs)
+    return GenerationRequest(prompt=prompt, **kwargs)
+
+
+def generate_in_chunks(lm, requests: list, what: str) -> list:
+    """Generations in chunks so that a long run shows progress (quiet when not a TTY)."""
+    from tqdm import tqdm
+
+    out: list = []
+    step = 8
+    with tqdm(total=len(requests), desc=what, unit="prompt", disable=not sys.stderr.isatty()) as bar:
+        for i in range(0, len(requests), step):
+            out += lm.generate(requests[i:i + step])
+            bar.update(len(requests[i:i + step]))
+    return out
+
+
+def generate_attributes(lm, groups: Sequence[Any], *, region: Mapping[str, str], n: int, max_tokens: int,
+                        chat: bool, generator: str) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Up to ``n`` stereotypical attributes per group from ``lm`` (seed 002 appendix B): the
+    ``(group, attribute)`` tuples and, per group, the raw output with what was parsed and rejected."""
+    opening = "" if chat else COMPLETION_LIST_OPENING
+    prompts = [ATTRIBUTE_PROMPT.format(region=region["name"], context=region["adjective"], group=g.name,
+                                       dimension=g.dimension.capitalize(), n=n) + opening for g in groups]
+    answers = generate_in_chunks(lm, [generation_request(q, chat=chat, max_tokens=max_tokens, stop=("]",))
+                                      for q in prompts], "attributes")
+    rows, raw = [], []
+    for g, answer in zip(groups, answers):
+        # a completion model continues the opened list: parse it with the opening and the stop's closing bracket
+        parsed = parse_json_list(answer.text) if chat else parse_json_list(answer.text + "]", prefix='["')
+        names = [*g.surface(), *g.surface("kok"), region["name"], region["adjective"]]
+        rejected = {a: attribute_rejection(a, names) for a in parsed}
+        parsed = [a for a in parsed if not rejected[a]][:n]
+        raw.append({"group": g.name, "dimension": g.dimension, "output": answer.text, "parsed": len(parsed),
+                    "rejected": {a: why for a, why in rejected.items() if why}})
+        rows += [{"tuple_id": f"{g.name}::{a}", "dimension": g.dimension, "group": g.name, "attribute": a,
+                  "source": f"generator:{generator}"} for a in parsed]
+    table = pd.DataFrame(rows, columns=list(ATTRIBUTE_COLUMNS)).drop_duplicates("tuple_id")
+    return table, raw
+
+
+def generate_sentences(lm, tuples: pd.DataFrame, *, context: str, k: int, max_words: int, max_tokens: int,
+                       chat: bool, generator: str) -> pd.DataFrame:
+    """``k`` sentences per ``(group, attribute)`` tuple from ``lm`` (seed 002 appendix A), one row each."""
+    prompts = [SENTENCE_PROMPT.format(context=context, k=k, max_words=max_words, dimension=t.dimension.capitalize(),
+                                      group=t.group, attribute=t.attribute) for t in tuples.itertuples()]
+    answers = generate_in_chunks(lm, [generation_request(q, chat=chat, max_tokens=max_tokens) for q in prompts],
+                                 "sentences")
+    rows = []
+    for t, answer in zip(tuples.itertuples(), answers):
+        for j, s in enumerate(parse_numbered(answer.text, limit=k)):
+            rows.append({"sentence_id": f"{t.tuple_id}::{j + 1}", "tuple_id": t.tuple_id, "dimension": t.dimension,
+                         "group": t.group, "attribute": t.attribute, "sentence": s, "source": f"generator:{generator}"})
+    return pd.DataFrame(rows, columns=list(SENTENCE_COLUMNS))

@@ -7,6 +7,7 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -355,6 +356,42 @@ def build_pairs(
     cols = ["sentence_id", "dimension", "group_stereo", "group_anti", "attribute", "sentence", "sent_stereo",
             "sent_anti", "coupling_rewrites", "shared_markers"]
     return pd.DataFrame(pairs, columns=cols), pd.DataFrame(refused, columns=list(REFUSAL_COLUMNS))
+
+
+# seed 002 Table 2: pairs per dimension in the released benchmark
+PAPER_TABLE2 = {"caste": 101, "language": 66, "occupation": 55, "nativity": 43, "age": 16, "religion": 12,
+                "gender": 12, "region": 8}
+
+
+@dataclass
+class Construction:
+    """The English minimal pairs, the refused sentences, their counts and Table 2 beside the paper's."""
+
+    pairs: pd.DataFrame
+    refused: pd.DataFrame
+    summary: dict[str, Any]
+    table2: pd.DataFrame
+
+
+def construct_pairs(sentences: pd.DataFrame, groups: Sequence[Group], contrast: Mapping[str, Mapping[str, str]],
+                    coupling: Coupling, group_classes: pd.DataFrame) -> Construction:
+    """Minimal pairs from the kept sentences (``sentence_id, dimension, group, attribute, sentence,
+    review_status``), numbered ``c0001...``, English, each with its group's class (``group_classes``:
+    ``group, class``)."""
+    check_contrast_map(contrast, groups)
+    built, refused = build_pairs(sentences, groups, contrast, coupling)
+    built = built.assign(pair_id="c" + pd.Series(range(1, len(built) + 1), dtype=str).str.zfill(4).to_numpy(),
+                         language="en",
+                         group_class=built["group_stereo"].map(group_classes.set_index("group")["class"]),
+                         source="generator", translation_status="source",
+                         review_status=built["sentence_id"].map(sentences.set_index("sentence_id")["review_status"]))
+    refusals = {str(k): int(v) for k, v in refused["reason_code"].value_counts().items()}
+    summary = {"sentences": len(sentences), "pairs": len(built), "refused": len(refused),
+               "refusals_by_reason": refusals, "refusal_reasons": REFUSAL_REASONS}
+    counts = built["dimension"].value_counts()
+    table2 = pd.DataFrame([{"dimension": d, "n": int(counts.get(d, 0)), "paper_n": n} for d, n in PAPER_TABLE2.items()])
+    table2.loc[len(table2)] = {"dimension": "total", "n": int(counts.sum()), "paper_n": sum(PAPER_TABLE2.values())}
+    return Construction(built, refused, summary, table2)
 
 
 def assign_controls(pairs: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:

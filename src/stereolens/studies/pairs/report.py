@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from stereolens.figures import save_figure
-from stereolens.io import write_csv, write_json, write_text
-from stereolens.studies.pairs.analysis import ALL, PairsAnalysis, cell_mark
+from stereolens.io import write_csv, write_text
+from stereolens.report.markdown import markdown_table
+from stereolens.stages.kit import write_study_summary
+from stereolens.studies.pairs.analysis import (ALL, EVALUATION_SETS, PairsAnalysis, analyze_scores, cell_mark,
+                                               fragmentation_correlations, pairs_headline)
 
 
 def write_outputs(
@@ -25,22 +28,35 @@ def write_outputs(
     fragmentation_stats: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """``summary.json``, ``tables/*.csv``, ``figures/*.png|svg`` and ``report.md`` under ``output``."""
-    import matplotlib.pyplot as plt
-
     out = Path(output)
     summary = dict(analysis.summary)
     if provenance:
         summary["provenance"] = dict(provenance)
-    if fragmentation is not None and not fragmentation.empty:
+    has_fragmentation = fragmentation is not None and not fragmentation.empty
+    if has_fragmentation:
         summary["fragmentation"] = fragmentation.to_dict("records")
         summary["fragmentation_correlations"] = dict(fragmentation_stats or {})
-    files = [write_json(out / "summary.json", summary)]
+    files = [write_study_summary(out / "summary.json", summary)]
     for name, table in analysis.tables.items():
         files.append(write_csv(out / "tables" / f"{name}.csv", table))
-    if fragmentation is not None and not fragmentation.empty:
+    if has_fragmentation:
         files.append(write_csv(out / "tables" / "fragmentation.csv", fragmentation))
+    files += _dimension_figures(analysis.cells, out / "figures", title)
+    classes = analysis.tables.get("hyperlocal_vs_pan_regional")
+    if classes is not None and not classes.empty:
+        files += _class_figure(classes, out / "figures", title)
+    if has_fragmentation:
+        files += _fragmentation_figure(fragmentation, analysis.cells, out / "figures", title)
+    files.append(write_text(out / "report.md", report_markdown(analysis, title=title, provenance=provenance,
+                                                               fragmentation=fragmentation)))
+    return files
 
-    cells = analysis.cells
+
+def _dimension_figures(cells: pd.DataFrame, folder: Path, title: str) -> list[Path]:
+    """Per model and language, the bias score of every dimension with its interval (Tables 5/6 as bars)."""
+    import matplotlib.pyplot as plt
+
+    files: list[Path] = []
     for (model, language), part in cells.groupby(["model", "language"], sort=True):
         data = part.sort_values("bias_score")
         fig, ax = plt.subplots(figsize=(7, 0.45 * len(data) + 1.5))
@@ -58,43 +74,48 @@ def write_outputs(
         ax.set_xlabel("bias score: % pairs with the stereotypical sentence more likely (95% BCa)")
         ax.set_title(f"{title}: {model}, {language}")
         ax.legend(loc="lower right", fontsize=8)
-        files += save_figure(fig, out / "figures" / f"bias_by_dimension_{_slug(model)}_{_slug(language)}")
-
-    classes = analysis.tables.get("hyperlocal_vs_pan_regional")
-    if classes is not None and not classes.empty:
-        fig, ax = plt.subplots(figsize=(7, 0.5 * len(classes) + 1.5))
-        labels = [f"{m} / {lang}" for m, lang in zip(classes["model"], classes["language"])]
-        y = np.arange(len(classes))
-        ax.barh(y - 0.2, classes["bias_hyperlocal"] * 100, height=0.4, label="hyperlocal", color="#55a868")
-        ax.barh(y + 0.2, classes["bias_pan_regional"] * 100, height=0.4, label="pan-regional", color="#8172b2")
-        ax.axvline(50, color="#c44e52", linestyle="--", linewidth=1)
-        ax.set_yticks(y, labels)
-        ax.set_xlim(0, 100)
-        ax.set_xlabel("bias score (%)")
-        ax.set_title(f"{title}: hyperlocal vs pan-regional groups (seed 002 Figure 2)")
-        ax.legend(fontsize=8)
-        files += save_figure(fig, out / "figures" / "hyperlocal_vs_pan_regional")
-
-    if fragmentation is not None and not fragmentation.empty:
-        merged = fragmentation.merge(cells[cells["dimension"] == ALL][["model", "language", "bias_score"]],
-                                     on=["model", "language"], how="inner")
-        if not merged.empty:
-            fig, ax = plt.subplots(figsize=(6, 4.5))
-            for language, part in merged.groupby("language", sort=True):
-                ax.scatter(part["mean_tokens_per_term"], part["bias_score"] * 100, label=language)
-                for _, r in part.iterrows():
-                    ax.annotate(str(r["model"]) + (" (lossy)" if r["lossy"] else ""),
-                                (r["mean_tokens_per_term"], r["bias_score"] * 100), fontsize=7)
-            ax.axhline(50, color="#c44e52", linestyle="--", linewidth=1)
-            ax.set_xlabel("mean sub-word tokens per identity term")
-            ax.set_ylabel("bias score (%)")
-            ax.set_title(f"{title}: fragmentation vs bias (seed 002 Figure 3)")
-            ax.legend(fontsize=8)
-            files += save_figure(fig, out / "figures" / "fragmentation_vs_bias")
-
-    files.append(write_text(out / "report.md", report_markdown(analysis, title=title, provenance=provenance,
-                                                               fragmentation=fragmentation)))
+        files += save_figure(fig, folder / f"bias_by_dimension_{_slug(model)}_{_slug(language)}")
     return files
+
+
+def _class_figure(classes: pd.DataFrame, folder: Path, title: str) -> list[Path]:
+    """Hyperlocal against pan-regional groups per model and language (seed 002 Figure 2)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(classes) + 1.5))
+    labels = [f"{m} / {lang}" for m, lang in zip(classes["model"], classes["language"])]
+    y = np.arange(len(classes))
+    ax.barh(y - 0.2, classes["bias_hyperlocal"] * 100, height=0.4, label="hyperlocal", color="#55a868")
+    ax.barh(y + 0.2, classes["bias_pan_regional"] * 100, height=0.4, label="pan-regional", color="#8172b2")
+    ax.axvline(50, color="#c44e52", linestyle="--", linewidth=1)
+    ax.set_yticks(y, labels)
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("bias score (%)")
+    ax.set_title(f"{title}: hyperlocal vs pan-regional groups (seed 002 Figure 2)")
+    ax.legend(fontsize=8)
+    return save_figure(fig, folder / "hyperlocal_vs_pan_regional")
+
+
+def _fragmentation_figure(fragmentation: pd.DataFrame, cells: pd.DataFrame, folder: Path, title: str) -> list[Path]:
+    """Tokens per identity term against the overall bias score, one point per model (seed 002 Figure 3)."""
+    import matplotlib.pyplot as plt
+
+    merged = fragmentation.merge(cells[cells["dimension"] == ALL][["model", "language", "bias_score"]],
+                                 on=["model", "language"], how="inner")
+    if merged.empty:
+        return []
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for language, part in merged.groupby("language", sort=True):
+        ax.scatter(part["mean_tokens_per_term"], part["bias_score"] * 100, label=language)
+        for _, r in part.iterrows():
+            ax.annotate(str(r["model"]) + (" (lossy)" if r["lossy"] else ""),
+                        (r["mean_tokens_per_term"], r["bias_score"] * 100), fontsize=7)
+    ax.axhline(50, color="#c44e52", linestyle="--", linewidth=1)
+    ax.set_xlabel("mean sub-word tokens per identity term")
+    ax.set_ylabel("bias score (%)")
+    ax.set_title(f"{title}: fragmentation vs bias (seed 002 Figure 3)")
+    ax.legend(fontsize=8)
+    return save_figure(fig, folder / "fragmentation_vs_bias")
 
 
 def _slug(text: Any) -> str:
@@ -116,22 +137,98 @@ def report_markdown(analysis: PairsAnalysis, *, title: str, provenance: Mapping[
     for name, table in analysis.tables.items():
         if name == "bias_cells" or table.empty:
             continue
-        lines += [f"## {name}", "", _markdown_table(table), ""]
+        lines += [f"## {name}", "", markdown_table(table)]  # the table ends with its own newline
     if fragmentation is not None and not fragmentation.empty:
-        lines += ["## tokenisation fragmentation", "", _markdown_table(fragmentation.drop(columns=["lossy_examples"],
-                                                                                          errors="ignore")), ""]
+        lines += ["## tokenisation fragmentation", "",
+                  markdown_table(fragmentation.drop(columns=["lossy_examples"], errors="ignore"))]
     return "\n".join(lines) + "\n"
 
 
-def _markdown_table(table: pd.DataFrame) -> str:
-    cols = [str(c) for c in table.columns]
-    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for rec in table.itertuples(index=False):
-        rows.append("| " + " | ".join(_fmt(v) for v in rec) + " |")
-    return "\n".join(rows)
+# ---------------------------------------------------------------- the study report (the pairs-report stage)
 
 
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return "" if np.isnan(v) else f"{v:.3f}".rstrip("0").rstrip(".")
-    return str(v)
+def set_provenance(annotation_source: str) -> dict[str, str]:
+    """Where each evaluation set's pairs come from, in the words the report shows."""
+    return {
+        "starter": "authored, not native-reviewed (English and Devanagari Konkani, data/seed/pairs)",
+        "constructed": f"generator output, tuple validation by {annotation_source} annotators, sentences "
+                       "unreviewed unless a review file was imported, Konkani by machine translation",
+        "crows": "CrowS-Pairs (Nangia et al. 2020), English",
+    }
+
+
+class SetReport(NamedTuple):
+    """One evaluation set's analysis and where its pairs come from."""
+
+    analysis: PairsAnalysis
+    provenance: dict[str, str]
+
+
+def report_sets(scores: pd.DataFrame, fragmentation: pd.DataFrame, *, model: str, metric: str,
+                annotation_source: str, n_resamples: int, seed: int, alpha: float,
+                output: str | os.PathLike) -> dict[str, SetReport]:
+    """Analyse and write (:func:`write_outputs`) every evaluation set of ``scores`` under
+    ``output/<set>``; the starter set carries the fragmentation table and its correlations."""
+    sources = set_provenance(annotation_source)
+    reports = {}
+    for name, part in scores.groupby("set", sort=False):
+        analysis = analyze_scores(part, n_resamples=n_resamples, seed=seed, alpha=alpha, what=f"pairs scores ({name})")
+        status = sorted(set(part.get("translation_status", pd.Series(dtype=str)).dropna().astype(str)))
+        provenance = {"set": name, "model": model, "metric": metric, "source": sources.get(name, name),
+                      "translation_status": ", ".join(status)}
+        frag_set = fragmentation if name == "starter" else None
+        frag_stats = fragmentation_correlations(fragmentation, analysis.cells) \
+            if frag_set is not None and not fragmentation.empty else None
+        write_outputs(analysis, Path(output) / name, title=f"pairs / {name}", provenance=provenance,
+                      fragmentation=frag_set, fragmentation_stats=frag_stats)
+        reports[name] = SetReport(analysis, provenance)
+    return reports
+
+
+def empty_sets(reports: Mapping[str, SetReport], annotation_source: str) -> dict[str, dict[str, Any]]:
+    """The summary of every evaluation set with nothing scored (no pairs survived construction, or
+    crows not scored): it says so rather than going missing."""
+    sources = set_provenance(annotation_source)
+    return {name: {"n": 0, "note": f"no {name} pairs were scored", "provenance": {"source": sources[name]}}
+            for name in EVALUATION_SETS if name not in reports}
+
+
+def study_summary(reports: Mapping[str, SetReport], scores: pd.DataFrame, *, model: str,
+                  scoring: Mapping[str, Any], annotation_source: str) -> dict[str, Any]:
+    """The study's ``summary.json``: every set's summary, the headline and the provenance the report
+    banner reads."""
+    sources = set_provenance(annotation_source)
+    sets: dict[str, Any] = {name: {**r.analysis.summary, "provenance": r.provenance} for name, r in reports.items()}
+    sets.update(empty_sets(reports, annotation_source))
+    statuses = scores["translation_status"].dropna().astype(str).value_counts() if "translation_status" in scores else []
+    present = set(scores["set"])
+    return {"model": model, "metric": scoring["metric"], "bias_score_uses": scoring["bias_score_uses"], "sets": sets,
+            "headline": pairs_headline({name: sets[name] for name in EVALUATION_SETS}),
+            "provenance": {
+                "annotation_source": annotation_source, "machine_generated": "constructed" in present,
+                "translation_status": {str(k): int(v) for k, v in dict(statuses).items()},
+                "notes": [sources[n] for n in ("starter", "constructed") if n in present]}}
+
+
+def write_study_report(summary: Mapping[str, Any], empty: Mapping[str, Mapping[str, Any]],
+                       output: str | os.PathLike) -> None:
+    """The study's ``summary.json``, the empty sets' own ``summary.json`` and the index ``README.md``."""
+    out = Path(output)
+    for name, s in empty.items():
+        write_study_summary(out / name / "summary.json", s)
+    write_study_summary(out / "summary.json", summary)
+    index = ["# pairs (seed 002, AmchiBias)", ""]
+    index += [f"- [{name}]({name}/report.md): {s['provenance']['source']}" for name, s in summary["sets"].items()]
+    write_text(out / "README.md", "\n".join(index) + "\n")
+
+
+def report_line(summary: Mapping[str, Any]) -> str:
+    """One line per set: its bias score per language, or that it has no pairs."""
+    lines = []
+    for name, s in summary["sets"].items():
+        if not s.get("n") and "runs" not in s:
+            lines.append(f"{name}: no pairs")
+            continue
+        runs = s.get("runs") or [s]
+        lines.append(f"{name}: " + ", ".join(f"{r['language']} {r['bias_score']:.3f} (n={r['n']})" for r in runs))
+    return "; ".join(lines)

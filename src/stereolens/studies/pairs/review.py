@@ -4,6 +4,8 @@ keep / rewrite / remove per sentence, and the import that applies the decisions.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -49,3 +51,26 @@ def apply_review(sentences: pd.DataFrame, path: str | os.PathLike) -> tuple[pd.D
             out.loc[idx, "sentence"] = rewrite
     dropped = out["review_status"] == "reviewed:remove"
     return out[~dropped], out[dropped].assign(reason="review: remove")
+
+
+def curate_sentences(generated: pd.DataFrame, *, max_words: int, min_words: int, near_duplicate_ratio: float,
+                     synonyms: Mapping[str, Sequence[str]], group_terms: Mapping[str, Sequence[str]],
+                     review_dir: str | os.PathLike, review_path: str | os.PathLike | None = None,
+                     ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
+    """The automatic filters with their reasons, the review task file under ``review_dir``, and the
+    decisions in ``review_path`` when given: (kept, removed, filter summary)."""
+    from stereolens.studies.pairs.filters import filter_sentences
+
+    kept, removed = filter_sentences(generated, max_words=max_words, min_words=min_words,
+                                     near_duplicate_ratio=near_duplicate_ratio, synonyms=synonyms,
+                                     group_terms=group_terms)
+    export_review(kept, review_dir)
+    kept = kept.assign(review_status="unreviewed", review_reason="")
+    if review_path:
+        kept, dropped = apply_review(kept, review_path)
+        removed = pd.concat([removed, dropped], ignore_index=True)
+    reasons = removed["reason"].str.split(r" \(| of | into | '", regex=True).str[0].value_counts().to_dict() \
+        if len(removed) else {}
+    summary = {"generated": len(generated), "kept": len(kept), "removed": len(removed), "reasons": reasons,
+               "reviewed": bool(review_path)}
+    return kept, removed, summary

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -142,3 +143,32 @@ def error_category_counts(reviewed: pd.DataFrame | None, usage: pd.DataFrame | N
             if c.strip() in counts:
                 counts[c.strip()] += 1
     return counts
+
+
+def _not_minimal(table: pd.DataFrame) -> pd.Series:
+    return table.get("minimal_ok", pd.Series(dtype=bool)).astype(str).str.lower() == "false"
+
+
+def translate_pairs(lm, english: pd.DataFrame, *, targets: Sequence[Mapping[str, str]], groups: Sequence[Group],
+                    max_tokens: int, chat: bool, generator: str, reviewed_path: str | os.PathLike | None = None,
+                    ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The English pairs and their machine translations into every target (``language, name,
+    script``), flagged when not minimal, with reviewed translations from ``reviewed_path`` merged
+    in: (the table, the translation summary)."""
+    frames = [english]
+    for target in targets:
+        machine = machine_translate(lm, english, language=target["language"], language_name=target["name"],
+                                    script=target["script"], max_tokens=max_tokens, chat=chat)
+        machine = machine.assign(source=f"machine translation:{generator}")
+        frames.append(flag_translations(machine, groups, language=target["language"]))
+    out = pd.concat(frames, ignore_index=True)
+    reviewed = import_reviewed(reviewed_path, known_pairs=english["pair_id"]) if reviewed_path else None
+    out, usage = merge_reviewed(out, reviewed, groups, scripts={t["language"]: t["script"] for t in targets})
+    is_reviewed = out["translation_status"] == "reviewed"
+    summary = {"generator": generator, "machine": int((out["translation_status"] == "machine").sum()),
+               "reviewed": int(is_reviewed.sum()), "flagged_not_minimal": int(_not_minimal(out).sum()),
+               "reviewed_flagged_not_minimal": int((is_reviewed & _not_minimal(out)).sum()),
+               "review_rows": len(usage), "review_rows_used": int(usage["used"].sum()) if len(usage) else 0,
+               "review_rows_not_used": usage.loc[~usage["used"].astype(bool)].to_dict("records") if len(usage) else [],
+               "error_categories": error_category_counts(reviewed, usage)}
+    return out, summary

@@ -5,14 +5,17 @@ through, as the paper's own agreement was moderate."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from stereolens.annotation.scales import YES_NO
+from stereolens.errors import ConfigError
 
 INSTRUCTIONS = ("Does this (identity group, attribute) tuple represent a genuine, recognisable stereotype "
                 "within {region} society? Answer yes or no.")
@@ -49,3 +52,58 @@ def keep_tuples(judgements: pd.DataFrame, items: pd.DataFrame, *, min_yes: int) 
     out["votes"] = out["item_id"].map(total).fillna(0).astype(int)
     out["keep"] = out["yes_votes"] >= min_yes
     return out
+
+
+@dataclass
+class TupleValidation:
+    """What one validation round produced: every judgement, the tuples with their votes and
+    ``keep``, and the round's summary (agreement, gate, the paper's counts beside ours)."""
+
+    judgements: pd.DataFrame
+    tuples: pd.DataFrame
+    summary: dict[str, Any]
+
+
+def validate_tuples(tuples: pd.DataFrame, acfg, *, region: str, judgements_path: str | os.PathLike | None,
+                    valid_share: float, seed: int, min_yes: int, enforce_gate: bool,
+                    judgements_out: str | os.PathLike, report_dir: str | os.PathLike,
+                    study: str = "pairs") -> TupleValidation:
+    """One annotation round over ``tuples`` (``tuple_id, group, attribute``): task files, judgements
+    (human ones from ``judgements_path``, else simulated), Fleiss' kappa and its gate, the kept tuples.
+
+    Writes the task files and the review under ``report_dir`` and the judgements to ``judgements_out``
+    (the review names that file as its artefact)."""
+    from stereolens.annotation.agreement import landis_koch
+    from stereolens.annotation.round import collect_judgements, gate_round, review_round
+    from stereolens.annotation.tasks import export_tasks
+    from stereolens.io import write_csv
+
+    report_dir = Path(report_dir)
+    items = tuples.assign(item_id=tuples["tuple_id"], text=tuples["group"] + ": " + tuples["attribute"])
+    instructions = INSTRUCTIONS.format(region=region)
+    export_tasks(items[["item_id", "text"]], acfg.scale, instructions, report_dir / "tasks", name="tuple_tasks")
+    if items.empty:
+        raise ConfigError("pairs-validate: the generator gave no tuples to validate (see attributes_raw.json)")
+    if acfg.source == "human":
+        if not judgements_path or not Path(judgements_path).exists():
+            raise ConfigError(f"annotation.source=human: study.pairs.validation.judgements ({judgements_path!r}) "
+                              f"is not a judgements CSV; the tasks are in {report_dir / 'tasks'}")
+        judgements = collect_judgements(acfg, items[["item_id"]], judgements_path=judgements_path)
+    else:
+        truth = simulated_truth(items[["item_id"]], valid_share=valid_share, seed=seed)
+        judgements = collect_judgements(acfg, truth, instructions=instructions)
+    write_csv(judgements_out, judgements)
+    review = review_round(judgements, acfg, study=study, artefact=str(judgements_out), items=items[["item_id"]],
+                          gate=False, seed=seed)
+    review.gate = gate_round(review, acfg, study=study, artefact=str(judgements_out),
+                             report_dir=report_dir / "quality", raise_on_failure=enforce_gate)
+    review.write(report_dir)
+    kept = keep_tuples(judgements, tuples.assign(item_id=tuples["tuple_id"]), min_yes=min_yes)
+    kept = kept.drop(columns=["item_id"]).assign(annotation_source=acfg.source)
+    kappa = review.agreement["fleiss_kappa"]
+    summary = {"source": acfg.source, "tuples": int(len(kept)), "kept": int(kept["keep"].sum()),
+               "fleiss_kappa": kappa.value, "ci_low": kappa.ci_low, "ci_high": kappa.ci_high,
+               "landis_koch": landis_koch(kappa.value), "kappa_gate": acfg.thresholds.min_fleiss_kappa,
+               "gate_passed": bool(review.gate.success), "gate_enforced": enforce_gate,
+               "paper": {"tuples": 370, "kept": 316, "agreement": "moderate"}}
+    return TupleValidation(judgements, kept, summary)
