@@ -278,3 +278,20 @@ def test_stereo_evaluate_names_a_header_only_file(tmp_path, capsys):
     (tmp_path / "s.csv").write_text("id,country,category,target,score_stereo,score_anti,score_unrelated\n")
     assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
     assert str(tmp_path / "s.csv") in capsys.readouterr().err
+
+
+def test_evaluate_cli_takes_the_resample_count_as_resamples(tmp_path):
+    """`--resamples` is the bootstrap count, as in every CLI (`--bootstrap` still works, unadvertised): 0 means no
+    intervals, a positive count gives them, and the old spelling gives the same numbers."""
+    rows = [(str(k), "X", "gender", f"t{k % 2}", -1.0, -2.0 - k % 3, -9.0) for k in range(6)]
+    pd.DataFrame(rows, columns=["id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated"]).to_csv(
+        tmp_path / "scores.csv", index=False)
+    summaries = {}
+    for option, n in (("--resamples", "0"), ("--resamples", "20"), ("--bootstrap", "20")):
+        out = tmp_path / f"{option}{n}"
+        assert main(["stereo", "evaluate", "--scores", str(tmp_path / "scores.csv"), "--output", str(out), option, n]) == 0
+        summaries[option, n] = json.loads((out / "summary.json").read_text())
+    assert "ss_ci" not in summaries["--resamples", "0"] and "ss_ci" in summaries["--resamples", "20"]
+    assert summaries["--resamples", "20"] == summaries["--bootstrap", "20"]
+    assert "--bootstrap" not in subprocess.run(["stereolens", "stereo", "evaluate", "--help"], capture_output=True,
+                                               text=True, check=True).stdout

@@ -246,3 +246,26 @@ def test_release_of_what_the_stages_wrote(tmp_path, monkeypatch, scripted_server
     names = [s["name"] for s in lineage["data/processed/stereo/instances.csv"]["stages"]]
     assert names[0] == "stereo_instantiate" and {"stereo_validate", "stereo_retrieve"} <= set(names)
     assert (out / "agreement/reports/stereo/validation/summary.json").is_file()
+
+
+def test_evaluate_loads_its_models_on_the_configured_executor(tmp_path, monkeypatch, tiny_causal_lm_dir, capsys):
+    """The stage reads `executor` (it used to load every model locally whatever the config said): an executor
+    the registry refuses stops it before any scoring, one that it accepts (local) evaluates."""
+    monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    rows = [{"id": f"i{k}", "country": "Mexico", "category": "gender", "target": "mujeres", "stereotype_id": f"s{k}",
+             "context": "Ana vive en Puebla.", "sent_stereo": "Ana cocina.", "sent_anti": "Ana programa.",
+             "sent_unrelated": "El río es largo.", "source": "machine"} for k in range(2)]
+    Path("data/processed/stereo").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv("data/processed/stereo/instances.csv", index=False)
+    pd.DataFrame({"id": ["i0", "i1"], "validation_source": "simulated"}).to_csv("data/processed/stereo/instances_provenance.csv",
+                                                                                  index=False)
+    tiny = {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}
+    evaluation = {"models": [tiny], "bootstrap": 0, "include_starter": True}
+    for executor, code in (({"kind": "dask"}, 2), ({"kind": "local"}, 0)):
+        params = {"model": tiny, "seed": 0, "tracking": {"enabled": False}, "executor": executor,
+                  "study": {"stereo": {"language": "es", "evaluation": evaluation}}}
+        Path("params.yaml").write_text(yaml.safe_dump(params))
+        assert main(["stage", "stereo-evaluate"]) == code
+    assert "executor.kind='dask' is not one of local, ray" in capsys.readouterr().err
+    assert json.loads(Path("reports/stereo/summary.json").read_text())["n"] == 2

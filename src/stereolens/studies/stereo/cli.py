@@ -1,7 +1,7 @@
 """``stereolens stereo score`` and ``stereo evaluate``: StereoSet scoring and ss / lms / icat outside DVC.
 
     stereolens stereo score --model M --instances instances.csv --output scores.csv [--score mean|sum|stereoset_generative]
-    stereolens stereo evaluate --scores scores.csv --output DIR [--bootstrap 1000] [--seed 0]
+    stereolens stereo evaluate --scores scores.csv --output DIR [--resamples 1000] [--seed 0]
 
 ``score`` reads a StereoSet-format table (columns as ``data/processed/stereo/instances.csv``:
 ``id,country,category,target,context,sent_stereo,sent_anti,sent_unrelated``; others are kept) and
@@ -43,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("evaluate", help="ss, lms and icat overall and per country from candidate scores")
     ev.add_argument("--scores", required=True, help="CSV: id,country,category,target,score_stereo,score_anti,score_unrelated")
     ev.add_argument("--output", required=True, help="output directory")
-    ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples over items for the intervals (0 = none)")
+    ev.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples over items for the intervals (0 = none)")
+    # the spelling before the CLIs agreed on --resamples; kept working, not advertised
+    ev.add_argument("--bootstrap", dest="resamples", type=int, help=argparse.SUPPRESS)
     ev.add_argument("--seed", type=int, default=0)
     ev.set_defaults(func=_evaluate)
 
@@ -61,7 +63,7 @@ def _score(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from stereolens.studies.stereo.evaluation import evaluate_file
 
-    s = evaluate_file(args.scores, args.output, n_resamples=args.bootstrap, seed=args.seed)
+    s = evaluate_file(args.scores, args.output, n_resamples=args.resamples, seed=args.seed)
     countries = ", ".join(f"{c} {v['ss']:.1f}" for c, v in s["by_country"].items())
     print(f"ss {s['ss']:.1f}  lms {s['lms']:.1f}  icat {s['icat']:.1f}  (n={s['n']}; ss by country: {countries}) -> {args.output}")
     return 0

@@ -253,3 +253,40 @@ def evaluate_file(scores_path: str | Path, output: str | Path, *, n_resamples: i
     s = summary(t)
     write_json(out / "summary.json", s)
     return s
+
+
+def model_summary(t: dict[str, pd.DataFrame], *, kind: str, score: str, instances: pd.DataFrame) -> dict[str, Any]:
+    """One evaluated model's entry of the study summary: :func:`summary` plus how it was scored and on what."""
+    s = summary(t)
+    s["method"] = scoring_method(kind, score)
+    s["candidate_score"] = score
+    s["sources"] = instances["source"].value_counts().to_dict()
+    return s
+
+
+def study_provenance(instances: pd.DataFrame, validation_sources: Sequence[str]) -> dict[str, Any]:
+    """The report's provenance banner: machine-generated instances, the validators behind them, authored ones."""
+    sources = {str(k): int(v) for k, v in instances["source"].value_counts().items()}
+    annotation_sources = sorted({str(x) for x in validation_sources if str(x) in ("simulated", "human", "llm_panel")})
+    provenance = {"machine_generated": sources.get("machine", 0) > 0,
+                  # the validators of the stereotypes behind the evaluated instances (the starter set has none)
+                  "annotation_source": ", ".join(annotation_sources),
+                  "notes": ["instances by source: " + ", ".join(f"{k} {v}" for k, v in sorted(sources.items()))]}
+    if sources.get("authored"):
+        # the starter triples are authored by the project (not translations): their own unreviewed kind
+        provenance["source"] = {"authored": sources["authored"]}
+    return provenance
+
+
+def study_summary(summaries: dict[str, dict[str, Any]], first: str, *, score: str,
+                  provenance: dict[str, Any]) -> dict[str, Any]:
+    """reports/stereo/summary.json: the first model's numbers at the top level and as the headline, every model's below."""
+    s = summaries[first]
+    headline = {"ss": round(s["ss"], 2), "lms": round(s["lms"], 2), "icat": round(s["icat"], 2),
+                "instances": int(s["n"]), "candidate score": score}
+    return {**{k: s[k] for k in ("ss", "lms", "icat", "n", "by_country", "method", "candidate_score")},
+            "model": first, "models": summaries, "headline": headline, "provenance": provenance}
+
+
+NOTHING_EVALUATED = {"status": "no instances to evaluate", "n": 0, "models": {}, "by_country": {},
+                     "ss": None, "lms": None, "icat": None}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import pandas as pd
 from stereolens.errors import DataError
 from stereolens.io import read_csv_checked
 from stereolens.studies.stereo.prompts import PromptSet
-from stereolens.studies.stereo.text import content_words, fold
+from stereolens.studies.stereo.text import content_words, fold, load_stopwords
 
 INSTANCE_COLUMNS = ("id", "country", "category", "target", "stereotype_id", "context", "sent_stereo", "sent_anti",
                     "sent_unrelated", "source")
@@ -240,3 +240,65 @@ def assemble(triples: pd.DataFrame, corpus: pd.DataFrame, stopwords: frozenset[s
     if bad.any():
         raise DataError(f"instance {out.loc[bad, 'id'].iloc[0]!r}: source {out.loc[bad, 'source'].iloc[0]!r} not in {SOURCES}")
     return out[list(INSTANCE_COLUMNS)].reset_index(drop=True), prov
+
+
+RESPONSE_COLUMNS = ("stereotype_id", "response", "n_triples", "cached")
+
+
+def settings_from_config(icfg: Mapping[str, Any], seed: int) -> InstantiationSettings:
+    """InstantiationSettings from ``study.stereo.instantiation``."""
+    return InstantiationSettings(per_stereotype=int(icfg.get("per_stereotype", 5)), max_tokens=int(icfg.get("max_tokens", 256)),
+                                 intro_max_tokens=int(icfg.get("intro_max_tokens", 48)),
+                                 temperature=float(icfg.get("temperature", 0.0)), seed=int(seed),
+                                 stop=tuple(icfg.get("stop") or ()))
+
+
+@dataclass(frozen=True)
+class Instantiation:
+    instances: pd.DataFrame
+    provenance: pd.DataFrame
+    responses: pd.DataFrame  # the generator's raw responses (no rows when nothing was generated)
+    human_review: Any  # the annotator import's review counts, None without one
+    annotators: pd.DataFrame  # who wrote the human triples (no rows without them)
+
+
+def instantiate(validated: pd.DataFrame, *, corpus: str | Path, stopwords: str | Path, human: str | Path | None = None,
+                annotators: str | Path | None = None, starter: str | Path | None = None, model: Any = None,
+                prompts: PromptSet | None = None, settings: InstantiationSettings | None = None,
+                progress: bool = False) -> Instantiation:
+    """Triples from the generator (when ``model`` is given), the annotators' import and the starter set,
+    each completed with an irrelevant sentence from ``corpus``; provenance names who validated each stereotype."""
+    parts, raw, review, writers = [], pd.DataFrame(columns=list(RESPONSE_COLUMNS)), None, pd.DataFrame()
+    if model is not None:
+        machine, raw = generate_triples(model, prompts, validated, settings, progress=progress)
+        parts.append(machine)
+    if human:
+        human_triples, review, writers = import_human_triples(human, validated, annotators)
+        parts.append(human_triples)
+    if starter:
+        parts.append(load_starter(starter))
+    triples = pd.concat([x for x in parts if len(x)], ignore_index=True) if any(len(x) for x in parts) else pd.DataFrame()
+    instances, prov = assemble(triples, load_corpus(corpus), load_stopwords(stopwords))
+    # who validated the stereotype each instance comes from (simulated / human / llm_panel), carried to the evaluation
+    validated_by = validated.set_index("stereotype_id")["validation_source"] if "validation_source" in validated else pd.Series(dtype=str)
+    prov["validation_source"] = (instances["stereotype_id"].map(validated_by).fillna("none (authored starter set)")
+                                 if len(instances) else pd.Series(dtype=str))
+    if not len(raw):
+        raw = pd.DataFrame(columns=list(RESPONSE_COLUMNS))
+    return Instantiation(instances, prov, raw, review, writers)
+
+
+def instantiation_summary(result: Instantiation, validated: pd.DataFrame, *, generator: str | None,
+                          corpus: str | Path) -> dict[str, Any]:
+    """reports/stereo/instantiation/summary.json."""
+    instances, raw, annotators = result.instances, result.responses, result.annotators
+    counts = instances["source"].value_counts().to_dict() if len(instances) else {}
+    summary = {"n_instances": len(instances), "by_source": {k: int(counts.get(k, 0)) for k in SOURCES},
+               "n_validated_stereotypes": len(validated), "generator": generator,
+               "generator_requests": len(raw), "generator_unparsed": int((raw["n_triples"] == 0).sum()) if len(raw) else 0,
+               "human_review": result.human_review, "unrelated_corpus": corpus,
+               "unrelated_criterion": "no shared content word with the context (ours)"}
+    if len(annotators):
+        summary["instantiation_annotators"] = {str(k): int(n) for k, n in
+                                               annotators.drop_duplicates("annotator_id").groupby("country").size().items()}
+    return summary

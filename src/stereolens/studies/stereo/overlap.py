@@ -187,3 +187,34 @@ def load_stereoset(path: str | Path) -> pd.DataFrame:
                     rows.append({"stereotype_id": f"stereoset-{sent.get('id')}", "category": STEREOSET_CATEGORIES[ex["bias_type"]],
                                  "target": ex.get("target", ""), "stereotype": sent["sentence"]})
     return pd.DataFrame(rows, columns=["stereotype_id", "category", "target", "stereotype"])
+
+
+EXTERNAL_DATASETS = (("crows_pairs", "crows", load_crows), ("stereoset", "stereoset", load_stereoset))
+
+
+def external_overlaps(validated: pd.DataFrame, paths: dict[str, str | None], countries: Sequence[str],
+                      categories: Sequence[str], matcher: Matcher, adjudication: dict
+                      ) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, Any]]]:
+    """Tables 11-12: the validated stereotypes present in CrowS-Pairs and StereoSet (``paths`` by config key),
+    and per dataset its status (``not available`` when its file is absent) and overall count."""
+    tables, external = {}, {}
+    for name, key, loader in EXTERNAL_DATASETS:
+        path = paths.get(key)
+        if not path or not Path(path).exists():
+            external[name] = {"status": "not available", "path": path}
+            continue
+        table = external_overlap(validated, loader(path), countries, categories, matcher, adjudication)
+        tables[name] = table
+        overall = table[(table["country"] == "overall") & (table["category"] == "overall")].iloc[0]
+        external[name] = {"status": "computed", "path": path, "present": int(overall["present"]), "n": int(overall["n"])}
+    return tables, external
+
+
+def method_description(matcher: Matcher, method: str, *, adjudication_path: str | None, n_adjudicated: int) -> dict[str, Any]:
+    """What "present" means in this run, for the summary and the report."""
+    rule = ("judge answers sí" if method == "judge" else f"{method} score >= {matcher.threshold}")
+    return {
+        "present": "same category, same target-group class (normalised match or target trigram cosine >= "
+                   f"{matcher.target_threshold}) and same meaning (normalised match, else {rule}); adjudication overrides; "
+                   "external datasets: category and meaning only",
+        "similarity": matcher.describe(), "adjudication": adjudication_path, "n_adjudicated": n_adjudicated}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -301,8 +301,6 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
     """Run every country x category x point of view to saturation; one batch of model calls per round and turn."""
     from tqdm.auto import tqdm
 
-    from stereolens.models import ChatMessage, GenerationRequest
-
     preamble = _preamble(model, prompts, s)
     cells = [(c, k, p) for c in s.countries for k in s.categories for p in s.points_of_view]
     turns = {cell: prompts.retrieval_turns(s.mode, country=cell[0], category=cell[1], pov=cell[2], n_posts=s.n_posts) for cell in cells}
@@ -315,18 +313,7 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
     round_no = 0
     while active:
         round_no += 1
-        convo = {cell: list(preamble) for cell in active}
-        replies: dict[tuple, list[Any]] = {cell: [] for cell in active}
-        for step in range(len(turns[active[0]])):
-            reqs = []
-            for cell in active:
-                convo[cell].append(ChatMessage("user", turns[cell][step]))
-                reqs.append(GenerationRequest(messages=tuple(convo[cell]), max_tokens=s.max_tokens,
-                                              temperature=s.temperature, seed=s.seed + round_no, stop=s.stop))
-            gens = model.generate(reqs)
-            for cell, gen in zip(active, gens):
-                convo[cell].append(ChatMessage("assistant", gen.text))
-                replies[cell].append(gen)
+        replies = _converse_round(model, preamble, turns, active, s, round_no)
         still = []
         posts_of = {}
         for cell in active:
@@ -334,12 +321,7 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
             posts_of[cell] = read_reply(replies[cell][-1].text, prompts.refusals, min_words=s.min_words)
         # every post of the round in one batch of extraction requests
         items = [(cell, post) for cell in active for post in posts_of[cell][1]]
-        if s.extraction == "model":
-            read = extract_with_model(model, prompts, [(c[0], c[1], post) for c, post in items],
-                                      max_tokens=s.extraction_max_tokens, seed=s.seed, stop=s.stop)
-        else:
-            read = [{"target": t, "statement": st, "extraction": "rule", "answer": None, "parsed": None, "cached": None}
-                    for t, st in (extract(post) for _, post in items)]
+        read = _extract_posts(model, prompts, s, items)
         extracted: dict[tuple, list[tuple[str, tuple[str, str, str]]]] = {cell: [] for cell in active}
         for (cell, post), r in zip(items, read):
             extracted[cell].append((post, (r["target"], r["statement"], r["extraction"])))
@@ -368,13 +350,94 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
         active = still
     bar.close()
     resp = pd.DataFrame(responses)
+    ext = pd.DataFrame(extractions, columns=["country", "category", "pov", "round", "post", "target", "statement", "extraction",
+                                             "answer", "parsed", "cached"])
+    return RetrievalResult(resp, pool.table(), pd.DataFrame(curve), _refusal_table(resp), ext)
+
+
+def _converse_round(model: Any, preamble: list[Any], turns: dict[tuple, list[str]], active: list[tuple],
+                    s: RetrievalSettings, round_no: int) -> dict[tuple, list[Any]]:
+    """One round's conversation for every active cell, turn by turn, each turn one batch: the replies per cell."""
+    from stereolens.models import ChatMessage, GenerationRequest
+
+    convo = {cell: list(preamble) for cell in active}
+    replies: dict[tuple, list[Any]] = {cell: [] for cell in active}
+    for step in range(len(turns[active[0]])):
+        reqs = []
+        for cell in active:
+            convo[cell].append(ChatMessage("user", turns[cell][step]))
+            reqs.append(GenerationRequest(messages=tuple(convo[cell]), max_tokens=s.max_tokens,
+                                          temperature=s.temperature, seed=s.seed + round_no, stop=s.stop))
+        gens = model.generate(reqs)
+        for cell, gen in zip(active, gens):
+            convo[cell].append(ChatMessage("assistant", gen.text))
+            replies[cell].append(gen)
+    return replies
+
+
+def _extract_posts(model: Any, prompts: PromptSet, s: RetrievalSettings, items: list[tuple[tuple, str]]) -> list[dict[str, Any]]:
+    """(target, statement) of each (cell, post), by the model (one batch) or by the rule."""
+    if s.extraction == "model":
+        return extract_with_model(model, prompts, [(c[0], c[1], post) for c, post in items],
+                                  max_tokens=s.extraction_max_tokens, seed=s.seed, stop=s.stop)
+    return [{"target": t, "statement": st, "extraction": "rule", "answer": None, "parsed": None, "cached": None}
+            for t, st in (extract(post) for _, post in items)]
+
+
+def _refusal_table(responses: pd.DataFrame) -> pd.DataFrame:
+    """Requests, refusals, empty replies and the refusal rate per model, country and category."""
     refusals = (
-        resp.groupby(["model", "country", "category"], sort=True)
+        responses.groupby(["model", "country", "category"], sort=True)
         .agg(n_requests=("refusal", "size"), n_refusals=("refusal", "sum"), n_empty=("empty", "sum"))
         .reset_index()
     )
     refusals[["n_refusals", "n_empty"]] = refusals[["n_refusals", "n_empty"]].astype(int)
     refusals["refusal_rate"] = refusals["n_refusals"] / refusals["n_requests"]
-    ext = pd.DataFrame(extractions, columns=["country", "category", "pov", "round", "post", "target", "statement", "extraction",
-                                             "answer", "parsed", "cached"])
-    return RetrievalResult(resp, pool.table(), pd.DataFrame(curve), refusals, ext)
+    return refusals
+
+
+def settings_from_config(cfg: Mapping[str, Any], seed: int) -> RetrievalSettings:
+    """RetrievalSettings from ``study.stereo`` (its ``retrieval`` block, with the defaults the paper implies)."""
+    r = cfg["retrieval"]
+    sat = r.get("saturation", {})
+    return RetrievalSettings(
+        countries=tuple(cfg["countries"]), categories=tuple(cfg["categories"]), points_of_view=tuple(cfg["points_of_view"]),
+        mode=r.get("mode", "negative"), n_posts=int(r.get("n_posts", 10)), max_tokens=int(r.get("max_tokens", 256)),
+        preamble_max_tokens=int(r.get("preamble_max_tokens", 64)), temperature=float(r.get("temperature", 0.8)),
+        seed=int(seed), rule=SaturationRule(int(sat.get("k", 1)), int(sat.get("m", 1)), int(sat.get("max_rounds", 10))),
+        near_duplicate_threshold=float(r.get("near_duplicate_threshold", 0.8)), min_words=int(r.get("min_words", 4)),
+        stop=tuple(r.get("stop") or ()), extraction=str(r.get("extraction", "rule")),
+        extraction_max_tokens=int(r.get("extraction_max_tokens", 96)),
+    )
+
+
+def check_cells(prompts: PromptSet, s: RetrievalSettings) -> None:
+    """Refuse a country, category or point of view the prompts do not know (before any model loads)."""
+    for c in s.countries:
+        prompts.country(c)
+    for k in s.categories:
+        prompts.category(k)
+    for v in s.points_of_view:
+        prompts.pov(v)
+
+
+def retrieval_summary(result: RetrievalResult, s: RetrievalSettings, *, generator: str) -> dict[str, Any]:
+    """reports/stereo/retrieval/summary.json: counts, the saturation outcome per cell and the extraction's record."""
+    responses, stereotypes, curve, ext = result.responses, result.stereotypes, result.curve, result.extractions
+    rounds = curve.groupby(["country", "category", "pov"])["round"].max()
+    return {"generator": generator, "generator_source": "machine", "n_requests": len(responses),
+            "n_refusals": int(responses["refusal"].sum()), "n_empty": int(responses["empty"].sum()),
+            "n_stereotypes": len(stereotypes),
+            "n_without_target": int((stereotypes["target"].fillna("") == "").sum()),
+            "mean_rounds_per_pov": float(rounds.mean()), "saturated_cells": int((curve["stop"] == "saturated").sum()),
+            "round_cap_cells": int((curve["stop"] == "round_cap").sum()),
+            # cells whose every round was refused: no evidence of saturation either way
+            "refused_cells": int((curve["stop"] == "refused").sum()), "mode": s.mode,
+            "rule": {"k": s.rule.k, "m": s.rule.m, "max_rounds": s.rule.max_rounds},
+            "cached_responses": int(responses["cached"].sum()),
+            # the extraction step is ours (the paper does not describe it)
+            "extraction": {"method": s.extraction, "posts_read": len(ext),
+                           "model_answers_parsed": int((ext["extraction"] == "model").sum()),
+                           "parse_failures": int((ext["parsed"] == False).sum()),  # noqa: E712 (None = not asked)
+                           "stereotypes_by_method": {k: int((stereotypes["extraction"] == k).sum())
+                                                     for k in ("model", "rule")}}}

@@ -26,13 +26,14 @@ compares it with the threshold.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from stereolens.errors import ConfigError, ModelLoadError
+from stereolens.stages.kit import GENERATIVE_KINDS, model_label
 from stereolens.studies.stereo.text import fold, similarity
 
 METHODS = ("lexical", "embedding", "judge")
@@ -95,7 +96,7 @@ class EmbeddingSimilarity:
         self.revision = model_cfg.get("revision")
         self.dtype = model_cfg.get("dtype") or "float32"
         self.device = model_cfg.get("device") or "cpu"
-        self.label = str(model_cfg.get("id") or self.name)
+        self.label = model_label(model_cfg)
         self.cache = cache
         self.batch_size = int(batch_size)
         self.max_length = int(max_length)
@@ -262,8 +263,12 @@ class JudgeSimilarity:
 
 
 def build_similarity(cfg: dict[str, Any], *, model_cfg: dict[str, Any] | None, cache: Any, prompts: Any = None,
-                     seed: int = 0) -> SimilarityModel:
-    """The configured similarity model (``method`` lexical | embedding | judge)."""
+                     seed: int = 0, load_judge: Callable[[dict[str, Any]], Any] | None = None) -> SimilarityModel:
+    """The configured similarity model (``method`` lexical | embedding | judge).
+
+    ``cache`` holds the embeddings; ``load_judge`` loads the judge model (default: locally,
+    through the shared response cache; the stage passes the kit's loader, which honours the executor).
+    """
     method = cfg.get("method", "lexical")
     if method not in METHODS:
         raise ConfigError(f"study.stereo.overlap.similarity.method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -273,10 +278,12 @@ def build_similarity(cfg: dict[str, Any], *, model_cfg: dict[str, Any] | None, c
         raise ConfigError(f"study.stereo.overlap.similarity.method={method} needs a model")
     if method == "embedding":
         return EmbeddingSimilarity(model_cfg, cache, batch_size=int(cfg.get("batch_size") or 16))
-    from stereolens.models import load_model, spec_from_config
-
-    if model_cfg.get("kind") not in ("causal", "chat", "completion", "seq2seq"):
+    if model_cfg.get("kind") not in GENERATIVE_KINDS:
         raise ConfigError(f"study.stereo.overlap.similarity.model: a {model_cfg.get('kind')!r} model cannot answer as judge")
-    return JudgeSimilarity(load_model(spec_from_config(model_cfg), cache=cache), prompts.overlap_judge, prompts.refusals,
-                           label=str(model_cfg.get("id") or model_cfg["name"]), category_names=prompts.categories,
+    if load_judge is None:
+        from stereolens.stages.kit import load_stage_model
+
+        load_judge = load_stage_model
+    return JudgeSimilarity(load_judge(model_cfg), prompts.overlap_judge, prompts.refusals,
+                           label=model_label(model_cfg), category_names=prompts.categories,
                            max_tokens=int(cfg.get("max_tokens") or 8), seed=seed)

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from stereolens.annotation.scales import Scale
-from stereolens.errors import DataError
+from stereolens.errors import ConfigError, DataError
 
 # display position (0 = first shown) -> score; Figure D1 shows the pervasive option first
 DISPLAY_SCORES: tuple[int, ...] = (5, 4, 3, 2, 1)
@@ -217,3 +218,72 @@ def demographics_table(annotators: pd.DataFrame, country: str, categories: Seque
                 row[k] = int(((part["panel"] == f"{country}/{k}") & (part[col] == v)).sum())
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+JUDGEMENT_COLUMNS = ("item_id", "annotator_id", "label", "source", "panel")
+DECISION_COLUMNS = ("item_id", "median", "n_annotators", "valid_votes", "invalid_votes", "validated", "vote_ratio")
+
+
+def collect_judgements(source: str, items: pd.DataFrame, scale: Scale, prompts, *, annotation: Mapping[str, Any],
+                       validation: Mapping[str, Any], default_model: Mapping[str, Any],
+                       load_member: Callable[[dict[str, Any]], Any], tasks_dir: Path, seed: int
+                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The judgements on ``items`` and the validators who gave them, from ``annotation.source``:
+    seeded simulated panels, a human import, or a panel of language models (``load_member`` loads each)."""
+    if source == "simulated":
+        sim = annotation.get("simulator", {})
+        if items.empty:
+            return (pd.DataFrame(columns=["item_id", "annotator_id", "label", "truth", "source", "panel"]),
+                    pd.DataFrame(columns=["annotator_id", "panel", "country", "category", *DEMOGRAPHIC_COLUMNS, "source"]))
+        return simulate_panels(items, scale, n_annotators=int(sim.get("n_annotators", 5)),
+                               reliability=float(sim.get("reliability", 0.8)), bias=float(sim.get("bias", 0.0)), seed=seed)
+    if source == "human":
+        if not validation.get("judgements") or not validation.get("annotators"):
+            raise ConfigError("annotation=human: set study.stereo.validation.judgements and .annotators to the completed CSVs "
+                              f"(tasks are in {tasks_dir})")
+        return import_panels(validation["judgements"], validation["annotators"], scale, items)
+    if source == "llm_panel":
+        from stereolens.annotation.llm_panel import DEFAULT_TEMPLATE
+        from stereolens.stages.kit import model_label
+
+        panel = annotation.get("panel") or {}
+        specs = panel.get("models") or [default_model]  # empty = the study's own (top-level) model
+        members = {model_label(m): load_member(dict(m)) for m in specs}
+        if items.empty:
+            return (pd.DataFrame(columns=list(JUDGEMENT_COLUMNS)),
+                    pd.DataFrame(columns=["annotator_id", "panel", "model_identity", "country", "category", "source"]))
+        return llm_panel_panels(members, items, prompts, template=panel.get("template", DEFAULT_TEMPLATE),
+                                method=panel.get("method", "auto"), seed=int(panel.get("seed", 0)))
+    raise ConfigError(f"study stereo validates with annotation=simulated, human or llm_panel, not {source!r}")
+
+
+def decide_answered(judgements: pd.DataFrame, source: str) -> tuple[pd.DataFrame, int]:
+    """The median decision per item over the answered labels, and how many labels no one could read
+    (an LLM panel's unparseable replies: out of the median)."""
+    labels = pd.to_numeric(judgements["label"], errors="coerce") if len(judgements) else pd.Series(dtype=float)
+    answered = judgements[labels.notna()] if len(judgements) else judgements
+    decisions = decide(answered) if len(answered) else pd.DataFrame(columns=list(DECISION_COLUMNS))
+    decisions["source"] = source
+    return decisions, int(labels.isna().sum())
+
+
+def keep_validated(stereotypes: pd.DataFrame, decisions: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The stereotypes whose median kept them, with their median, vote ratio and who validated them."""
+    validated = stereotypes.merge(decisions[["item_id", "median", "vote_ratio", "validated"]], left_on="stereotype_id",
+                                  right_on="item_id", how="inner")
+    validated = validated[validated["validated"].astype(bool)].drop(columns=["item_id", "validated"])
+    validated["validation_source"] = source
+    return validated
+
+
+def validation_summary(source: str, items: pd.DataFrame, judgements: pd.DataFrame, annotators: pd.DataFrame,
+                       validated: pd.DataFrame, n_unanswered: int) -> dict[str, Any]:
+    """reports/stereo/validation/summary.json."""
+    summary = {"annotation_source": source, "n_items": len(items), "n_judgements": len(judgements),
+               "n_unanswered": n_unanswered,  # labels no one could read (an LLM panel's unparseable replies): out of the median
+               "n_validated": len(validated), "validation_rate": len(validated) / len(items) if len(items) else None,
+               # the paper has five validators per panel; an import with another count is reported, not refused
+               "annotators_per_panel": {str(k): int(n) for k, n in annotators.groupby("panel").size().items()} if len(annotators) else {}}
+    if source == "llm_panel":
+        summary["panel_models"] = sorted(annotators["annotator_id"].unique().tolist()) if len(annotators) else []
+    return summary
