@@ -238,3 +238,12 @@ def test_the_refusal_names_every_file_with_flagged_items(repo, tmp_path):
     text = _describe_problems(problems)
     assert "a.csv: 100 item(s) (source=simulated: 100)" in text and "b.csv line 2: b0: translation_status=machine" in text
     assert "... and 80 more in a.csv" in text
+
+
+def test_the_documented_release_folder_is_ignored_by_git():
+    """docs/lineage-and-release.md writes trial releases to release/<study>: they must not be committed by accident."""
+    repo_root = Path(__file__).resolve().parents[2]
+    documented = "release/pcs/DATASHEET.md"
+    assert "--output release/pcs" in (repo_root / "docs/lineage-and-release.md").read_text(encoding="utf-8")
+    proc = subprocess.run(["git", "check-ignore", "-q", documented], cwd=repo_root, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{documented} is not ignored by git ({proc.stderr.strip()})"
