@@ -88,3 +88,24 @@ def machine() -> dict:
         "processor": platform.processor() or platform.machine(),
         "load_average_at_start": os.getloadavg(),
     }
+
+
+SCRATCH = REPO / "benchmarks" / "out"  # git-ignored: where a run writes unless told otherwise
+RECORDED = REPO / "benchmarks" / "results"  # tracked: the numbers the docs quote
+
+
+def add_output_arguments(parser, name: str) -> None:
+    """``--output`` and ``--record``: a trial run must not rewrite the tracked result the docs quote."""
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"where to write (default: benchmarks/out/{name}, ignored by git)")
+    parser.add_argument("--record", action="store_true",
+                        help=f"rewrite the tracked benchmarks/results/{name} that the docs quote")
+
+
+def output_path(args, name: str) -> Path:
+    """Where this run writes: ``--output``, else the tracked results with ``--record``, else the scratch folder."""
+    if args.output is not None and args.record:
+        raise SystemExit("--output and --record name two places to write: give one")
+    if args.output is not None:
+        return Path(args.output)
+    return (RECORDED if args.record else SCRATCH) / name

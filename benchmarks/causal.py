@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, PeakRSS, crows_pairs, machine, run_worker  # noqa: E402
+from _common import REPO, PeakRSS, add_output_arguments, crows_pairs, machine, output_path, run_worker  # noqa: E402
 
 WORK = Path("/tmp/stereolens-bench-causal")
 
@@ -72,10 +72,11 @@ def main() -> None:
     p.add_argument("--batch-tokens", type=int, default=8192)
     p.add_argument("--lm-eval-batch", type=int, default=16)
     p.add_argument("--workdir", type=Path, default=WORK)
-    p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "causal.json")
+    add_output_arguments(p, "causal.json")
     p.add_argument("--worker", choices=["engine", "lm_eval"], help=argparse.SUPPRESS)
     p.add_argument("--sentences", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.output = output_path(args, "causal.json")
     if args.worker:
         run_one(args)
         return

@@ -10,7 +10,7 @@ The probe trains on 70% of the instances and the game is valued on the other
 30% (the study's three-way split with no pruning set, since nothing is pruned
 here: the same rows as the measurements before the split was introduced).
 Writes values, standard errors, timings and the speed ratio to
-``benchmarks/results/heads.json``.
+``benchmarks/out/heads.json`` (``--record``: the tracked ``benchmarks/results/heads.json``).
 
 Instances: ``data/processed/stereo/instances.csv`` when it exists, else a small
 template set generated here (``source=benchmark-template``).
@@ -23,6 +23,7 @@ import itertools
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -30,7 +31,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, add_output_arguments, output_path  # noqa: E402
 
 GROUPS = ["las mujeres", "los hombres", "los ancianos", "los jóvenes", "los indígenas", "los migrantes",
           "los católicos", "los ricos", "los pobres", "las enfermeras"]
@@ -62,9 +64,10 @@ def main() -> None:
     p.add_argument("--permutations", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=100)
-    p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "heads.json")
+    add_output_arguments(p, "heads.json")
     p.add_argument("--write-instances", type=Path, help="only write the template instances to this path")
     args = p.parse_args()
+    args.output = output_path(args, "heads.json")
     load_at_start = list(os.getloadavg())  # the CPU is shared: timings depend on what else runs
     if args.write_instances:
         args.write_instances.parent.mkdir(parents=True, exist_ok=True)

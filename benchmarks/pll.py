@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, PeakRSS, crows_pairs, machine, run_worker  # noqa: E402
+from _common import REPO, PeakRSS, add_output_arguments, crows_pairs, machine, output_path, run_worker  # noqa: E402
 
 VOCAB_SIZE = 119_547
 WORK = Path("/tmp/stereolens-bench-pll")
@@ -225,11 +225,12 @@ def main() -> None:
                    help="also measure engine peak memory on one sentence of each of these lengths (e.g. --long 60 120 240)")
     p.add_argument("--long-budget", type=int, default=2048, help="--batch-tokens for the --long memory check")
     p.add_argument("--workdir", type=Path, default=WORK)
-    p.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "pll.json")
+    add_output_arguments(p, "pll.json")
     p.add_argument("--worker", choices=["engine", "naive", "minicons"], help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--sentences", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.output = output_path(args, "pll.json")
     if args.worker:
         run_one(args)
         return

@@ -5,8 +5,8 @@ own process as a real remote server would be, with 200 ms of latency added to ev
 request, which is what a paid API's round trip costs.
 The same chat requests go through :class:`stereolens.models.OpenAIChatModel` once
 with ``max_concurrency=1`` and once with ``max_concurrency=16``, each with a fresh
-response cache; the answers must be equal.  Writes ``benchmarks/results/remote.json``
-and ``remote.png`` / ``remote.svg``.
+response cache; the answers must be equal.  Writes ``remote.json``,
+``remote.png`` and ``remote.svg`` to ``benchmarks/out/`` (``--record``: the tracked ``benchmarks/results/``).
 
     python benchmarks/remote.py [--requests 96] [--latency 0.2]
 """
@@ -24,7 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
+from _common import add_output_arguments, output_path  # noqa: E402
 from stereolens.models import GenerationRequest, ModelSpec, ResponseCache, load_model  # noqa: E402
 
 
@@ -42,7 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=96)
     parser.add_argument("--latency", type=float, default=0.2, help="seconds added to every request")
-    parser.add_argument("--output", default=str(REPO / "benchmarks/results"))
+    add_output_arguments(parser, "")
     args = parser.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "sk-local-benchmark")
     requests = [GenerationRequest(prompt=f"Describe item number {i}", max_tokens=8) for i in range(args.requests)]
@@ -66,7 +68,7 @@ def main() -> int:
         "sequential_rps": round(args.requests / sequential_s, 2), "concurrency_16_rps": round(args.requests / concurrent_s, 2),
         "speedup": round(sequential_s / concurrent_s, 2), "same_answers": True,
     }
-    out = Path(args.output)
+    out = output_path(args, "")
     out.mkdir(parents=True, exist_ok=True)
     from stereolens.io import write_json
 

@@ -10,7 +10,7 @@ response cache off:
 - ``batched``: ``generate(requests)`` with the model config's ``batch_size``;
 
 checks that both give the same texts, and writes the times and their ratio to
-``benchmarks/results/sampled_generation.json``.  The order alternates (batched first on
+``benchmarks/out/sampled_generation.json`` (``--record``: the tracked file in ``benchmarks/results/``).  The order alternates (batched first on
 odd repeats) so that a change in the machine's load hits both about equally.
 
     python benchmarks/sampled_generation.py --requests 8 --new-tokens 32 --repeats 2
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, machine  # noqa: E402
+from _common import REPO, add_output_arguments, machine, output_path  # noqa: E402
 
 TOPICS = ["Mexico", "Spain", "Peru", "Colombia", "Argentina", "Chile", "Cuba", "Bolivia"]
 ASPECTS = ["food", "work", "family", "religion"]
@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "sampled_generation.json"))
+    add_output_arguments(ap, "sampled_generation.json")
     args = ap.parse_args(argv)
+    args.output = output_path(args, "sampled_generation.json")
 
     from stereolens.io import write_json
     from stereolens.models import ModelSpec, ResponseCache, load_model

@@ -9,7 +9,8 @@ Measures, each on a model loaded once, with the response cache switched off:
 
 for the Gemma 3 270M directory given with ``--model`` (default ``models/gemma3-270m``)
 and for the tiny test models (``--tiny``: built on the fly by ``tests/tiny_models.py``).
-Prints one JSON document and writes it to ``benchmarks/results/scaling_rates.json``.
+Prints one JSON document and writes it to ``benchmarks/out/scaling_rates.json``
+(``--record``: the tracked ``benchmarks/results/scaling_rates.json``).
 
     python benchmarks/scaling_rates.py --sentences 64 --prompts 4 --new-tokens 32
 """
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, crows_pairs, machine  # noqa: E402
+from _common import REPO, add_output_arguments, crows_pairs, machine, output_path  # noqa: E402
 
 PROMPTS = [
     "Write a short story about a family dinner in Goa.",
@@ -70,8 +71,9 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--output", default=str(REPO / "benchmarks" / "results" / "scaling_rates.json"))
+    add_output_arguments(ap, "scaling_rates.json")
     args = ap.parse_args()
+    args.output = output_path(args, "scaling_rates.json")
     import torch
 
     result = {"benchmark": "scaling rates (benchmarks/scaling_rates.py)", "conditions": {
@@ -86,7 +88,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result["tiny_causal"] = measure(str(tiny_models.build_causal_lm(Path(tmp))), **opts)
     result["conditions"]["load_average_at_end"] = list(os.getloadavg())
-    Path(args.output).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
 
 

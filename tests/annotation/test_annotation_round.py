@@ -111,3 +111,16 @@ def test_item_whose_annotators_all_fail_qc_fails_the_round(repo_root, tmp_path):
     with pytest.raises(GateFailed, match=r"'min_annotations_per_item' observed 0, threshold min_value=5"):
         review_round(pd.concat([judgements, att], ignore_index=True), cfg, study="stereo", artefact="sim.csv",
                      items=items, report_dir=tmp_path)
+
+
+def test_review_cli_writes_its_gate_report_under_its_output_and_leaves_reports_untouched(repo_root, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """A review tried on trial data must not leave a gate report where `stereolens release` looks for one."""
+    monkeypatch.chdir(tmp_path)
+    cfg = config(repo_root, "simulated", simulator={"n_annotators": 5, "reliability": 0.95, "seed": 2})
+    collect_judgements(cfg, ITEMS).to_csv(tmp_path / "judgements.csv", index=False)
+    assert main(["annotation", "review", "--input", "judgements.csv", "--study", "stereo", "--output", "trial",
+                 "--config", str(repo_root / "conf/annotation/simulated.yaml")]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "trial/quality/stereo__annotation_quality.json").read_text())["success"] is True
+    assert not (tmp_path / "reports").exists()

@@ -72,6 +72,17 @@ def test_cli_compose_writes_params(tmp_path, capsys):
     assert params["metric"]["name"] == "pll_word_l2r"
 
 
+def test_cli_compose_warns_that_a_model_change_makes_every_study_stale(tmp_path, capsys):
+    out = tmp_path / "params.yaml"
+    for overrides in (["model=mbert"], ["model.dtype=bfloat16"]):
+        assert main(["config", "compose", "--config-dir", str(CONF), "--output", str(out), *overrides]) == 0
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("note: the model is a param of every measuring stage"), overrides
+        assert "`dvc repro crows_report`" in err[0]
+    assert main(["config", "compose", "--config-dir", str(CONF), "--output", str(out), "metric=pll_word_l2r"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_cli_bad_override_exits_2_without_touching_params(tmp_path, capsys):
     out = tmp_path / "params.yaml"
     out.write_text("seed: 0\n", encoding="utf-8")

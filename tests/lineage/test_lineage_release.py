@@ -66,8 +66,16 @@ DVC_YAML = {
                       "outs": ["data/processed/items.csv"]},
         "toy_summarise": {"cmd": "python summarise.py", "deps": ["data/processed/items.csv", "summarise.py"],
                           "metrics": [{"reports/toy/summary.json": {"cache": False}}]},
+        "toy_gate": {"cmd": "python gate.py", "deps": ["data/processed/items.csv", "gate.py"],
+                     "metrics": [{"reports/toy/quality/toy__items.json": {"cache": False}}]},
     }
 }
+
+GATE = textwrap.dedent("""\
+    import json, pathlib
+    pathlib.Path("reports/toy/quality").mkdir(parents=True, exist_ok=True)
+    json.dump({"study": "toy", "suite": "items", "success": True}, open("reports/toy/quality/toy__items.json", "w"))
+""")
 
 RELEASE = {"title": "Toy bank", "dataset": ["data/processed/items.csv"],
            "items": [{"path": "data/processed/items.csv", "id": ["item_id"]}], "gates": [], "agreement": [],
@@ -85,7 +93,7 @@ def repo(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("toy_repo")
     (root / "data/seed").mkdir(parents=True)
     (root / "data/seed/bank.csv").write_text(SEED, encoding="utf-8")
-    for name, text in (("ingest.py", INGEST), ("build.py", BUILD), ("summarise.py", SUMMARISE)):
+    for name, text in (("ingest.py", INGEST), ("build.py", BUILD), ("summarise.py", SUMMARISE), ("gate.py", GATE)):
         (root / name).write_text(text, encoding="utf-8")
     (root / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML, sort_keys=False), encoding="utf-8")
     (root / "params.yaml").write_text(yaml.safe_dump({"toy": {"limit": 4}}), encoding="utf-8")
@@ -175,15 +183,43 @@ def test_a_clean_dataset_is_released_without_a_warning(repo, tmp_path):
 
 
 def test_a_failed_gate_blocks_the_release(repo, tmp_path):
-    gate = repo / "reports/quality/toy__agreement.json"
-    gate.parent.mkdir(parents=True, exist_ok=True)
-    gate.write_text(json.dumps({"study": "toy", "suite": "agreement", "success": False, "results": []}))
+    gate = repo / "reports/toy/quality/toy__items.json"  # the toy_gate stage's declared output
+    passed = gate.read_text(encoding="utf-8")
+    gate.write_text(json.dumps({"study": "toy", "suite": "items", "success": False, "results": []}))
     try:
-        with pytest.raises(ReleaseRefused, match="gate agreement: gate failed"):
+        with pytest.raises(ReleaseRefused, match="gate items: gate failed"):
+            release("toy", {**RELEASE, "dataset": ["data/raw/bank/PROVENANCE.json"], "items": [],
+                            "gates": ["reports/toy/quality/toy__*.json"]}, tmp_path / "out", root=repo)
+    finally:
+        gate.write_text(passed, encoding="utf-8")
+
+
+def test_release_ignores_a_gate_report_no_stage_declares_with_a_one_line_warning(repo, tmp_path, capsys):
+    """A failing report a hand-run command left beside the stage's (a trial `annotation review`) is not the gate."""
+    stray = repo / "reports/toy/quality/toy__annotation_quality.json"
+    stray.write_text(json.dumps({"study": "toy", "suite": "annotation_quality", "success": False}))
+    try:
+        result = release("toy", {**RELEASE, "dataset": ["data/raw/bank/PROVENANCE.json"], "items": [],
+                                 "gates": ["reports/toy/quality/toy__*.json"]}, tmp_path / "out", root=repo)
+    finally:
+        stray.unlink()
+    assert result["gates"] == [{"file": "reports/toy/quality/toy__items.json", "suite": "items", "passed": True}]
+    assert not (tmp_path / "out/gates/reports/toy/quality/toy__annotation_quality.json").exists()
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: release ignores gate report reports/toy/quality/toy__annotation_quality.json: "
+                        "no DVC stage declares it as an output (a command run by hand wrote it)"]
+
+
+def test_an_undeclared_gate_report_alone_counts_as_missing(repo, tmp_path):
+    stray = repo / "reports/quality/toy__annotation_quality.json"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text(json.dumps({"study": "toy", "suite": "annotation_quality", "success": True}))
+    try:
+        with pytest.raises(ReleaseRefused, match=r"reports/quality/toy__\*\.json: gate report: gate report missing"):
             release("toy", {**RELEASE, "dataset": ["data/raw/bank/PROVENANCE.json"], "items": [],
                             "gates": ["reports/quality/toy__*.json"]}, tmp_path / "out", root=repo)
     finally:
-        gate.unlink()
+        stray.unlink()
 
 
 def test_qualified_provenance_values_are_still_flagged():
@@ -238,3 +274,12 @@ def test_the_refusal_names_every_file_with_flagged_items(repo, tmp_path):
     text = _describe_problems(problems)
     assert "a.csv: 100 item(s) (source=simulated: 100)" in text and "b.csv line 2: b0: translation_status=machine" in text
     assert "... and 80 more in a.csv" in text
+
+
+def test_the_documented_release_folder_is_ignored_by_git():
+    """docs/lineage-and-release.md writes trial releases to release/<study>: they must not be committed by accident."""
+    repo_root = Path(__file__).resolve().parents[2]
+    documented = "release/pcs/DATASHEET.md"
+    assert "--output release/pcs" in (repo_root / "docs/lineage-and-release.md").read_text(encoding="utf-8")
+    proc = subprocess.run(["git", "check-ignore", "-q", documented], cwd=repo_root, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{documented} is not ignored by git ({proc.stderr.strip()})"

@@ -68,3 +68,24 @@ def test_prepare_model_records_exactly_which_hub_model_a_run_meant(tmp_path, mon
     reference = json.loads((tmp_path / "models/hub-mbert/MODEL_REFERENCE.json").read_text(encoding="utf-8"))
     assert reference == {"id": "hub-mbert", "name": "google-bert/bert-base-multilingual-cased", "kind": "masked",
                          "backend": "hf", "revision": "abc123", "base_url": None}
+
+
+def test_prepare_model_says_a_hub_model_was_recorded_not_downloaded_and_warns_when_offline_without_it(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    name = "stereolens-tests/never-downloaded-model"  # no such repo: it cannot be in any local cache
+    model = {"id": "uncached", "name": name, "kind": "masked", "backend": "hf", "revision": None}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"model": model}), encoding="utf-8")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["stage", "prepare-model"]) == 0
+    out, err = capsys.readouterr()
+    assert "model ready" not in out
+    assert f"recorded the reference to hub model '{name}'" in out and "did not download it" in out
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and f"{name!r} is not in the local Hugging Face cache" in warning[0]
+    assert "later stages will fail to load it" in warning[0] and "point model.name at a local folder" in warning[0]
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    assert main(["stage", "prepare-model"]) == 0
+    assert "warning" not in capsys.readouterr().err  # online, later stages can still download it

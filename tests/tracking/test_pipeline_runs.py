@@ -24,6 +24,7 @@ import yaml
 
 from stereolens.cli import main
 from stereolens.tracking import RUN_SCHEMAS
+from stereolens.tracking.mlflow_run import RUN_AXIS_PARAMS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies" / "pairs"))
 from test_pairs_pipeline import _setup, chat_server  # noqa: E402  (the pairs tests' set-up and generator)
@@ -133,8 +134,11 @@ def test_runs_of_one_stage_carry_the_declared_keys(pipeline):
         assert len(by_stage[("leakage", "fit")]) == 4 and len(by_stage[("leakage", "scores")]) == 2
     for key, runs in by_stage.items():
         schema = RUN_SCHEMAS[key]
-        params = {frozenset(r.data.params) for r in runs}
+        params = {frozenset(set(r.data.params) - set(RUN_AXIS_PARAMS)) for r in runs}
         assert params == {frozenset(schema.params)}, key
+        for run in runs:  # the run's model and language are params as well as tags
+            assert {k: run.data.params[k] for k in RUN_AXIS_PARAMS if k in run.data.params} == {
+                k: run.data.tags[t] for k, t in zip(RUN_AXIS_PARAMS, ("model", "language")) if t in run.data.tags}, key
         if key != ("pairs", "report"):  # the report's cells are each set's languages x dimensions
             metrics = {frozenset(r.data.metrics) for r in runs}
             assert len(metrics) == 1, (key, metrics)

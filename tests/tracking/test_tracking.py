@@ -48,6 +48,11 @@ def test_a_declared_metric_left_out_is_refused_and_none_keeps_the_key():
     assert run.logged_metrics == {"x"}
 
 
+def test_a_schema_may_not_declare_the_params_every_run_carries():
+    with pytest.raises(RunSchemaError, match=r"params \['language'\] are logged for every run"):
+        declare_run("test_tracking", "reserved", params=("language", "study"))
+
+
 def test_a_schema_not_declared_is_refused():
     from stereolens.tracking import RunSchema
 
@@ -76,7 +81,9 @@ def test_stage_run_records_everything(tmp_path, monkeypatch):
     mlflow.set_tracking_uri("sqlite:///mlruns/mlflow.db")
     got = mlflow.get_run(run_id)
     assert got.info.run_name == "test_tracking/report/tiny/en"
-    assert got.data.params == {"model": '{"id":"tiny"}'}
+    # model and language as params too: the UI's compare view plots params, not tags
+    assert got.data.params == {"model": '{"id":"tiny"}', "model_id": "tiny", "language": "en"}
+    assert got.data.tags["model"] == "tiny" and got.data.tags["language"] == "en"
     assert got.data.metrics["bias_score"] == 0.6
     # a value that does not exist is NaN in the store: the key is there, so runs line up
     assert math.isnan(got.data.metrics["skipped"])

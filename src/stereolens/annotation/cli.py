@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     review.add_argument("--study", required=True, help="study name for the gate message and report")
     review.add_argument("--output", required=True, help="directory for QC tables, aggregated items, agreement.json")
     review.add_argument("--items", help="CSV with item_id [, gold]: unknown ids refused, gold rows are attention checks")
-    review.add_argument("--report-dir", default="reports/quality")
+    review.add_argument("--report-dir", default=None,
+                        help="where the gate report goes (default: OUTPUT/quality; only a DVC stage writes reports/)")
     review.add_argument("--seed", type=int, default=0)
     review.set_defaults(func=_review)
 
@@ -126,7 +127,7 @@ def _review(args: argparse.Namespace) -> int:
     review.write(args.output)
     print(json.dumps(_finite({"source": review.source, **review.metrics()})))
     # outputs are on disk for inspection before the gate decides the exit status
-    gate_round(review, cfg, study=args.study, artefact=args.input, report_dir=args.report_dir)
+    gate_round(review, cfg, study=args.study, artefact=args.input, report_dir=args.report_dir or Path(args.output) / "quality")
     return 0
 
 

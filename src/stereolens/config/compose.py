@@ -112,9 +112,14 @@ def check_types(config: dict[str, Any], types: dict[str, tuple[type, ...]], over
             ok = False
         if not ok:
             names = " or ".join("number" if t is float else t.__name__ for t in accepted)
-            culprit = next((o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), None)
+            culprit = next((o for o in overrides if override_key(o) == key), None)
             where = f"override {culprit!r}" if culprit else "the composed config"
             raise ConfigError(f"{key} must be {names} (or null), got {node!r} from {where}")
+
+
+def override_key(override: str) -> str:
+    """The dotted key a Hydra override sets (``+a.b=1`` -> ``a.b``)."""
+    return override.split("=", 1)[0].lstrip("+~")
 
 
 def to_yaml(config: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ editing a declaration makes no measuring stage stale)::
       dataset: [data/processed/leakage/human]        # files or folders released as they are
       items:                                         # the id columns that name an item of a table
         - {path: data/seed/pcs/scenarios.csv, id: [scenario_id, language]}
-      gates: [reports/leakage/quality/leakage__*.json]  # gate reports (globs); a failed or missing one blocks it
+      gates: [reports/leakage/quality/leakage__*.json]  # gate reports (globs) that DVC stages declare as outputs;
+                                                     # a failed or missing one blocks it, an undeclared file is ignored
       agreement: [reports/pcs/human_validation/summary.json]  # agreement figures shipped beside the data
       datasheet: {motivation: ..., uses: ...}        # the answers no recorded metadata can give
 
@@ -25,6 +26,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError, StereolensError
 from stereolens.io import sha256_file, write_json, write_text
+from stereolens.lineage.graph import load_stages, producer
 from stereolens.lineage.provenance import files_under, is_unreviewed, unreviewed_rows
 from stereolens.lineage.trace import trace
 
@@ -117,6 +120,27 @@ def _json_flags(document: Path, root: Path) -> list[dict[str, str]]:
     return flags
 
 
+def staged_gate_reports(patterns: list[str], root: Path) -> list[Path]:
+    """The files matching ``patterns`` that a DVC stage declares as an output.
+
+    Any command can write a JSON file that looks like a gate report (a review tried on
+    trial data, a hand edit); only one a pipeline stage produced says the study's data
+    passed, so the rest are left out, each with a one-line warning."""
+    found = _expand(patterns, root)
+    if not found:
+        return []
+    stages = load_stages(root)
+    staged = []
+    for report in found:
+        rel = os.path.relpath(report, root).replace(os.sep, "/")
+        if producer(stages, rel) is None:
+            print(f"warning: release ignores gate report {rel}: no DVC stage declares it as an output "
+                  "(a command run by hand wrote it)", file=sys.stderr)
+        else:
+            staged.append(report)
+    return staged
+
+
 def audit(spec: ReleaseSpec, root: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Every flagged item (file, row, item id, reason) and every gate with its result."""
     missing = [p for p in spec.dataset if not (root / p).exists()]
@@ -134,12 +158,13 @@ def audit(spec: ReleaseSpec, root: Path) -> tuple[pd.DataFrame, list[dict[str, A
             if document.name != "PROVENANCE.json":
                 problems.append(pd.DataFrame(_json_flags(document, root), columns=["file", "row", "item", "reason"]))
     gates = []
+    reports = staged_gate_reports(spec.gates, root)
     for pattern in spec.gates:
-        if not _expand([pattern], root):
+        if not any(report in _expand([pattern], root) for report in reports):
             # a declared gate that left no report did not run: the release cannot claim it passed
             problems.append(pd.DataFrame([{"file": pattern, "row": "", "item": "gate report",
                                            "reason": "gate report missing"}]))
-    for report_path in _expand(spec.gates, root):
+    for report_path in reports:
         report = json.loads(report_path.read_text(encoding="utf-8"))
         passed = _gate_passed(report)
         rel = os.path.relpath(report_path, root)

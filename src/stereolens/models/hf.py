@@ -111,12 +111,26 @@ def _torch_dtype(name: str | None):
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
+def hub_offline() -> bool:
+    """Whether HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE forbid reaching the hub."""
+    return any(os.environ.get(var, "").lower() in ("1", "true", "yes") for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def in_local_hf_cache(name: str, revision: str | None = None) -> bool:
+    """Whether hub model ``name`` (at ``revision``) has its config in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(name, "config.json", revision=revision)
+    except ValueError:  # not a valid repo id: nothing of that name can be cached
+        return False
+    return isinstance(found, str)
+
+
 def _load_reason(spec: ModelSpec, exc: BaseException) -> str:
     """One line saying why ``spec.name`` did not load."""
     p = Path(spec.name).expanduser()
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or os.environ.get(
-        "TRANSFORMERS_OFFLINE", ""
-    ).lower() in ("1", "true", "yes")
+    offline = hub_offline()
     if spec.source and not p.exists():
         # a model the pipeline prepares itself (the embedded default) that is not there yet
         return f"not prepared yet: run `stereolens models prepare --output {spec.name}` (or dvc repro)"

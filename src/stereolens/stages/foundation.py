@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from stereolens.errors import DataError
@@ -44,8 +45,24 @@ def prepare_model(args: argparse.Namespace) -> None:
         from stereolens.models.prepare import prepare_default_model
 
         prepare_default_model(out, expected_version=model_cfg["source"].get("version"))
-    else:
-        # hub and remote models are loaded by name at use; record exactly which one this run meant
-        reference = {k: model_cfg.get(k) for k in ("id", "name", "kind", "backend", "revision", "base_url")}
-        write_json(out / "MODEL_REFERENCE.json", reference)
-    print(f"model ready: {out}")
+        print(f"model ready: {out}")
+        return
+    # hub and remote models are loaded by name at use; record exactly which one this run meant
+    reference = {k: model_cfg.get(k) for k in ("id", "name", "kind", "backend", "revision", "base_url")}
+    write_json(out / "MODEL_REFERENCE.json", reference)
+    name, revision = str(model_cfg.get("name")), model_cfg.get("revision")
+    if model_cfg.get("backend") != "hf":
+        print(f"recorded the reference to remote model {name!r} in {out / 'MODEL_REFERENCE.json'} "
+              "(nothing downloaded: it is called at use)")
+        return
+    if Path(name).expanduser().is_dir():
+        print(f"recorded the reference to local model folder {name} in {out / 'MODEL_REFERENCE.json'}")
+        return
+    print(f"recorded the reference to hub model {name!r}" + (f" at revision {revision}" if revision else "")
+          + f" in {out / 'MODEL_REFERENCE.json'}; did not download it (later stages load it by name)")
+    from stereolens.models.hf import hub_offline, in_local_hf_cache
+
+    if hub_offline() and not in_local_hf_cache(name, revision):
+        print(f"warning: HF_HUB_OFFLINE is set and {name!r} is not in the local Hugging Face cache, so later stages "
+              f"will fail to load it: download it first (`hf download {name}` with network) or point model.name at "
+              "a local folder", file=sys.stderr)

@@ -3,7 +3,9 @@
 Runs are named ``<study>/<stage>/<model>/<language>/<variant>`` (the parts that
 apply; ``variant`` tells apart runs of one stage that share model and language,
 such as the two methods of a leakage fit), carry the same name parts as tags,
-the params (a config mapping as one compact-JSON param), metrics, tables and
+the model id and language also as the params ``model_id`` and ``language`` (the
+UI's compare view plots params, not tags; ``model`` is the model config where a
+stage declares it), the params (a config mapping as one compact-JSON param), metrics, tables and
 figures as artifacts, and the datasets they read as inputs whose digest is the
 DVC md5 of the file, so a run in the UI points at the exact versioned artefact.
 ``annotation_source`` is a tag wherever annotations feed the result (human / llm_panel / simulated).
@@ -40,6 +42,8 @@ import yaml
 from stereolens.io import md5_file, project_path
 
 ANNOTATION_SOURCES = ("human", "llm_panel", "simulated")
+# params every run carries beside its schema's, from the run's name parts (stage_run's model and language)
+RUN_AXIS_PARAMS = ("model_id", "language")
 # MLflow's limit on a param value; a longer one is cut here and logged whole as an artifact
 MAX_PARAM_LEN = 6000
 
@@ -89,6 +93,10 @@ RUN_SCHEMAS: dict[tuple[str, str], RunSchema] = {}
 
 def declare_run(study: str, stage: str, *, params: Sequence[str] = (), metrics: Sequence[str] = ()) -> RunSchema:
     """Declare (once, at import of the stage module) what every run of ``study``/``stage`` logs."""
+    reserved = sorted(set(params) & set(RUN_AXIS_PARAMS))
+    if reserved:
+        raise RunSchemaError(f"run schema {study}/{stage}: params {reserved} are logged for every run from "
+                             "stage_run's model and language; do not declare them")
     schema = RunSchema(study, stage, tuple(params), tuple(metrics))
     known = RUN_SCHEMAS.setdefault((study, stage), schema)
     if known != schema:
@@ -192,6 +200,12 @@ class StageRun:
         items = list(values.items())
         for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
             self._mlflow.log_params(dict(items[start : start + 100]))
+
+    def log_run_axes(self, *, model: str | None, language: str | None) -> None:
+        """The run's model id and language as params (:data:`RUN_AXIS_PARAMS`), so that they can be plot axes."""
+        values = {key: value for key, value in zip(RUN_AXIS_PARAMS, (model, language)) if value is not None}
+        if self._mlflow and values:
+            self._mlflow.log_params({key: str(value) for key, value in values.items()})
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Declared metrics only; None and NaN are logged as NaN (the key set stays the declared one)."""
@@ -348,5 +362,6 @@ def stage_run(
         handle = StageRun(mlflow, schema, names)
         handle.set_tags(all_tags)
         handle.log_params(params or {})
+        handle.log_run_axes(model=model, language=language)
         yield handle
         handle.check_complete()

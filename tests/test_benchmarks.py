@@ -1,0 +1,53 @@
+"""Benchmarks write to the git-ignored benchmarks/out/ unless told; the tracked results change only with --record."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_default_benchmark_run_writes_to_the_ignored_scratch_folder_and_leaves_the_tracked_results_alone():
+    scratch = REPO / "benchmarks/out"
+    written = [scratch / name for name in ("remote.json", "remote.png", "remote.svg")]
+    existed = {p: p.exists() for p in written}
+    before = _digests(REPO / "benchmarks/results")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/remote.py"), "--requests", "4", "--latency", "0.01"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    try:
+        # exit 1 only says the 10x speed-up was not reached on 4 requests; the answers were compared
+        assert proc.returncode in (0, 1) and "same answers" in proc.stdout, proc.stderr[-2000:]
+        assert all(p.is_file() for p in written)
+        assert _digests(REPO / "benchmarks/results") == before
+        ignored = subprocess.run(["git", "check-ignore", "-q", "benchmarks/out/remote.json"], cwd=REPO)
+        assert ignored.returncode == 0, "benchmarks/out/ is not ignored by git"
+    finally:
+        for p in written:
+            if not existed[p] and p.exists():
+                p.unlink()
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_benchmark_writes_the_tracked_results_only_with_record(script):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _common import output_path
+
+    text = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=300,
+                          cwd=REPO).stdout
+    assert "--record" in text and "benchmarks/out/" in text, f"{script.name} --help:\n{text}"
+    import argparse
+
+    assert output_path(argparse.Namespace(output=None, record=False), "x.json") == REPO / "benchmarks/out/x.json"
+    assert output_path(argparse.Namespace(output=None, record=True), "x.json") == REPO / "benchmarks/results/x.json"
+    assert output_path(argparse.Namespace(output=Path("elsewhere.json"), record=False), "x.json") == Path("elsewhere.json")
