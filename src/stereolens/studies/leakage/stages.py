@@ -20,10 +20,9 @@ from stereolens.errors import ConfigError, DataError
 from stereolens.io import write_csv, write_json, write_text
 from stereolens.stages.common import executor_config, languages_to_run, load_params, model_cache_dir
 from stereolens.stages.registry import stage
+from stereolens.studies.leakage.methods import ALL_METHODS
 from stereolens.tracking import declare_run
 
-# every association method of seed 001: a model kind runs some of them, the others are NaN in its runs
-ALL_METHODS = ("set", "ilps", "choice")
 HUMAN_RUN = declare_run("leakage", "human", params=("study",),
                         metrics=("max_abs_diff_{language}", "annotators_passed_{language}"))
 SCORES_RUN = declare_run("leakage", "scores", params=("model", "study"), metrics=("{method}_seconds",))
@@ -159,7 +158,7 @@ def _published_matrices(survey: Path, langs: list[str], run: Any, minimum: int) 
 def _judgement_matrices(study: dict[str, Any], judg: dict[str, Any], langs: list[str]) -> Any:
     from stereolens.studies.leakage.survey import judgements_to_matrices, qc_config, read_survey_judgements
     from stereolens.io import read_csv_checked
-    from stereolens.studies.leakage.association import load_lexicon
+    from stereolens.studies.leakage.lexicon import load_lexicon
 
     unknown = sorted(set(judg) - {"path", "checks", "qc"})
     if unknown:
@@ -230,8 +229,12 @@ def _templates(study: dict[str, Any], language: str) -> list[str] | None:
 def score_model(lm: Any, kind: str, methods: list[str], lex: Any, language: str, study: dict[str, Any],
                 cache: Any, out_dir: Path) -> dict[str, Any]:
     """Every configured method for one model and language; matrices and long tables under out_dir."""
-    from stereolens.studies.leakage import association as A
+    from stereolens.studies.leakage.choice import choice_scores, same_polarity_pairs
     from stereolens.studies.leakage.choice_order import first_listed_wins
+    from stereolens.studies.leakage.ilps import ilps_scores
+    from stereolens.studies.leakage.items import to_matrix
+    from stereolens.studies.leakage.lexicon import select_groups
+    from stereolens.studies.leakage.set_score import set_scores
 
     done: dict[str, Any] = {}
     templates = _templates(study, language)
@@ -242,18 +245,18 @@ def score_model(lm: Any, kind: str, methods: list[str], lex: Any, language: str,
         extra: dict[str, Any] = {}
         if method == "set":
             s = study.get("set", {})
-            long = A.set_scores(lm, lex, language, template_ids=templates, piece_aggregation=s.get("piece_aggregation", "sum"),
+            long = set_scores(lm, lex, language, template_ids=templates, piece_aggregation=s.get("piece_aggregation", "sum"),
                                 template_aggregation=agg, guard=s.get("guard", "clip"), cache=cache)
         elif method == "ilps":
             i = study.get("ilps", {})
             red = i.get("causal_reduction", "sum") if kind == "causal" else i.get("seq2seq_reduction", "mean")
-            long = A.ilps_scores(lm, lex, language, kind=kind, template_ids=templates, reduction=red,
+            long = ilps_scores(lm, lex, language, kind=kind, template_ids=templates, reduction=red,
                                  template_aggregation=agg, cache=cache, batch_tokens=batch_tokens)
         elif method == "choice":
             c = study.get("choice", {})
             requested = c.get("mode", "auto")
-            groups = A.select_groups(lex, c.get("groups"))
-            long, per_query, nonmatching = A.choice_scores(
+            groups = select_groups(lex, c.get("groups"))
+            long, per_query, nonmatching = choice_scores(
                 lm, lex, language, mode=requested, design=c.get("design", "all"), opponents=c.get("opponents"),
                 both_orders=bool(c.get("both_orders", True)), n_samples=int(c.get("n_samples", 10)),
                 temperature=float(c.get("temperature", 1.0)), groups=groups, cache=cache,
@@ -266,7 +269,7 @@ def score_model(lm: Any, kind: str, methods: list[str], lex: Any, language: str,
             if nonmatching is not None:
                 write_csv(out_dir / "choice_nonmatching.csv", nonmatching)
                 extra["nonmatching"] = int(nonmatching["n_nonmatching"].sum())
-            n_pairs = len(A.same_polarity_pairs(lex, design=c.get("design", "all"), opponents=c.get("opponents"),
+            n_pairs = len(same_polarity_pairs(lex, design=c.get("design", "all"), opponents=c.get("opponents"),
                                                 both_orders=bool(c.get("both_orders", True))))
             extra.update({
                 "mode_requested": requested, "mode": used, "design": c.get("design", "all"),
@@ -280,7 +283,7 @@ def score_model(lm: Any, kind: str, methods: list[str], lex: Any, language: str,
         if method in ("set", "ilps"):
             extra["templates"] = list(templates) if templates else sorted(
                 set(lex.templates.loc[lex.templates["language"] == language, "template_id"]))
-        matrix = A.to_matrix(long, lex.trait_order, lex.group_order)
+        matrix = to_matrix(long, lex.trait_order, lex.group_order)
         write_csv(out_dir / f"{method}_long.csv", long)
         write_csv(out_dir / f"{method}.csv", matrix.reset_index())
         done[method] = {"seconds": round(time.time() - t0, 1), "cells": int(matrix.notna().sum().sum()), **extra}
@@ -293,7 +296,10 @@ def leakage_scores(args: argparse.Namespace) -> None:
     """Association matrices (32 x 30) of every configured model for one language (+ the baseline if any)."""
     from stereolens.models import load_model, spec_from_config
     from stereolens.models.cache import ResponseCache
-    from stereolens.studies.leakage import association as A
+    from stereolens.studies.leakage.items import to_matrix
+    from stereolens.studies.leakage.lexicon import load_lexicon
+    from stereolens.studies.leakage.methods import methods_for_kind
+    from stereolens.studies.leakage.set_score import set_scores
     from stereolens.tracking import stage_run
 
     p = _study(args, "model", "language", "tracking")
@@ -304,13 +310,13 @@ def leakage_scores(args: argparse.Namespace) -> None:
         write_json(out_root / "manifest.json", {"language": language, "skipped": "excluded by language.include"})
         print(f"leakage scores: {language} excluded by language.include; nothing scored")
         return
-    lex = A.load_lexicon(study["seed_dir"])
+    lex = load_lexicon(study["seed_dir"])
     cache = ResponseCache(model_cache_dir())
     executor = executor_config(args.params)
     manifest: dict[str, Any] = {"language": language, "models": {}, "baseline": None,
                                 "translation_status": lex.translation_status(language)}
     for model_cfg in model_configs(p):
-        methods = list((study.get("methods") or {}).get(model_cfg["kind"]) or A.methods_for_kind(model_cfg["kind"]))
+        methods = list((study.get("methods") or {}).get(model_cfg["kind"]) or methods_for_kind(model_cfg["kind"]))
         with stage_run(tracking, SCORES_RUN, model=model_cfg["id"], language=language,
                        params={"model": model_cfg, "study": study}, axes={"method": ALL_METHODS},
                        tags={"translation_status": "authored" if language != "en" else "original+authored"}) as run:
@@ -329,11 +335,11 @@ def leakage_scores(args: argparse.Namespace) -> None:
         spec = spec_from_config({"name": baseline, "kind": "masked", "backend": "hf"} if isinstance(baseline, str) else baseline)
         lm = load_model(spec, cache=cache, executor=executor)
         s = study.get("set", {})
-        long = A.set_scores(lm, lex, language, template_ids=_templates(study, language),
+        long = set_scores(lm, lex, language, template_ids=_templates(study, language),
                             piece_aggregation=s.get("piece_aggregation", "sum"),
                             template_aggregation=study.get("template_aggregation", "median"),
                             guard=s.get("guard", "clip"), cache=cache)
-        write_csv(out_root / "baseline.csv", A.to_matrix(long, lex.trait_order, lex.group_order).reset_index())
+        write_csv(out_root / "baseline.csv", to_matrix(long, lex.trait_order, lex.group_order).reset_index())
         manifest["baseline"] = spec.name
     write_json(out_root / "manifest.json", manifest)
     runs = [f"{m}/{method}" for m, info in manifest["models"].items() for method in info["methods"]]
@@ -445,7 +451,7 @@ def leakage_report(args: argparse.Namespace) -> None:
                                                 with_edge_corrections)
     from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
     from stereolens.studies.leakage.report import edges_label, flow_figure, position_bias_by_panel, report_markdown
-    from stereolens.studies.leakage.association import load_lexicon
+    from stereolens.studies.leakage.lexicon import load_lexicon
     from stereolens.tracking import stage_run
 
     p = _study(args, "model.id", "tracking")
