@@ -38,17 +38,14 @@ def shared_context_logprobs(
 
     # executor=ray: each actor runs this function on its shard (shared contexts stay together
     # except at shard edges)
-    if (sharded := flat_map_shards(model, shared_context_logprobs, {"contexts": contexts, "continuations": continuations},
-                                   {"cache": cache, "max_rows": max_rows})) is not None:
-        return sharded
-    if not _runs_on_kv_cache(model):
-        return causal_continuation_logprobs(model, contexts, continuations, cache=cache)
+    sharded = flat_map_shards(model, shared_context_logprobs, {"contexts": contexts, "continuations": continuations},
+                              {"cache": cache, "max_rows": max_rows})
+    if sharded is not None or not _runs_on_kv_cache(model):
+        return sharded if sharded is not None else causal_continuation_logprobs(model, contexts, continuations, cache=cache)
     store = _RequestCache.of(model, cache, contexts, continuations)
     results, todo = store.lookup()
     by_context, fallback = _group_by_context(store.tokenizer, contexts, continuations, todo)
-    if fallback:
-        results.update(zip(fallback, causal_continuation_logprobs(
-            model, [contexts[i] for i in fallback], [continuations[i] for i in fallback], cache=store.cache)))
+    results.update(store.score_with(causal_continuation_logprobs, model, fallback))
     if by_context:
         body = _SeparableBody.of(store.torch_model, store.tokenizer, next(iter(by_context)))
         with torch.inference_mode():
@@ -73,18 +70,15 @@ def prefixed_context_logprobs(
 
     from stereolens.models.executor import flat_map_shards
 
-    if (sharded := flat_map_shards(
-            model, prefixed_context_logprobs, {"prefixes": prefixes, "contexts": contexts, "continuations": continuations},
-            {"cache": cache, "max_rows": max_rows})) is not None:
-        return sharded
-    if not _runs_on_kv_cache(model):
-        return causal_continuation_logprobs(model, contexts, continuations, cache=cache)
+    sharded = flat_map_shards(
+        model, prefixed_context_logprobs, {"prefixes": prefixes, "contexts": contexts, "continuations": continuations},
+        {"cache": cache, "max_rows": max_rows})
+    if sharded is not None or not _runs_on_kv_cache(model):
+        return sharded if sharded is not None else causal_continuation_logprobs(model, contexts, continuations, cache=cache)
     store = _RequestCache.of(model, cache, contexts, continuations)
     results, todo = store.lookup()
     tree, fallback = _group_by_prefix(store.tokenizer, prefixes, contexts, continuations, todo)
-    if fallback:
-        results.update(zip(fallback, shared_context_logprobs(
-            model, [contexts[i] for i in fallback], [continuations[i] for i in fallback], cache=store.cache)))
+    results.update(store.score_with(shared_context_logprobs, model, fallback))
     if tree:
         body = _SeparableBody.of(store.torch_model, store.tokenizer, next(iter(tree)))
         with torch.inference_mode():
@@ -136,6 +130,13 @@ class _RequestCache:
             else:
                 todo.append(i)
         return results, todo
+
+    def score_with(self, scorer: Callable[..., list[Scored]], model: Any, indices: Sequence[int]) -> dict[int, Scored]:
+        """The requests ``indices`` scored by another scorer (those whose tokenisation does not split cleanly)."""
+        if not indices:
+            return {}
+        scored = scorer(model, [self.contexts[i] for i in indices], [self.continuations[i] for i in indices], cache=self.cache)
+        return dict(zip(indices, scored))
 
     def put(self, i: int, scored: Scored) -> Scored:
         if self.cache is not None:

@@ -213,7 +213,7 @@ def test_causal_ilps_refuses_a_template_with_the_group_after_the_trait(lex, caus
 
 
 def test_choice_auto_mode_uses_logprobs_on_the_tiny_causal_lm(lex, causal, tmp_path):
-    from stereolens.studies.leakage.stages import score_model
+    from stereolens.studies.leakage.scores import score_model
 
     assert resolve_choice_mode(causal, "auto") == "logprob"
     study = {"choice": {"mode": "auto", "design": "matching", "groups": ["woman"]}}

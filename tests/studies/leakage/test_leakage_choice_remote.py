@@ -27,7 +27,7 @@ def _remote(server, tmp_path, kind):
 
 
 def test_auto_mode_samples_on_a_chat_endpoint_and_records_it(server, tmp_path):
-    from stereolens.studies.leakage.stages import score_model
+    from stereolens.studies.leakage.scores import score_model
 
     lex = load_lexicon(SEED)
     chat = _remote(server, tmp_path, "chat")

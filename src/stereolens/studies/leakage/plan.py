@@ -9,7 +9,7 @@ from stereolens.studies.leakage.choice import choice_queries, resolve_choice_mod
 from stereolens.studies.leakage.items import build_items
 from stereolens.studies.leakage.lexicon import load_lexicon, select_groups
 from stereolens.studies.leakage.methods import methods_for_kind
-from stereolens.studies.leakage.stages import STUDY_KEY, _templates, model_configs
+from stereolens.studies.leakage.scores import STUDY_KEY, model_configs, study_templates
 
 
 def _choice_mode(requested: str, kind: str) -> str:
@@ -34,7 +34,7 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
             base = {"study": "leakage", "stage": f"leakage_scores@{language}", "model": model["id"], "language": language}
             for method in methods:
                 if method in ("ilps", "set"):
-                    items = build_items(lex, language, template_ids=_templates(study, language),
+                    items = build_items(lex, language, template_ids=study_templates(study, language),
                                           groups=select_groups(lex, None))
                     contexts = len({(i.template_id, i.group, i.prefix) for i in items})
                     what = "continuation scores" if method == "ilps" else "masked trait scores"

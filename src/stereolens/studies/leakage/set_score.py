@@ -106,8 +106,6 @@ def set_item_scores(
     All pieces of the trait are masked; piece k is scored with pieces < k filled
     with their gold ids, pieces >= k masked.  Pieces combine by ``min`` or ``sum``.
     """
-    import torch
-
     from stereolens.scoring.access import unwrap
 
     if piece_aggregation not in ("min", "sum"):
@@ -116,10 +114,35 @@ def set_item_scores(
     identity = identity or backend_identity
     if tokenizer.mask_token_id is None:
         raise ConfigError("SeT needs a masked LM tokenizer with a mask token")
-    decoder = model.get_output_embeddings()
-    # (item, piece) jobs: input ids with masks, the scored position and the gold id
+    jobs = _piece_jobs(tokenizer, items)
+    payloads: list[dict[str, Any] | None] = [None] * len(jobs)
+    if cache is not None:
+        from stereolens.scoring.access import model_identity
+
+        base = {"scorer": "set", "model": identity or model_identity(model), "margin": margin}
+        payloads = [{**base, "ids": ids, "pos": pos, "gold": gold} for _n, ids, pos, gold in jobs]
+    results: dict[int, float] = {}
+    todo = []
+    for j, payload in enumerate(payloads):
+        hit = cache.get(payload) if payload is not None else None
+        if hit is not None:
+            results[j] = float(hit)
+        else:
+            todo.append(j)
+    for j, norm in _update_norms(model, tokenizer, jobs, todo, margin=margin, batch_size=batch_size):
+        results[j] = norm
+        if cache is not None:
+            cache.put(payloads[j], norm)
+    piece_scores: list[list[float]] = [[] for _ in items]
+    for j, (n, _ids, _pos, _gold) in enumerate(jobs):
+        piece_scores[n].append(guarded_log1m(results[j], guard))
+    agg = min if piece_aggregation == "min" else sum
+    return [float(agg(s)) for s in piece_scores]
+
+
+def _piece_jobs(tokenizer: Any, items: Sequence[AssociationItem]) -> list[tuple[int, list[int], int, int]]:
+    """(item, input ids with pieces >= k masked, the position of piece k, its gold id) per trait piece."""
     jobs: list[tuple[int, list[int], int, int]] = []
-    n_pieces: list[int] = []
     for n, it in enumerate(items):
         enc = tokenizer(it.sentence, return_offsets_mapping=True)
         ids, offsets = list(enc["input_ids"]), list(enc["offset_mapping"])
@@ -128,34 +151,27 @@ def set_item_scores(
         if not positions:
             raise DataError(f"SeT: trait word {it.trait_word!r} has no tokens in {it.sentence!r}")
         gold = [ids[p] for p in positions]
-        n_pieces.append(len(positions))
         for k, pos in enumerate(positions):
             masked = list(ids)
             for later in positions[k:]:
                 masked[later] = tokenizer.mask_token_id
             jobs.append((n, masked, pos, gold[k]))
+    return jobs
 
-    results: dict[int, float] = {}
-    payloads: list[dict[str, Any] | None] = []
-    base = None
-    if cache is not None:
-        from stereolens.scoring.access import model_identity
 
-        base = {"scorer": "set", "model": identity or model_identity(model), "margin": margin}
-    todo = []
-    for j, (n, ids, pos, gold) in enumerate(jobs):
-        payload = None if base is None else {**base, "ids": ids, "pos": pos, "gold": gold}
-        payloads.append(payload)
-        hit = cache.get(payload) if payload is not None else None
-        if hit is not None:
-            results[j] = float(hit)
-        else:
-            todo.append(j)
-    bias = getattr(decoder, "bias", None)
+def _update_norms(
+    model: Any, tokenizer: Any, jobs: Sequence[tuple[int, list[int], int, int]], todo: list[int], *, margin: float,
+    batch_size: int,
+) -> list[tuple[int, float]]:
+    """(job, ||B - W'||_F) for the jobs in ``todo``, in right-padded batches of similar length."""
+    import torch
+
+    bias = getattr(model.get_output_embeddings(), "bias", None)
     # ||x~||^2 = ||x||^2 + 1: the appended 1 multiplies the bias column of W'
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     device = next(model.parameters()).device
-    todo.sort(key=lambda j: len(jobs[j][1]))
+    todo = sorted(todo, key=lambda j: len(jobs[j][1]))
+    out = []
     for start in range(0, len(todo), batch_size):
         chunk = todo[start : start + batch_size]
         width = max(len(jobs[j][1]) for j in chunk)
@@ -171,15 +187,8 @@ def set_item_scores(
             x = x_all[r, pos].double()
             logits = logits_all[r, pos].double().cpu().numpy()
             x_norm = math.sqrt(float((x * x).sum()) + (1.0 if bias is not None else 0.0))
-            norm = multiclass_update_norm(logits, gold, x_norm, margin)
-            results[j] = norm
-            if cache is not None:
-                cache.put(payloads[j], norm)
-    piece_scores: list[list[float]] = [[] for _ in items]
-    for j, (n, _ids, _pos, _gold) in enumerate(jobs):
-        piece_scores[n].append(guarded_log1m(results[j], guard))
-    agg = min if piece_aggregation == "min" else sum
-    return [float(agg(s)) for s in piece_scores]
+            out.append((j, multiclass_update_norm(logits, gold, x_norm, margin)))
+    return out
 
 
 def set_scores(
