@@ -11,7 +11,12 @@ import pytest
 
 from stereolens.models import ModelSpec, load_model
 from stereolens.models.cache import ResponseCache
-from stereolens.studies.leakage import association as A
+from stereolens.errors import ConfigError
+from stereolens.scoring.shared_context import prefixed_context_logprobs, shared_context_logprobs
+from stereolens.studies.leakage.choice import choice_queries, choice_scores, normalise_answer, resolve_choice_mode, same_polarity_pairs
+from stereolens.studies.leakage.ilps import ilps_causal_item_scores, ilps_scores, ilps_seq2seq_item_scores
+from stereolens.studies.leakage.items import AssociationItem, GENERIC, aggregate_scores, build_items, to_matrix
+from stereolens.studies.leakage.lexicon import load_lexicon, select_groups
 
 REPO = Path(__file__).resolve().parents[3]
 SEED = REPO / "data" / "seed" / "leakage"
@@ -19,7 +24,7 @@ SEED = REPO / "data" / "seed" / "leakage"
 
 @pytest.fixture(scope="module")
 def lex():
-    return A.load_lexicon(SEED)
+    return load_lexicon(SEED)
 
 
 def test_seed_data_covers_table1_and_table2(lex):
@@ -49,26 +54,26 @@ def test_seed_groups_and_traits_match_the_survey(lex, data_mirror):
 
 
 def test_templates_agree_in_gender_and_number(lex):
-    items = A.build_items(lex, "ru", template_ids=["this"], groups=["woman", "man"], traits=["wealthy"])
+    items = build_items(lex, "ru", template_ids=["this"], groups=["woman", "man"], traits=["wealthy"])
     sentences = {(it.group, it.sentence) for it in items}
     assert ("woman", "Эта женщина богатая.") in sentences
     assert ("man", "Этот мужчина богатый.") in sentences
-    assert (A.GENERIC, "Этот человек богатый.") in sentences
-    hi = A.build_items(lex, "hi", template_ids=["hote"], groups=["woman"], traits=["cold"])
+    assert (GENERIC, "Этот человек богатый.") in sentences
+    hi = build_items(lex, "hi", template_ids=["hote"], groups=["woman"], traits=["cold"])
     assert {it.sentence for it in hi} == {"महिलाएँ रूखी होती हैं।", "लोग रूखे होते हैं।"}
-    en = A.build_items(lex, "en", template_ids=["are"], groups=["gay man"], traits=["non religious"])
+    en = build_items(lex, "en", template_ids=["are"], groups=["gay man"], traits=["non religious"])
     assert [it.sentence for it in en] == ["Gay men are non-religious.", "People are non-religious."]
 
 
 def test_aggregate_subtracts_prior_and_takes_median():
     items = [
-        A.AssociationItem("en", t, g, "warm", "warm", "", "")
-        for t in ("a", "b", "c") for g in ("woman", A.GENERIC)
+        AssociationItem("en", t, g, "warm", "warm", "", "")
+        for t in ("a", "b", "c") for g in ("woman", GENERIC)
     ]
     raw = [-1.0, -3.0, -2.0, -2.5, -5.0, -4.0]  # woman - prior: 2.0, 0.5, -1.0
-    out = A.aggregate_scores(items, raw)
+    out = aggregate_scores(items, raw)
     assert out.loc[0, "score"] == pytest.approx(0.5)
-    assert A.aggregate_scores(items, raw, template_aggregation="mean").loc[0, "score"] == pytest.approx(0.5)
+    assert aggregate_scores(items, raw, template_aggregation="mean").loc[0, "score"] == pytest.approx(0.5)
     assert out.loc[0, "n_items"] == 3
 
 
@@ -78,23 +83,23 @@ def causal(tiny_causal_lm_dir):
 
 
 def test_shared_context_scores_equal_plain_continuation_scores(lex, causal):
-    items = A.build_items(lex, "hi", template_ids=["hote", "vah"], groups=["woman", "Texan"], traits=lex.trait_order[:10])
-    shared = A.ilps_causal_item_scores(causal, items, shared_context=True)
-    plain = A.ilps_causal_item_scores(causal, items, shared_context=False)
+    items = build_items(lex, "hi", template_ids=["hote", "vah"], groups=["woman", "Texan"], traits=lex.trait_order[:10])
+    shared = ilps_causal_item_scores(causal, items, shared_context=True)
+    plain = ilps_causal_item_scores(causal, items, shared_context=False)
     np.testing.assert_allclose(shared, plain, atol=1e-4)
 
 
 def test_ilps_causal_is_target_minus_generic_prior(lex, causal):
     from stereolens.scoring import score_continuations
 
-    out = A.ilps_scores(causal, lex, "en", template_ids=["are"], groups=["housewife", "Texan"])
+    out = ilps_scores(causal, lex, "en", template_ids=["are"], groups=["housewife", "Texan"])
     assert len(out) == 2 * 32 and out["score"].notna().all()
     row = out[(out["group"] == "housewife") & (out["trait"] == "warm")].iloc[0]
     t, p = score_continuations(causal, None, ["Housewives are", "People are"], [" warm", " warm"])
     assert row["target"] == pytest.approx(t.logprob, abs=1e-4)
     assert row["prior"] == pytest.approx(p.logprob, abs=1e-4)
     assert row["score"] == pytest.approx(t.logprob - p.logprob, abs=1e-4)
-    matrix = A.to_matrix(out, lex.trait_order, lex.group_order)
+    matrix = to_matrix(out, lex.trait_order, lex.group_order)
     assert matrix.shape == (32, 30) and matrix.index.name == "Traits"
     assert matrix["Texan"].notna().all() and matrix["woman"].isna().all()
 
@@ -104,8 +109,8 @@ def test_ilps_seq2seq_equals_minus_model_loss(lex, tiny_seq2seq_lm_dir):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     lm = load_model(ModelSpec(name=str(tiny_seq2seq_lm_dir), kind="seq2seq"), cache=ResponseCache(enabled=False))
-    items = A.build_items(lex, "en", template_ids=["are"], groups=["veteran"], traits=["confident"])
-    scores = A.ilps_seq2seq_item_scores(lm, items)
+    items = build_items(lex, "en", template_ids=["are"], groups=["veteran"], traits=["confident"])
+    scores = ilps_seq2seq_item_scores(lm, items)
     tok = AutoTokenizer.from_pretrained(tiny_seq2seq_lm_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(tiny_seq2seq_lm_dir).eval()
     for it, score in zip(items, scores):
@@ -130,13 +135,13 @@ def _direct_logprob(causal, context: str, continuation: str) -> float:
 
 
 def test_choice_logprob_normalises_option_probabilities(lex, causal):
-    scores, per_query, nonmatching = A.choice_scores(causal, lex, "en", design="matching", groups=["woman", "man"])
+    scores, per_query, nonmatching = choice_scores(causal, lex, "en", design="matching", groups=["woman", "man"])
     assert nonmatching is None
     assert len(per_query) == 2 * 34  # 17 matching pairs in both orders, 2 groups
     total = per_query[["p_trait1", "p_trait2", "p_neither"]].sum(axis=1)
     np.testing.assert_allclose(total, 1.0, atol=1e-9)
     # by hand for the first query: softmax over the three options' summed sub-token log-probs
-    q = A.choice_queries(lex, "en", A.same_polarity_pairs(lex, design="matching"), ["woman"])[0]
+    q = choice_queries(lex, "en", same_polarity_pairs(lex, design="matching"), ["woman"])[0]
     lps = [_direct_logprob(causal, q.plain_prompt(), " " + o) for o in q.options]
     expect = np.exp(lps) / np.exp(lps).sum()
     np.testing.assert_allclose(per_query.iloc[0][["p_trait1", "p_trait2", "p_neither"]].astype(float), expect, atol=1e-4)
@@ -148,18 +153,18 @@ def test_same_polarity_designs(lex):
     # by hand: 13 positive, 13 negative, 6 neutral traits; all = 2 C(13, 2) + C(6, 2) = 171; cyclic k = 2:
     # 2 k per trait / 2 = 64; matching: 7 + 7 + 3 (an odd class pairs its last trait with its first)
     for design, k, n in (("all", None, 171), ("cyclic", 2, 64), ("matching", None, 17)):
-        pairs = A.same_polarity_pairs(lex, design=design, opponents=k, both_orders=False)
+        pairs = same_polarity_pairs(lex, design=design, opponents=k, both_orders=False)
         assert len(pairs) == n
         assert all(pol[a] == pol[b] and a != b for a, b in pairs)
         assert {t for pair in pairs for t in pair} == set(lex.trait_order)  # every trait compared
-    both = A.same_polarity_pairs(lex, design="matching")  # both orders by default
+    both = same_polarity_pairs(lex, design="matching")  # both orders by default
     assert len(both) == 34 and set(both) == {(b, a) for a, b in both}
-    assert A.select_groups(lex, ["category:shared/shared"])[:2] == ["woman", "disabled person"]
+    assert select_groups(lex, ["category:shared/shared"])[:2] == ["woman", "disabled person"]
 
 
 @pytest.mark.slow
 def test_choice_sample_mode_counts_nonmatching_never_drops(lex, causal):
-    scores, generations, nonmatching = A.choice_scores(
+    scores, generations, nonmatching = choice_scores(
         causal, lex, "ru", mode="sample", design="matching", groups=["woman"], n_samples=2, temperature=1.0
     )
     assert len(generations) == 34 * 2  # 17 pairs in both orders, 2 samples: every generation kept, matched or not
@@ -171,21 +176,21 @@ def test_choice_sample_mode_counts_nonmatching_never_drops(lex, causal):
 
 
 def test_normalise_answer_exact_match_rules():
-    assert A.normalise_answer("  «Богатые».\n more") == "богатые"
-    assert A.normalise_answer('"Warm"') == "warm"
-    assert A.normalise_answer("富有。") == "富有"
-    assert A.normalise_answer("") == ""
-    assert math.isclose(len(A.normalise_answer("non-religious")), len("non-religious"))
+    assert normalise_answer("  «Богатые».\n more") == "богатые"
+    assert normalise_answer('"Warm"') == "warm"
+    assert normalise_answer("富有。") == "富有"
+    assert normalise_answer("") == ""
+    assert math.isclose(len(normalise_answer("non-religious")), len("non-religious"))
 
 
 def test_two_level_prompt_sharing_equals_one_level(lex, causal):
-    queries = A.choice_queries(lex, "ru", A.same_polarity_pairs(lex, design="matching")[:6], ["woman", "Texan"])
+    queries = choice_queries(lex, "ru", same_polarity_pairs(lex, design="matching")[:6], ["woman", "Texan"])
     contexts = [q.plain_prompt() for q in queries for _ in q.options]
     conts = [" " + o for q in queries for o in q.options]
     prefixes = [q.shared_prompt_prefix() for q in queries for _ in q.options]
     assert all(c.startswith(p) for c, p in zip(contexts, prefixes))
-    one = np.array(A.shared_context_logprobs(causal, contexts, conts))
-    two = np.array(A.prefixed_context_logprobs(causal, prefixes, contexts, conts, max_rows=7))
+    one = np.array(shared_context_logprobs(causal, contexts, conts))
+    two = np.array(prefixed_context_logprobs(causal, prefixes, contexts, conts, max_rows=7))
     np.testing.assert_allclose(two[:, 0], one[:, 0], atol=1e-4)
     np.testing.assert_array_equal(two[:, 1], one[:, 1])
 
@@ -197,26 +202,26 @@ def test_causal_ilps_refuses_a_template_with_the_group_after_the_trait(lex, caus
     shutil.copytree(SEED, seed)
     with open(seed / "templates.csv", "a", encoding="utf-8") as f:
         f.write("en,typical,pl,any,{trait} is typical of {group}.,authored\n")
-    late = A.load_lexicon(seed)
-    with pytest.raises(A.ConfigError, match=r"en/typical .*\{group\} comes after \{trait\}"):
-        A.ilps_scores(causal, late, "en", kind="causal", template_ids=["are", "typical"], groups=["woman"])
+    late = load_lexicon(seed)
+    with pytest.raises(ConfigError, match=r"en/typical .*\{group\} comes after \{trait\}"):
+        ilps_scores(causal, late, "en", kind="causal", template_ids=["are", "typical"], groups=["woman"])
     # every template at once (templates: null) names it too; group-first templates still score
-    with pytest.raises(A.ConfigError, match="en/typical"):
-        A.ilps_scores(causal, late, "en", kind="causal", groups=["woman"])
-    ok = A.ilps_scores(causal, late, "en", kind="causal", template_ids=["are"], groups=["woman"])
+    with pytest.raises(ConfigError, match="en/typical"):
+        ilps_scores(causal, late, "en", kind="causal", groups=["woman"])
+    ok = ilps_scores(causal, late, "en", kind="causal", template_ids=["are"], groups=["woman"])
     assert ok["score"].notna().all()
 
 
 def test_choice_auto_mode_uses_logprobs_on_the_tiny_causal_lm(lex, causal, tmp_path):
-    from stereolens.studies.leakage.stages import score_model
+    from stereolens.studies.leakage.scores import score_model
 
-    assert A.resolve_choice_mode(causal, "auto") == "logprob"
+    assert resolve_choice_mode(causal, "auto") == "logprob"
     study = {"choice": {"mode": "auto", "design": "matching", "groups": ["woman"]}}
     done = score_model(causal, "causal", ["choice"], lex, "en", study, None, tmp_path)["choice"]
     assert (done["mode_requested"], done["mode"]) == ("auto", "logprob")
     assert (done["design"], done["n_groups"], done["groups"], done["queries"]) == ("matching", 1, ["woman"], 34)
     assert not (tmp_path / "choice_nonmatching.csv").exists()
     # the same numbers as asking for logprob explicitly
-    explicit = A.choice_scores(causal, lex, "en", mode="logprob", design="matching", groups=["woman"])[0]
+    explicit = choice_scores(causal, lex, "en", mode="logprob", design="matching", groups=["woman"])[0]
     auto = pd.read_csv(tmp_path / "choice_long.csv")
     np.testing.assert_allclose(auto["score"], explicit["score"], atol=1e-9)

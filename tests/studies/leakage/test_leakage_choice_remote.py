@@ -15,7 +15,8 @@ import pytest
 
 from test_models_openai import api_key, server  # noqa: F401  (the same loopback server and key fixtures)
 from stereolens.models import ModelSpec, ResponseCache, UnsupportedRequest, load_model
-from stereolens.studies.leakage import association as A
+from stereolens.studies.leakage.choice import choice_scores, resolve_choice_mode
+from stereolens.studies.leakage.lexicon import load_lexicon
 
 SEED = Path(__file__).resolve().parents[3] / "data" / "seed" / "leakage"
 
@@ -26,12 +27,12 @@ def _remote(server, tmp_path, kind):
 
 
 def test_auto_mode_samples_on_a_chat_endpoint_and_records_it(server, tmp_path):
-    from stereolens.studies.leakage.stages import score_model
+    from stereolens.studies.leakage.scores import score_model
 
-    lex = A.load_lexicon(SEED)
+    lex = load_lexicon(SEED)
     chat = _remote(server, tmp_path, "chat")
     with pytest.raises(UnsupportedRequest):  # why logprob mode cannot work here
-        A.choice_scores(chat, lex, "en", mode="logprob", design="matching", groups=["woman"])
+        choice_scores(chat, lex, "en", mode="logprob", design="matching", groups=["woman"])
     study = {"choice": {"mode": "auto", "design": "matching", "groups": ["woman"], "n_samples": 10}}
     done = score_model(chat, "chat", ["choice"], lex, "en", study, None, tmp_path / "out")["choice"]
     assert (done["mode_requested"], done["mode"], done["n_samples"], done["queries"]) == ("auto", "sample", 10, 34)
@@ -46,10 +47,10 @@ def test_auto_mode_samples_on_a_chat_endpoint_and_records_it(server, tmp_path):
 
 
 def test_auto_mode_uses_logprobs_on_a_completions_endpoint(server, tmp_path):
-    lex = A.load_lexicon(SEED)
+    lex = load_lexicon(SEED)
     completion = _remote(server, tmp_path, "completion")
-    assert A.resolve_choice_mode(completion, "auto") == "logprob"
-    scores, per_query, nonmatching = A.choice_scores(completion, lex, "en", mode="auto", design="matching",
+    assert resolve_choice_mode(completion, "auto") == "logprob"
+    scores, per_query, nonmatching = choice_scores(completion, lex, "en", mode="auto", design="matching",
                                                      groups=["woman"])
     assert nonmatching is None and len(per_query) == 34
     assert all(b.get("echo") is True for b in server.bodies)

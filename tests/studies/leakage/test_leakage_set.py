@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from stereolens.studies.leakage.association import (
-    AssociationItem,
+from stereolens.studies.leakage.items import AssociationItem
+from stereolens.studies.leakage.set_score import (
     guarded_log1m,
     masked_head_inputs,
     multiclass_update_norm,

@@ -20,7 +20,7 @@ import yaml
 from stereolens.annotation.scales import SLIDER_50
 from stereolens.annotation.simulate import simulate_annotations
 from stereolens.errors import DataError
-from stereolens.studies.leakage.association import load_lexicon
+from stereolens.studies.leakage.lexicon import load_lexicon
 
 REPO = Path(__file__).resolve().parents[3]
 SEED = REPO / "data" / "seed" / "leakage"

@@ -16,7 +16,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from stereolens.studies.leakage import association as A
+from stereolens.errors import DataError
+from stereolens.studies.leakage.choice import choice_scores, same_polarity_pairs
+from stereolens.studies.leakage.lexicon import load_lexicon
 from stereolens.studies.leakage.fit import design_table, fit_leakage, leakage_edges, with_edge_corrections
 
 from test_leakage_fit import GROUPS, TRAITS, leaky_target, synthetic_human
@@ -28,7 +30,7 @@ DEFAULT = yaml.safe_load((REPO / "conf" / "study" / "leakage" / "default.yaml").
 
 @pytest.fixture(scope="module")
 def lex():
-    return A.load_lexicon(SEED)
+    return load_lexicon(SEED)
 
 
 # ----------------------------------------------------------------------------- 1. convergence
@@ -161,9 +163,9 @@ def test_both_orders_cancel_a_planted_position_bias(lex):
     from stereolens.studies.leakage.choice_order import first_listed_wins
 
     chooser = FirstOptionScorer(bias=2.0)
-    one, per_one, _ = A.choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"],
+    one, per_one, _ = choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"],
                                       both_orders=False)
-    both, per_both, _ = A.choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"])
+    both, per_both, _ = choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"])
     # one order: the planted bias is measured exactly; a trait listed only first scores sigmoid(2), one
     # listed only second 1 - sigmoid(2) (the first trait of an odd class is both: 1/2)
     assert first_listed_wins(per_one) == 1.0 and first_listed_wins(per_both) == 1.0
@@ -181,7 +183,7 @@ def test_both_orders_cancel_a_planted_position_bias(lex):
 
 def test_both_orders_keep_a_real_preference(lex):
     chooser = FirstOptionScorer(bias=2.0, merit={"wealthy": 1.0})
-    both = A.choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"])[0].set_index("trait")
+    both = choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=["woman"])[0].set_index("trait")
     assert both.loc["wealthy", "score"] > 0.5 and DEFAULT["choice"]["both_orders"] is True
 
 
@@ -216,9 +218,9 @@ def test_non_polar_traits_are_compared_only_with_each_other(lex):
     assert pol["religious"] == pol["traditional"] == "neutral"  # seed 001 section 4.2.3
     assert pol["untrustworthy"] == "negative" and pol["warm"] == "positive" and pol["irrational"] == "negative"
     for design in ("all", "matching"):
-        for a, b in A.same_polarity_pairs(lex, design=design):
+        for a, b in same_polarity_pairs(lex, design=design):
             assert pol[a] == pol[b], (a, b)
-    opponents = {b for a, b in A.same_polarity_pairs(lex, design="all") if a == "religious"}
+    opponents = {b for a, b in same_polarity_pairs(lex, design="all") if a == "religious"}
     assert opponents == {"traditional", "modern", "non religious", "conservative", "liberal"}
 
 
@@ -230,8 +232,8 @@ def test_an_unknown_polarity_is_refused_in_one_line(tmp_path):
     text = (seed / "traits.csv").read_text(encoding="utf-8").replace("religious,8,beliefs,left,neutral",
                                                                       "religious,8,beliefs,left,nonpolar")
     (seed / "traits.csv").write_text(text, encoding="utf-8")
-    with pytest.raises(A.DataError, match=r"traits.csv line 16, column polarity: 'nonpolar'"):
-        A.load_lexicon(seed)
+    with pytest.raises(DataError, match=r"traits.csv line 16, column polarity: 'nonpolar'"):
+        load_lexicon(seed)
 
 
 # ----------------------------------------------------------------------------- 6. one annotator rule
@@ -266,7 +268,7 @@ def test_the_new_survey_path_reads_the_same_key(tmp_path, monkeypatch, capsys):
     from stereolens.studies.leakage.matrices import read_matrix
     from test_leakage_survey import ASSIGNED, simulate_survey
 
-    table = simulate_survey(A.load_lexicon(SEED), "EN", ASSIGNED, seed=1)
+    table = simulate_survey(load_lexicon(SEED), "EN", ASSIGNED, seed=1)
     path = tmp_path / "judgements.csv"
     table.to_csv(path, index=False)
     judgements = {"path": str(path), "qc": dict(DEFAULT["judgements"]["qc"])}

@@ -164,14 +164,75 @@ def fit_leakage(
     ``maxiter`` caps each optimiser's iterations (None: statsmodels' default).
     """
     import statsmodels.formula.api as smf
-    from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
     df, notes = design_table(
         target, human, baseline=baseline, target_language=target_language, missing=missing, scale=scale
     )
-    hterms = [human_term(lang) for lang in sorted(human, key=lambda s: s.upper())]
-    terms = list(hterms)
-    if baseline is not None:
+    terms, constant = _fit_terms(df, human, target_language, baseline_available=baseline is not None, notes=notes)
+    if len(df) <= len(terms) + 2:
+        raise DataError(f"leakage fit for {target_language}: only {len(df)} usable cells for {len(terms)} terms")
+    formula = "y ~ " + (" + ".join(terms) if terms else "1")
+    model = smf.mixedlm(formula, df, groups=df["trait"])
+    results, candidates, messages = _fit_each_optimiser(model, optimisers, maxiter)
+    chosen = _select_result(results)
+    if chosen is None:
+        raise DataError(f"leakage fit for {target_language}: MixedLM failed with every optimiser ({', '.join(optimisers)})")
+    optimiser, result = chosen
+    converged = bool(result.converged)
+    if not converged:
+        notes.append(f"MixedLM did not converge with any optimiser; kept {optimiser}, the highest likelihood "
+                     "found; read the coefficients with care")
+    for message in messages.get(optimiser, []):
+        # typically the trait variance estimate on the boundary (0): the fixed effects are still valid
+        notes.append(f"statsmodels ({optimiser}): {message}")
+    cov_re = result.cov_re
+    trait_var = float(np.asarray(cov_re)[0, 0]) if np.size(cov_re) else math.nan
+    return LeakageFit(
+        target_language=target_language.upper(),
+        coefficients=_coefficient_table(result, terms, constant, alpha),
+        n_obs=int(len(df)),
+        n_traits=int(df["trait"].nunique()),
+        terms=terms,
+        baseline_available=baseline is not None,
+        scale=scale,
+        missing=missing,
+        converged=converged,
+        trait_variance=trait_var,
+        notes=notes,
+        cell_counts=dict(df.attrs.get("counts", {})),
+        optimiser=optimiser,
+        optimisers=candidates,
+        log_likelihood=_finite_or_none(result.llf),
+    )
+
+
+def check_missing_treatment(missing: str) -> str:
+    if missing not in MISSING_TREATMENTS:
+        raise ConfigError(f"study.leakage.fit.missing must be one of {', '.join(MISSING_TREATMENTS)} "
+                          f"(zero: the reference code's treatment; drop: leave the cells out), got {missing!r}")
+    return missing
+
+
+def fit_missing_treatments(
+    target: pd.DataFrame, human: Mapping[str, pd.DataFrame], target_language: str, *,
+    baseline: pd.DataFrame | None, scale: Scale, missing: Missing, alpha: float, model: str,
+) -> list[tuple[str, LeakageFit, list[dict[str, Any]]]]:
+    """(treatment, fit, edges) under the configured treatment of missing human cells, then under the other:
+    the configured one is the reported one, the other is fitted beside it so the report can show both edge sets."""
+    out = []
+    for treatment in (missing, *[t for t in MISSING_TREATMENTS if t != missing]):
+        fit = fit_leakage(target, human, target_language, baseline=baseline, scale=scale, missing=treatment, alpha=alpha)
+        out.append((treatment, fit, leakage_edges(fit, alpha=alpha, model=model, converged_only=False)))
+    return out
+
+
+def _fit_terms(
+    df: pd.DataFrame, human: Mapping[str, pd.DataFrame], target_language: str, *, baseline_available: bool,
+    notes: list[str],
+) -> tuple[list[str], list[str]]:
+    """(terms of the formula, constant terms left out), with a note for each term not fitted."""
+    terms = [human_term(lang) for lang in sorted(human, key=lambda s: s.upper())]
+    if baseline_available:
         terms.append(baseline_term(target_language))
     else:
         notes.append(f"no monolingual baseline LM_{target_language.upper()} configured: the beta term is omitted")
@@ -180,10 +241,15 @@ def fit_leakage(
     if constant:
         notes.append(f"left out constant term(s) {constant}")
         terms = [t for t in terms if t not in constant]
-    if len(df) <= len(terms) + 2:
-        raise DataError(f"leakage fit for {target_language}: only {len(df)} usable cells for {len(terms)} terms")
-    formula = "y ~ " + (" + ".join(terms) if terms else "1")
-    model = smf.mixedlm(formula, df, groups=df["trait"])
+    return terms, constant
+
+
+def _fit_each_optimiser(
+    model: Any, optimisers: Sequence[str], maxiter: int | None,
+) -> tuple[list[tuple[str, Any]], list[dict[str, Any]], dict[str, list[str]]]:
+    """(results of the optimisers that ran, one candidate row per optimiser, convergence warnings by optimiser)."""
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
     candidates: list[dict[str, Any]] = []
     results: list[tuple[str, Any]] = []
     messages: dict[str, list[str]] = {}
@@ -200,17 +266,11 @@ def fit_leakage(
             str(w.message).splitlines()[0] for w in caught if issubclass(w.category, ConvergenceWarning)))
         candidates.append({"method": method, "converged": bool(res.converged), "llf": _finite_or_none(res.llf)})
         results.append((method, res))
-    chosen = _select_result(results)
-    if chosen is None:
-        raise DataError(f"leakage fit for {target_language}: MixedLM failed with every optimiser ({', '.join(optimisers)})")
-    optimiser, result = chosen
-    converged = bool(result.converged)
-    if not converged:
-        notes.append(f"MixedLM did not converge with any optimiser; kept {optimiser}, the highest likelihood "
-                     "found; read the coefficients with care")
-    for message in messages.get(optimiser, []):
-        # typically the trait variance estimate on the boundary (0): the fixed effects are still valid
-        notes.append(f"statsmodels ({optimiser}): {message}")
+    return results, candidates, messages
+
+
+def _coefficient_table(result: Any, terms: Sequence[str], constant: Sequence[str], alpha: float) -> pd.DataFrame:
+    """One row per fitted term and the intercept; the constant terms left out are NaN rows before the intercept."""
     ci = result.conf_int(alpha=alpha)
     rows = []
     for term in [*terms, "Intercept"]:
@@ -221,26 +281,7 @@ def fit_leakage(
         rows.append((term, est, se, z, p, float(ci.loc[term, 0]), float(ci.loc[term, 1])))
     for term in constant:
         rows.insert(len(rows) - 1, (term, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan))
-    coef = pd.DataFrame(rows, columns=COEFFICIENT_COLUMNS)
-    cov_re = result.cov_re
-    trait_var = float(np.asarray(cov_re)[0, 0]) if np.size(cov_re) else math.nan
-    return LeakageFit(
-        target_language=target_language.upper(),
-        coefficients=coef,
-        n_obs=int(len(df)),
-        n_traits=int(df["trait"].nunique()),
-        terms=terms,
-        baseline_available=baseline is not None,
-        scale=scale,
-        missing=missing,
-        converged=converged,
-        trait_variance=trait_var,
-        notes=notes,
-        cell_counts=dict(df.attrs.get("counts", {})),
-        optimiser=optimiser,
-        optimisers=candidates,
-        log_likelihood=_finite_or_none(result.llf),
-    )
+    return pd.DataFrame(rows, columns=COEFFICIENT_COLUMNS)
 
 
 def _finite_or_none(value: Any) -> float | None:

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from stereolens.figures import save_figure
+from stereolens.report.markdown import markdown_table
 
 LANGUAGE_ORDER = ["EN", "RU", "ZH", "HI"]
 
@@ -101,22 +102,6 @@ def edge_sets_side_by_side(coefficients: pd.DataFrame, alpha: float = 0.05) -> p
     return wide[order].reset_index()
 
 
-def _md_table(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
-    if df.empty:
-        return "_(empty)_\n"
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
-    for row in df.itertuples(index=False):
-        cells = []
-        for v in row:
-            if isinstance(v, float):
-                cells.append("" if pd.isna(v) else floatfmt.format(v))
-            else:
-                cells.append(str(v))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def _human_lines(human: Mapping[str, Any]) -> list[str]:
     published = [lang for lang, h in human.items() if h.get("source") == "published survey"]
     other = {lang: h for lang, h in human.items() if h.get("source") != "published survey"}
@@ -161,6 +146,46 @@ def _coverage_lines(coverage: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _position_bias_lines(position_bias: Mapping[str, Mapping[str, float | None]]) -> list[str]:
+    rows = [{"panel": panel, **{lang: v for lang, v in by.items()}} for panel, by in position_bias.items()]
+    return ["## Position bias of the choice task", "",
+            "Share of queries in which the first-listed trait beats the second (0.5 = no preference). "
+            "Where each pair is asked in both orders the scores average the two, which cancels a constant "
+            "preference for either position.", "", markdown_table(pd.DataFrame(rows))]
+
+
+def _fit_line(s: Mapping[str, Any]) -> str:
+    """One fit's terms, cells, missing-cell treatment and convergence."""
+    dropped = (f"{s.get('n_dropped_missing_human', 0)} (group, trait) rows dropped for a missing human cell"
+               if s["missing"] == "drop" else
+               f"{s.get('n_zero_filled_missing_human', 0)} (group, trait) rows with a missing human cell zero-filled")
+    conv = "converged" if s.get("converged") else "NOT converged (its edges are not reported)"
+    return (f"- {s['panel']} -> {s['target_language']}: terms {', '.join(s['terms'])} + intercept; "
+            f"n = {s['n_obs']} cells, {s['n_traits']} traits; {dropped}; scale {s['scale']}; "
+            f"MixedLM {conv} ({s.get('optimiser') or 'optimiser not recorded'}). "
+            + " ".join(f"_{n}_" for n in s.get("notes", [])))
+
+
+def _edge_lines(
+    reported: Sequence[Mapping[str, Any]], unconverged: Sequence[Mapping[str, Any]], *, label: str, alpha: float,
+    correction_legend: str,
+) -> list[str]:
+    """The reported edges with their corrected p-values, and the edges of fits that did not converge."""
+    lines = ["", f"## {label[0].upper()}{label[1:]} (non-target alpha > 0, p < {alpha:g}; the paper's rule)", ""]
+    if reported:
+        cols = [c for c in ["panel", "source", "target", "estimate", "p", "p_holm", "p_bh"] if c in reported[0]]
+        lines.append(markdown_table(pd.DataFrame(reported)[cols]))
+    else:
+        lines.append("No significant edge.\n")
+    if correction_legend:
+        lines += [correction_legend + " The paper's rule is uncorrected; an edge with p_holm or p_bh at or above "
+                  f"{alpha:g} does not survive that correction.", ""]
+    if unconverged:
+        lines += [f"Not reported: {len(unconverged)} edge(s) from fits whose MixedLM did not converge: "
+                  + ", ".join(f"{e['panel']} {e['source']}->{e['target']}" for e in unconverged) + ".", ""]
+    return lines
+
+
 def report_markdown(
     *,
     model_id: str,
@@ -181,7 +206,7 @@ def report_markdown(
     ``edges`` are every fit's edges (keys ``configured``, ``converged``, ``missing``, ``p_holm``, ``p_bh``):
     the reported ones are those of the configured missing-cell treatment from fits that converged.
     ``provenance["human"]`` maps a language to where its H matrix came from (the published survey or
-    judgements through QC); ``coverage`` maps a language to :func:`stereolens.studies.leakage.stages.scores_coverage`.
+    judgements through QC); ``coverage`` maps a language to :func:`stereolens.studies.leakage.report_inputs.scores_coverage`.
     """
     without = [f"{s['panel']} -> {s['target_language']}" for s in fit_summaries if not s["baseline_available"]]
     label = edges_label(not without)
@@ -206,51 +231,24 @@ def report_markdown(
     if coverage:
         lines += ["## Coverage of the model scores", ""] + _coverage_lines(coverage) + [""]
     if position_bias:
-        lines += ["## Position bias of the choice task", "",
-                  "Share of queries in which the first-listed trait beats the second (0.5 = no preference). "
-                  "Where each pair is asked in both orders the scores average the two, which cancels a constant "
-                  "preference for either position.", ""]
-        rows = [{"panel": panel, **{lang: v for lang, v in by.items()}} for panel, by in position_bias.items()]
-        lines.append(_md_table(pd.DataFrame(rows)))
-    lines += ["## Terms available per fit", ""]
-    for s in fit_summaries:
-        dropped = (f"{s.get('n_dropped_missing_human', 0)} (group, trait) rows dropped for a missing human cell"
-                   if s["missing"] == "drop" else
-                   f"{s.get('n_zero_filled_missing_human', 0)} (group, trait) rows with a missing human cell zero-filled")
-        conv = "converged" if s.get("converged") else "NOT converged (its edges are not reported)"
-        lines.append(
-            f"- {s['panel']} -> {s['target_language']}: terms {', '.join(s['terms'])} + intercept; "
-            f"n = {s['n_obs']} cells, {s['n_traits']} traits; {dropped}; scale {s['scale']}; "
-            f"MixedLM {conv} ({s.get('optimiser') or 'optimiser not recorded'}). "
-            + " ".join(f"_{n}_" for n in s.get("notes", []))
-        )
-    lines += ["", f"## {label[0].upper()}{label[1:]} (non-target alpha > 0, p < {alpha:g}; the paper's rule)", ""]
-    if reported:
-        cols = [c for c in ["panel", "source", "target", "estimate", "p", "p_holm", "p_bh"] if c in reported[0]]
-        lines.append(_md_table(pd.DataFrame(reported)[cols]))
-    else:
-        lines.append("No significant edge.\n")
-    if correction_legend:
-        lines += [correction_legend + " The paper's rule is uncorrected; an edge with p_holm or p_bh at or above "
-                  f"{alpha:g} does not survive that correction.", ""]
-    if unconverged:
-        lines += [f"Not reported: {len(unconverged)} edge(s) from fits whose MixedLM did not converge: "
-                  + ", ".join(f"{e['panel']} {e['source']}->{e['target']}" for e in unconverged) + ".", ""]
+        lines += _position_bias_lines(position_bias)
+    lines += ["## Terms available per fit", ""] + [_fit_line(s) for s in fit_summaries]
+    lines += _edge_lines(reported, unconverged, label=label, alpha=alpha, correction_legend=correction_legend)
     if "missing" in coefficients.columns and coefficients["missing"].nunique() > 1:
         lines += ["### Edges under both treatments of missing human cells", "",
                   "zero: missing cells filled with 0 (the reference code `mixed_effect.py`; a culture that did not rate "
                   "a group holds no stereotype of it, so leakage through the non-shared groups of section 4.2.4 can "
                   "show); drop: the cells left out (the non-shared groups leave the fit). "
-                  f"Configured: {configured}.", "", _md_table(edge_sets_side_by_side(coefficients, alpha))]
-    lines += ["![flow](flow.png)", "", "## Coefficients", "", _md_table(coefficients)]
+                  f"Configured: {configured}.", "", markdown_table(edge_sets_side_by_side(coefficients, alpha))]
+    lines += ["![flow](flow.png)", "", "## Coefficients", "", markdown_table(coefficients)]
     lines += ["## Monolingual baseline coefficients (Table 3 shape)", ""]
     if beta.empty or beta.drop(columns=["model"]).isna().all().all():
         lines.append("No monolingual baseline was configured, so beta is not estimated (the term is omitted).\n")
     else:
-        lines.append(_md_table(beta))
+        lines.append(markdown_table(beta))
     lines += ["## Qualitative leakage (section 4.2)", "",
               "Cells the model associates more strongly than target-language humans do, in agreement with "
-              "source-language humans (z-scores within group).", "", _md_table(qualitative.head(40))]
+              "source-language humans (z-scores within group).", "", markdown_table(qualitative.head(40))]
     if nonmatching is not None and not nonmatching.empty:
-        lines += ["## Generative choice: non-matching outputs (appendix B.1)", "", _md_table(nonmatching)]
+        lines += ["## Generative choice: non-matching outputs (appendix B.1)", "", markdown_table(nonmatching)]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,149 @@
+"""The contents of the leakage report, assembled from the collected fits: the corrected coefficient and
+edge tables, the beta, qualitative and non-matching tables, the markdown page and the study summary."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from stereolens.studies.leakage.lexicon import Lexicon
+from stereolens.studies.leakage.report_inputs import CollectedFits
+
+QUALITATIVE_COLUMNS = ["panel", "source", "target", "trait", "group", "model_z", "source_human_z", "target_human_z",
+                       "leak_score"]
+
+
+@dataclass
+class LeakageReport:
+    coefficients: pd.DataFrame
+    edges: list[dict[str, Any]]  # every edge of every fit, with its Holm / BH p-values
+    reported: list[dict[str, Any]]  # the configured treatment's edges from converged fits
+    beta: pd.DataFrame
+    qualitative: pd.DataFrame
+    nonmatching: pd.DataFrame
+    panels: list[str]
+    label: str  # what the edges are: leakage, or cross-language associations without a baseline
+    markdown: str
+    summary: dict[str, Any]
+
+    @property
+    def n_unconverged_edges(self) -> int:
+        return sum(1 for e in self.edges if e["configured"] and not e["converged"])
+
+
+def build_report(
+    fits: CollectedFits, human: Mapping[str, pd.DataFrame], lex: Lexicon, languages: Sequence[str], *,
+    model_id: str, scores_dir: Path, human_provenance: Mapping[str, Any], annotation_source: str,
+    alpha: float = 0.05, top_k: int = 20,
+) -> LeakageReport:
+    """Every table, the page and the summary of the report (the flow figure is drawn from ``reported``)."""
+    from stereolens.stats.multiple import family_description
+    from stereolens.studies.leakage.fit import beta_table, family_size, with_edge_corrections
+    from stereolens.studies.leakage.report import edges_label, position_bias_by_panel, report_markdown
+
+    coefficients, edges = with_edge_corrections(pd.concat(fits.coefficients, ignore_index=True), fits.edges, alpha=alpha)
+    reported = [e for e in edges if e["configured"] and e["converged"]]
+    beta = beta_table(fits.beta_inputs, languages)
+    qualitative = qualitative_for_edges(reported, human, lex, scores_dir, top_k=top_k)
+    nonmatching = fits.nonmatching_table()
+    # the edges are leakage in Equation 1's sense only where every fit had its monolingual baseline
+    label = edges_label(all(s["baseline_available"] for s in fits.fit_summaries))
+    configured_missing = fits.fit_summaries[0]["missing"]
+    n_family = family_size(coefficients, configured_missing)
+    correction_legend = family_description(n_family, alpha)
+    bias = position_bias_by_panel(fits.coverage)
+    status = {lang: lex.translation_status(lang) for lang in languages}
+    note = ("English templates and prompt are authored around the survey's own wording; Russian, Chinese and Hindi "
+            f"words, templates and prompts are authored, unreviewed translations ({json.dumps(status, ensure_ascii=False)}).")
+    md = report_markdown(model_id=model_id, coefficients=coefficients, edges=edges, beta=beta,
+                         qualitative=qualitative, fit_summaries=fits.fit_summaries, nonmatching=nonmatching,
+                         provenance={"translation_note": note, "human": dict(human_provenance)}, coverage=fits.coverage,
+                         alpha=alpha, correction_legend=correction_legend, position_bias=bias)
+    summary = report_summary(
+        edges, reported, fits.fit_summaries, label=label, alpha=alpha, n_family=n_family,
+        correction_legend=correction_legend, position_bias=bias, coverage=fits.coverage,
+        human_provenance=human_provenance, translation_status=status, annotation_source=annotation_source, note=note)
+    return LeakageReport(coefficients, edges, reported, beta, qualitative, nonmatching, list(fits.panels), label, md,
+                         summary)
+
+
+def qualitative_for_edges(
+    reported: Sequence[Mapping[str, Any]], human: Mapping[str, pd.DataFrame], lex: Lexicon, scores_dir: Path, *,
+    top_k: int,
+) -> pd.DataFrame:
+    """The qualitative table (section 4.2) of every reported edge, read against its model's score matrix."""
+    from stereolens.studies.leakage.fit import qualitative_table
+    from stereolens.studies.leakage.matrices import read_score_matrix
+
+    frames = []
+    for e in reported:
+        language = e["target"].lower()
+        model_id, method = e["panel"].rsplit("/", 1)
+        target = read_score_matrix(scores_dir / language / model_id / f"{method}.csv", "model score matrix")
+        q = qualitative_table(target, human, e["source"], e["target"], top_k=top_k, traits=lex.traits)
+        q.insert(0, "panel", e["panel"])
+        frames.append(q)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=QUALITATIVE_COLUMNS)
+
+
+def _edge_line(e: Mapping[str, Any], *, corrected: bool) -> str:
+    if corrected:
+        return (f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g}, "
+                f"p_holm={e['p_holm']:.2g}, p_bh={e['p_bh']:.2g})")
+    return f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g})"
+
+
+def report_summary(
+    edges: Sequence[Mapping[str, Any]], reported: Sequence[Mapping[str, Any]], fit_summaries: Sequence[Mapping[str, Any]],
+    *, label: str, alpha: float, n_family: int, correction_legend: str, position_bias: Mapping[str, Any],
+    coverage: Mapping[str, Any], human_provenance: Mapping[str, Any], translation_status: Mapping[str, Mapping[str, int]],
+    annotation_source: str, note: str,
+) -> dict[str, Any]:
+    """The study's ``summary.json``: edges under both missing-cell treatments, corrections, fits, coverage, and
+    the report site's ``headline`` and ``provenance`` blocks."""
+    from stereolens.studies.leakage.fit import MISSING_TREATMENTS
+
+    configured_missing = fit_summaries[0]["missing"]
+    other = [e for e in edges if not e["configured"] and e["converged"]]
+    status = translation_status
+    return {"n_edges": len(reported), "n_fits": len(fit_summaries),
+            "edges_are": label,
+            "edges": [_edge_line(e, corrected=True) for e in reported],
+            "missing_human_cells": {
+                "configured": configured_missing, "n_edges": len(reported),
+                "alternative": next((t for t in MISSING_TREATMENTS if t != configured_missing), None),
+                "n_edges_alternative": len(other),
+                "edges_alternative": [_edge_line(e, corrected=False) for e in other]},
+            "n_edges_not_converged": sum(1 for e in edges if e["configured"] and not e["converged"]),
+            "multiple_comparisons": {
+                "rule": f"paper's rule: alpha > 0 and p < {alpha:g}, per coefficient",
+                "family": f"every non-target human term of every fit with missing human cells {configured_missing}",
+                "n_tests": n_family, "legend": correction_legend,
+                "n_edges_holm": sum(bool(e["p_holm"] < alpha) for e in reported),
+                "n_edges_bh": sum(bool(e["p_bh"] < alpha) for e in reported)},
+            "position_bias": dict(position_bias),
+            "terms": {f"{s['panel']}->{s['target_language']}": s["terms"] for s in fit_summaries},
+            "baseline_available": any(s["baseline_available"] for s in fit_summaries),
+            "baseline_available_all_fits": all(s["baseline_available"] for s in fit_summaries),
+            "fits": [{"panel": s["panel"], "target": s["target_language"], "n_obs": s["n_obs"],
+                      "missing_human": s["missing"],
+                      "n_dropped_missing_human": s.get("n_dropped_missing_human"),
+                      "n_zero_filled_missing_human": s.get("n_zero_filled_missing_human"),
+                      "converged": s.get("converged"), "optimiser": s.get("optimiser")}
+                     for s in fit_summaries],
+            "coverage": dict(coverage),
+            "human": dict(human_provenance),
+            "translation_status": dict(status),
+            # the report site's contract (README, "The report")
+            "headline": {label: len(reported), "fits": len(fit_summaries),
+                         "converged fits": sum(bool(s.get("converged")) for s in fit_summaries)},
+            "provenance": {"annotation_source": annotation_source,
+                           "translation_status": {k: sum(by.get(k, 0) for by in status.values())
+                                                  for k in sorted({k for by in status.values() for k in by})},
+                           "machine_generated": False,
+                           "notes": [note]}}
