@@ -1,4 +1,4 @@
-"""Aggregation: majority vote, median Likert, pole-split means and the seed 001 survey matrices."""
+"""Aggregation: majority vote, median Likert, pole-split means and the Cao et al. 2024 survey matrices."""
 
 from __future__ import annotations
 

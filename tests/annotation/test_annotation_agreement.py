@@ -140,7 +140,7 @@ def test_duplicate_judgement_rejected():
 
 
 def test_vote_ratio_table_known_counts():
-    # seed 003 tables E1-E5: valid = Likert >= 3; five validators per stereotype
+    # EspanStereo tables E1-E5: valid = Likert >= 3; five validators per stereotype
     votes = {"s1": [5, 4, 3, 4, 5], "s2": [5, 4, 1, 4, 5], "s3": [1, 2, 3, 4, 5], "s4": [1, 1, 2, 4, 5], "s5": [3, 3, 3, 3, 3]}
     cats = {"s1": "Race", "s2": "Race", "s3": "Age", "s4": "Age", "s5": "Age"}
     long = pd.DataFrame(

@@ -1,4 +1,4 @@
-"""Simulated annotators (known truth) and quality control (seed 001 appendix A.2)."""
+"""Simulated annotators (known truth) and quality control (Cao et al. 2024 appendix A.2)."""
 
 from __future__ import annotations
 

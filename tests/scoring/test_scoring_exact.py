@@ -1,6 +1,6 @@
 """Known-answer tests of the scoring engine against direct definitions and reference libraries.
 
-References: direct implementations of each definition (METHODS.md), the
+References: direct implementations of each definition (docs/methods.md), the
 CrowS-Pairs ``metric.py`` procedure written out literally, minicons'
 ``within_word_l2r`` PLL, and lm-evaluation-harness' ``HFLM.loglikelihood``.
 """

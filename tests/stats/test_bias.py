@@ -35,7 +35,7 @@ def test_exact_bca_of_a_share_is_scipys_many_resample_limit(k, n):
 
 
 def test_ten_of_twelve_is_borderline_not_a_coin_flip():
-    """The seed 002 religion cells (83.3% at n = 12) 'fall just short': the exact lower bound is 0.5."""
+    """The AmchiBias religion cells (83.3% at n = 12) 'fall just short': the exact lower bound is 0.5."""
     exact = proportion_bca_interval(10, 12)
     assert exact.low == 0.5 and exact.borderline
     assert _many_resample_bca(10, 12)[0] == pytest.approx(0.5)

@@ -103,7 +103,7 @@ def main() -> int:
             for foreign in FOREIGN_WORDS.get(r.language, ()):
                 if foreign in text:
                     problem(f"{where}: {col} contains {foreign!r}, a word of the sister language")
-        # A = scenario + question; B and C insert text between them (seed 004 appendix F).
+        # A = scenario + question; B and C insert text between them (Fifteen Percent Fluency appendix F).
         a = r.prompt_a
         q_start = max(a.rfind(". "), a.rfind("। "), a.rfind("۔ ")) + 2
         scenario, question = a[:q_start].strip(), a[q_start:].strip()
@@ -113,7 +113,7 @@ def main() -> int:
         instructions.setdefault((r.dimension, r.language), set()).add(
             r.prompt_b[len(scenario):-len(question)].strip())
         # Prompt A: 2-4 sentences incl. the question; B adds one instruction sentence, C adds 1-2 cue
-        # sentences (seed 004 appendix F's own Prompt C has 4 + 2).
+        # sentences (Fifteen Percent Fluency appendix F's own Prompt C has 4 + 2).
         if not 2 <= sentences(a) <= 4:
             problem(f"{where}: prompt_a has {sentences(a)} sentences, want 2-4")
         cue = r.prompt_c[len(scenario):-len(question)].strip()

@@ -1,14 +1,14 @@
 """From many judgements to one label per item (or one score per group and trait).
 
 - :func:`majority_vote`: nominal labels, a label wins with at least ``quorum`` votes
-  (seed 002: 2 of 3 annotators said "yes").
+  (AmchiBias: 2 of 3 annotators said "yes").
 - :func:`median_likert`: ordinal labels, items whose median is at or below
-  ``discard_at_or_below`` are discarded (seed 003: median <= 2).
+  ``discard_at_or_below`` are discarded (EspanStereo: median <= 2).
 - :func:`pole_split_mean`: slider ratings r in [-50, 50] on "left - right" trait
   pairs; the left trait gets max(-r, 0), the right max(r, 0), averaged over
-  annotators (seed 001).
+  annotators (Cao et al. 2024).
 
-The seed 001 survey files and the H matrices built from them are the leakage
+The Cao et al. 2024 survey files and the H matrices built from them are the leakage
 study's (:mod:`stereolens.studies.leakage.matrices`).
 """
 

@@ -449,7 +449,7 @@ def vote_ratio_table(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> VoteRatioResult:
-    """Seed 003 tables E1-E5: how many items were carried by 5:0, 4:1, 3:2 ... votes.
+    """EspanStereo tables E1-E5: how many items were carried by 5:0, 4:1, 3:2 ... votes.
 
     ``positive`` is a threshold (label >= threshold counts as a "valid" vote; 3 on
     the 5-point scale) or a function from labels to booleans. The ratio is

@@ -1,6 +1,6 @@
-"""Quality control of annotators and coverage of items (seed 001 appendix A.2).
+"""Quality control of annotators and coverage of items (Cao et al. 2024 appendix A.2).
 
-Seed 001 excluded annotators who failed either of two attention questions, then
+Cao et al. 2024 excluded annotators who failed either of two attention questions, then
 compared each annotator's answers on a repeated group with their first answers
 and discarded annotators below 80% self-agreement; at least five valid
 annotations per group were required.  This module implements those checks for

@@ -4,7 +4,7 @@ What a study releases is declared, not coded: ``conf/study/<STUDY>/release/defau
 (composed to the top-level ``release.<STUDY>`` of params.yaml, outside ``study.<STUDY>``, so that
 editing a declaration makes no measuring stage stale)::
 
-      title: Human stereotype matrices (seed 001 survey)
+      title: Human stereotype matrices (Cao et al. 2024 survey)
       dataset: [data/processed/leakage/human]        # files or folders released as they are
       items:                                         # the id columns that name an item of a table
         - {path: data/seed/pcs/scenarios.csv, id: [scenario_id, language]}

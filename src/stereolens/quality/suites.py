@@ -31,7 +31,7 @@ class AnnotationThresholds:
     min_cohen_kappa: float | None = None
     min_raw_agreement: float | None = None
     min_annotations_per_item: int | None = 5
-    # seed 001: at least five valid annotations per group (checked where judgements carry a group)
+    # Cao et al. 2024: at least five valid annotations per group (checked where judgements carry a group)
     min_annotations_per_group: int | None = 5
     max_failing_annotator_share: float | None = 0.6
     max_top_label_share: float | None = 0.95

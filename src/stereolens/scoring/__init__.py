@@ -1,6 +1,6 @@
 """Sentence scoring: pseudo-log-likelihoods (PLL, PLL-word-l2r, CrowS-Pairs) and log-likelihoods.
 
-Every study scores sentences through these functions; see METHODS.md for the
+Every study scores sentences through these functions; see docs/methods.md for the
 exact definitions.  All scores are natural logarithms.
 
 The engine (and with it torch) is imported on first use of one of its

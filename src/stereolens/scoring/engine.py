@@ -540,7 +540,7 @@ def option_probabilities(
 ) -> list[list[float]]:
     """P(option | context) renormalised over each context's options, from continuation log-likelihoods.
 
-    ``normalize="sum"`` compares summed sub-token log-probabilities (seed 001's
+    ``normalize="sum"`` compares summed sub-token log-probabilities (Cao et al. 2024's
     option probabilities); ``"mean"`` compares per-token means (length-normalised).
     Other keyword arguments go to :func:`score_continuations`.
     """

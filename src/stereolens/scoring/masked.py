@@ -4,7 +4,7 @@ Every scored token costs one encoder pass over a copy of its sentence with
 that token (and, for PLL-word-l2r, the rest of its word) masked.  The copies
 of many sentences go through the encoder together, packed by a token budget;
 only the hidden state at the masked position of each copy goes through the
-MLM head.  Definitions follow METHODS.md:
+MLM head.  Definitions follow docs/methods.md:
 
 - ``pll``: Salazar et al. 2020, every non-special token masked alone.
 - ``pll_word_l2r``: Kauf & Ivanova 2023 (minicons ``within_word_l2r``): also

@@ -23,7 +23,7 @@ import pandas as pd
 from scipy import stats
 from scipy.special import ndtr, ndtri
 
-# the resample count a conventional bootstrap of a cell would use (seed 002 appendix H):
+# the resample count a conventional bootstrap of a cell would use (AmchiBias appendix H):
 # it sets how close to a decision boundary a cell must be to count as borderline
 REFERENCE_RESAMPLES = 1000
 # a cell is borderline when such a bootstrap reaches the other decision this often or more

@@ -29,7 +29,7 @@ def lex():
 
 def test_seed_data_covers_table1_and_table2(lex):
     assert len(lex.traits) == 32 and lex.traits["pair_id"].nunique() == 16
-    # seed 001 section 4.2.3: the conservative-progressive beliefs traits are non-polar
+    # Cao et al. 2024 section 4.2.3: the conservative-progressive beliefs traits are non-polar
     assert lex.traits["polarity"].value_counts().to_dict() == {"negative": 13, "positive": 13, "neutral": 6}
     assert len(lex.groups) == 30
     assert lex.groups["category"].value_counts().to_dict() == {"non-shared": 12, "shared/shared": 10, "shared/non-shared": 8}

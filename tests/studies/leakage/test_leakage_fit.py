@@ -1,4 +1,4 @@
-"""Leakage regression (seed 001 Equation 1): known-answer fits, the CLI, edges, tables and the flow figure."""
+"""Leakage regression (Cao et al. 2024 Equation 1): known-answer fits, the CLI, edges, tables and the flow figure."""
 
 from __future__ import annotations
 

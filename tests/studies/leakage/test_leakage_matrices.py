@@ -1,4 +1,4 @@
-"""The seed 001 survey files and the H matrix format (stereolens.studies.leakage.matrices)."""
+"""The Cao et al. 2024 survey files and the H matrix format (stereolens.studies.leakage.matrices)."""
 
 from __future__ import annotations
 

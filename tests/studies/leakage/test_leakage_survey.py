@@ -64,7 +64,7 @@ def simulate_survey(lex, language: str, assigned: dict[str, list[str]], seed: in
         first = _simulate(items[["item_id", "truth"]], everyone, rel, bias, seed=100 * seed + g_i)
         first = first[first["annotator_id"].isin(who)].merge(items[["item_id", "group", "trait_pair"]], on="item_id")
         rows.append(first.assign(repeat=0))
-        if group == "woman":  # the repeated group (seed 001: the fifth group repeats an earlier one)
+        if group == "woman":  # the repeated group (Cao et al. 2024: the fifth group repeats an earlier one)
             again = _simulate(items[["item_id", "truth"]], everyone, rel, bias, seed=100 * seed + 50)
             flipped = _simulate(items[["item_id"]].assign(truth=-items["truth"]), [INCONSISTENT], 0.9, 0.0, seed=7)
             again = pd.concat([again[again["annotator_id"].isin(set(who) - {INCONSISTENT})],

@@ -215,7 +215,7 @@ def test_headline_says_association_without_a_baseline():
 
 def test_non_polar_traits_are_compared_only_with_each_other(lex):
     pol = dict(zip(lex.traits["trait"], lex.traits["polarity"]))
-    assert pol["religious"] == pol["traditional"] == "neutral"  # seed 001 section 4.2.3
+    assert pol["religious"] == pol["traditional"] == "neutral"  # Cao et al. 2024 section 4.2.3
     assert pol["untrustworthy"] == "negative" and pol["warm"] == "positive" and pol["irrational"] == "negative"
     for design in ("all", "matching"):
         for a, b in same_polarity_pairs(lex, design=design):

@@ -1,4 +1,4 @@
-"""Known answers for the seed 002 evaluation: BCa equals scipy's, degenerate cells, LMS,
+"""Known answers for the AmchiBias evaluation: BCa equals scipy's, degenerate cells, LMS,
 the hyperlocal gap, and ``stereolens pairs analyze`` on a hand-computed file."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Construction pieces of seed 002 with known answers: the JSON-list parser, sentence filters,
+"""Construction pieces of AmchiBias with known answers: the JSON-list parser, sentence filters,
 the token-diff minimal-pair check, occupation coupling, Fleiss' kappa, translations, fragmentation."""
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_pairs_follow_the_contrast_map_and_occupation_coupling():
     built, refused = build_pairs(sents, [BAMON, SHUDRA, RENDER, BHATKAR], contrast, coupling)
     pairs = built.set_index("sentence_id")
     assert pairs.loc["a", "sent_stereo"] == "Toddy Tappers have rough hands from working long hours in the sun."
-    # the English gloss is replaced by the contrast's English gloss, as in seed 002 Table 9
+    # the English gloss is replaced by the contrast's English gloss, as in AmchiBias Table 9
     assert pairs.loc["a", "sent_anti"] == "Landlords have rough hands from working long hours in the sun."
     assert pairs.loc["c", "sent_anti"] == "Sudhirs always serve fish curry at the village feast."
     assert pairs.loc["c", "shared_markers"] == "fish curry"
@@ -143,7 +143,7 @@ def test_reviewed_translations_import_and_flags(tmp_path):
 
 
 class DropsVowelSigns:
-    """A tokeniser that loses Devanagari vowel signs, as IndicBERT v1 does (seed 002 section 5.5)."""
+    """A tokeniser that loses Devanagari vowel signs, as IndicBERT v1 does (AmchiBias section 5.5)."""
 
     unk_token_id = None
 

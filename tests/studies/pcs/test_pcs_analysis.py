@@ -1,4 +1,4 @@
-"""Known-answer tests of the seed 004 triad statistics (stereolens.studies.pcs.analysis)."""
+"""Known-answer tests of the Fifteen Percent Fluency triad statistics (stereolens.studies.pcs.analysis)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_min_gain_excludes_and_counts():
     assert pcs.analyze_scores(_long(), min_gain_steps=2.5).summary["cap_util"] is None
 
 
-# seed 004 Table 10: model -> (PCS, printed capability utilisation %, mean A, mean B, mean C)
+# Fifteen Percent Fluency Table 10: model -> (PCS, printed capability utilisation %, mean A, mean B, mean C)
 TABLE10 = {
     "Minstral-8B": (0.137, 13.5, 4.90, 6.06, 5.06),
     "Mimo-V2-flash": (0.135, 19.3, 4.89, 6.22, 5.15),
@@ -80,7 +80,7 @@ TABLE10 = {
 
 
 def test_table10_means_give_the_defined_cap_util():
-    """All four models of seed 004 Table 10: the aggregate ratio of the printed means.
+    """All four models of Fifteen Percent Fluency Table 10: the aggregate ratio of the printed means.
 
     The means are printed to two decimals, so the ratio they imply can differ from the printed
     percentage by the rounding of three means; the printed value must lie inside that interval.

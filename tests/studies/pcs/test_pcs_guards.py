@@ -46,7 +46,7 @@ def test_cap_util_is_undefined_without_a_gain(abc):
 
 
 def test_cap_util_table10_known_answer():
-    """Seed 004 Table 10, Minstral-8B: A 4.90, B 6.06, C 5.06 -> 0.16 / 1.16 = 13.8 %."""
+    """Fifteen Percent Fluency Table 10, Minstral-8B: A 4.90, B 6.06, C 5.06 -> 0.16 / 1.16 = 13.8 %."""
     value, why = pcs.capability_utilisation(_triads((4.90, 6.06, 5.06)), pcs.min_gain_points(0.25))
     assert round(100 * value, 1) == 13.8 and why == ""
 

@@ -1,4 +1,4 @@
-"""Human validation of the pcs judges through the annotation layer (seed 004 appendix J)."""
+"""Human validation of the pcs judges through the annotation layer (Fifteen Percent Fluency appendix J)."""
 
 from __future__ import annotations
 

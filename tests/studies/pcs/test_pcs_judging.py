@@ -1,4 +1,4 @@
-"""Rubric judging, response collection and validity, judge-panel validation (seed 004 appendix B)."""
+"""Rubric judging, response collection and validity, judge-panel validation (Fifteen Percent Fluency appendix B)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pcs stages end to end on a tiny model, and `stereolens pcs analyze` (seed 004)."""
+"""The pcs stages end to end on a tiny model, and `stereolens pcs analyze` (Fifteen Percent Fluency)."""
 
 from __future__ import annotations
 

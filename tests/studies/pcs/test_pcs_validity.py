@@ -1,4 +1,4 @@
-"""Wrong-language detection of pcs responses: script check plus function-word language id (seed 004 sec. 3.4)."""
+"""Wrong-language detection of pcs responses: script check plus function-word language id (Fifteen Percent Fluency sec. 3.4)."""
 
 from __future__ import annotations
 

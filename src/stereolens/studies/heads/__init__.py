@@ -1,1 +1,1 @@
-"""Attention-head probing and pruning (seed 003 section 6 and appendix F, after Ma et al. 2023)."""
+"""Attention-head probing and pruning (EspanStereo section 6 and appendix F, after Ma et al. 2023)."""

@@ -2,7 +2,7 @@
 
 Each instance gives two examples: its context followed by the stereotypical
 sentence (label 1) and the same context followed by the anti-stereotypical
-sentence (label 0), seed 003's "comparative pairs".  Instances are split three
+sentence (label 0), EspanStereo's "comparative pairs".  Instances are split three
 ways (probe training, Shapley valuation, pruning evaluation) and both examples
 of an instance land in the same set, so the probe never sees the other half of
 a held-out pair.  The probe is a linear classifier on one pooled vector per example

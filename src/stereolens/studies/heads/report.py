@@ -60,7 +60,7 @@ class CountryCorrelations:
 
 
 def country_correlations(shap: pd.DataFrame) -> CountryCorrelations:
-    """Spearman correlation of head contributions between every two countries (seed 003 Figure 2),
+    """Spearman correlation of head contributions between every two countries (EspanStereo Figure 2),
     each country with itself included (1, or undefined when its values are constant)."""
     wide = shap.pivot_table(index=["layer", "head"], columns="country", values="shapley", dropna=False)
     countries = list(wide.columns)
@@ -191,7 +191,7 @@ def country_rows(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, value: s
 
 
 def configuration_choices(cfg: dict, probe: dict) -> list[tuple[str, str]]:
-    """The choices seed 003 leaves to Ma et al. (or that are ours), as printed on the report page."""
+    """The choices EspanStereo leaves to Ma et al. (or that are ours), as printed on the report page."""
     probe_cfg, shap_cfg, split_cfg = cfg["probe"], cfg["shapley"], cfg["split"]
     value = shap_cfg["value"]
     sizes = ", ".join(f"{s['country']} {s['n_train_instances']}/{s['n_shapley_instances']}/{s['n_pruning_instances']}"
@@ -288,7 +288,7 @@ def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dic
         + ("**Some instances are machine-generated or simulated; see their `source` column.**"
            if any(s not in ("human", "validated") for s in sources) else ""),
         "",
-        "## Configuration (choices seed 003 leaves to Ma et al. 2023, and this run's restrictions)",
+        "## Configuration (choices EspanStereo leaves to Ma et al. 2023, and this run's restrictions)",
         "",
         *[f"- **{k}**: {v}" for k, v in configuration_choices(cfg, probe)],
         "",

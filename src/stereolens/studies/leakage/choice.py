@@ -1,4 +1,4 @@
-"""The generative choice task of seed 001 ("You are a writer..."): for a group, which of two traits of the
+"""The generative choice task of Cao et al. 2024 ("You are a writer..."): for a group, which of two traits of the
 same polarity (or neither) the model picks, by option log-probabilities (``logprob``, normalised over the
 three options) or by ``n`` samples with exact matching (non-matching outputs counted per group and
 language, never dropped)."""
@@ -243,7 +243,7 @@ def resolve_choice_mode(model: Any, mode: str) -> str:
     """``auto``: ``logprob`` where the backend scores given continuations, else ``sample``.
 
     OpenAI-style chat endpoints only score what they generate themselves, so their loglikelihood raises
-    UnsupportedRequest; auto sends them to exact-match sampling instead (seed 001's protocol for them).
+    UnsupportedRequest; auto sends them to exact-match sampling instead (Cao et al. 2024's protocol for them).
     """
     if mode in ("logprob", "sample"):
         return mode

@@ -1,4 +1,4 @@
-"""Position bias of the generative choice task (seed 001 section 3.3).
+"""Position bias of the generative choice task (Cao et al. 2024 section 3.3).
 
 A model that prefers whichever trait is listed first in "choose either '{TRAIT1}' or
 '{TRAIT2}'" puts its order preference into every group-trait score when each pair is asked

@@ -69,7 +69,7 @@ def run_fit(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from stereolens.cli_support import get_or_create_subparser
 
-    actions = get_or_create_subparser(subparsers, "leakage", help="stereotype leakage study (seed 001)")
+    actions = get_or_create_subparser(subparsers, "leakage", help="stereotype leakage study (Cao et al. 2024)")
     p = actions.add_parser("fit", help="fit the leakage regression MLLM_tgt ~ sum_l H_l + LM_tgt (random intercept per trait)")
     p.add_argument("--human", required=True, help="directory of H_<LANG>.csv human matrices")
     p.add_argument("--model-scores", required=True, help="the model's traits x groups matrix for the target language")

@@ -1,10 +1,10 @@
-"""Stereotype leakage regression (seed 001, Equation 1) and the tables built on it.
+"""Stereotype leakage regression (Cao et al. 2024, Equation 1) and the tables built on it.
 
 MLLM_tgt = sum_l alpha_l H_l + beta LM_tgt + C, fitted with statsmodels MixedLM
 and a random intercept per trait (as AnnaSou/Stereotype_Leakage ``mixed_effect.py``),
 one row per (group, trait) cell.  Missing human cells are filled with 0 by default
 (``missing="zero"``, that code's treatment: a culture that did not rate a group holds
-no stereotype of it, the premise of seed 001 section 4.2.4); ``missing="drop"`` leaves
+no stereotype of it, the premise of Cao et al. 2024 section 4.2.4); ``missing="drop"`` leaves
 those cells out instead.  Scores are used ``raw`` (default) or ``standardised``
 (z-scored per column over the fitted rows).  The baseline term is left out, and
 the output says so, when no monolingual model matrix is given.
@@ -381,7 +381,7 @@ def family_size(coefficients: pd.DataFrame, missing: str) -> int:
 def beta_table(
     fits: Mapping[tuple[str, str], "LeakageFit | pd.DataFrame"], languages: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """Seed 001 Table 3 shape: one row per model, per target language the beta of LM_tgt and its p.
+    """Cao et al. 2024 Table 3 shape: one row per model, per target language the beta of LM_tgt and its p.
 
     ``fits`` maps (model, target language) to a fit or its coefficient table (COEFFICIENT_COLUMNS);
     a fit without a baseline gives NaN.  Columns: model, <LANG>..., p_<LANG>... in ``languages``

@@ -1,4 +1,4 @@
-"""The seed data of the leakage study (seed 001): traits, groups, their words per language, templates and
+"""The seed data of the leakage study (Cao et al. 2024): traits, groups, their words per language, templates and
 choice prompts under ``data/seed/leakage/`` (see its README), read and checked by :func:`load_lexicon`."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ _LEXICON_FILES = {
     ),
 }
 TRANSLATION_STATUSES = frozenset({"original", "authored", "reviewed"})
-# neutral: the non-polar traits (seed 001 section 4.2.3), compared only with each other in the choice task
+# neutral: the non-polar traits (Cao et al. 2024 section 4.2.3), compared only with each other in the choice task
 POLARITIES = frozenset({"positive", "negative", "neutral"})
 
 

@@ -1,4 +1,4 @@
-"""The seed 001 survey files and the human stereotype matrices (H) built from them.
+"""The Cao et al. 2024 survey files and the human stereotype matrices (H) built from them.
 
 :func:`survey_to_matrices` turns the published survey (``data_full_<language>.json``)
 into one 32 traits x 30 groups matrix per language, reproducing the published
@@ -29,12 +29,12 @@ from stereolens.io import write_text
 LANGUAGE_FILES = {"EN": "english", "RU": "russian", "ZH": "chinese", "HI": "hindi"}
 DEFAULT_NAME_MAP = Path("data/seed/leakage/survey_group_names.csv")
 # The published matrices show a group that is unique to another country only if at
-# least five annotators in this language chose it (seed 001 datasheet: "at least 5
+# least five annotators in this language chose it (Cao et al. 2024 datasheet: "at least 5
 # annotations per group"); verified on all four aggregated_data_*.csv files, where
 # shared groups appear even with a single annotator (Hindi: immigrants, n = 1).
 DEFAULT_MIN_FOREIGN_NONSHARED = 5
 # The study's one rule for every group, published survey and new surveys alike (config key
-# study.leakage.min_annotators_per_group): seed 001 section 3.2 "a minimum of five annotations per
+# study.leakage.min_annotators_per_group): Cao et al. 2024 section 3.2 "a minimum of five annotations per
 # social group"; a group rated by fewer is a missing column, not a noisy one.  The published files
 # break it for shared groups (Hindi: immigrant n = 1, Asian person n = 4), so the published path
 # reproduces them first and applies the rule after.

@@ -1,4 +1,4 @@
-"""The association methods of seed 001 and the model kinds that run them."""
+"""The association methods of Cao et al. 2024 and the model kinds that run them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ ALL_METHODS = ("set", "ilps", "choice")
 
 
 def methods_for_kind(kind: str) -> list[str]:
-    """The association methods seed 001 applies to a model kind."""
+    """The association methods Cao et al. 2024 applies to a model kind."""
     return {"masked": ["set"], "causal": ["ilps", "choice"], "seq2seq": ["ilps"], "chat": ["choice"],
             "completion": ["choice"]}.get(kind, [])
 

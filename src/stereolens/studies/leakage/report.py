@@ -1,4 +1,4 @@
-"""Leakage study report: flow figure (seed 001 Figure 2), tables and a markdown page."""
+"""Leakage study report: flow figure (Cao et al. 2024 Figure 2), tables and a markdown page."""
 
 from __future__ import annotations
 
@@ -213,7 +213,7 @@ def report_markdown(
     reported = [e for e in edges if e.get("configured", True) and e.get("converged", True)]
     unconverged = [e for e in edges if e.get("configured", True) and not e.get("converged", True)]
     configured = fit_summaries[0]["missing"] if fit_summaries else "zero"
-    lines = [f"# Stereotype leakage (seed 001): {model_id}", "",
+    lines = [f"# Stereotype leakage (Cao et al. 2024): {model_id}", "",
              f"**{len(reported)} {label}** (missing human cells: "
              f"{'filled with 0, the reference code' if configured == 'zero' else 'dropped'}"
              f"{'; ' + str(len(unconverged)) + ' more from fits that did not converge, not reported' if unconverged else ''}).", ""]

@@ -25,7 +25,7 @@ SetGuard = Literal["clip", "nan", "neg_norm"]
 def multiclass_update_norm(logits: np.ndarray, target: int, x_norm: float, margin: float = 1.0) -> float:
     """||B - W'||_F of the smallest change of W' making ``target`` the top logit by ``margin``.
 
-    Closed form (METHODS.md): raise logit j to T and lower every competitor above
+    Closed form (docs/methods.md): raise logit j to T and lower every competitor above
     T - margin to T - margin, T = (a_j + sum_S (a_i + margin)) / (1 + |S|), S grown
     in descending order of a_i; the weight change is the logit change u over ||x||.
     """

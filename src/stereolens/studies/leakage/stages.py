@@ -1,4 +1,4 @@
-"""DVC stages of the leakage study (seed 001): human matrices, model scores, fits, report.
+"""DVC stages of the leakage study (Cao et al. 2024): human matrices, model scores, fits, report.
 
     leakage-human                      data/raw/stereotype_leakage -> data/processed/leakage/human/H_<LANG>.csv
     leakage-scores --language L        models -> data/processed/leakage/scores/<l>/<model>/<method>.csv
@@ -116,7 +116,7 @@ def min_annotators_per_group(study: dict[str, Any]) -> int:
 
 
 def _published_matrices(survey: Path, langs: list[str], run: Any, minimum: int) -> dict[str, Any]:
-    """The seed 001 survey files -> H matrices, gated on reproducing the published aggregated files, then the
+    """The Cao et al. 2024 survey files -> H matrices, gated on reproducing the published aggregated files, then the
     study's minimum of annotators per group applied (the published files keep thinner shared groups)."""
     from stereolens.studies.leakage.matrices import (apply_min_annotators, read_matrix, survey_annotation_counts,
                                                      survey_file, survey_to_matrices, write_matrix)

@@ -1,6 +1,6 @@
 """New leakage surveys through the annotation layer: import, quality control, pole-split H matrices.
 
-The published survey of seed 001 comes as ``data_full_<language>.json`` and is rebuilt by
+The published survey of Cao et al. 2024 comes as ``data_full_<language>.json`` and is rebuilt by
 :func:`stereolens.studies.leakage.matrices.survey_to_matrices`.  A new survey (a rerun, another
 language, other annotators) comes as long-format judgements, one slider rating per row::
 
@@ -8,7 +8,7 @@ language, other annotators) comes as long-format judgements, one slider rating p
 
 ``label`` is the slider position in [-50, 50] on the ``trait_pair`` ("left - right", both traits of
 the study's traits.csv) for ``group`` (a column of the H matrices, groups.csv); ``repeat`` = 1 marks
-the second answer to an item (seed 001 repeated one group); a row with ``gold`` filled is an
+the second answer to an item (Cao et al. 2024 repeated one group); a row with ``gold`` filled is an
 attention check (``group`` and ``trait_pair`` may be empty) answered correctly when ``label`` equals
 ``gold``.  Attention checks outside the rating grid go in a separate table
 (``annotator_id,check_id,passed[,language]``).
@@ -153,7 +153,7 @@ def judgements_to_matrices(
         table["n_annotators"] = table["group"].map(counts).fillna(0).astype(int)
         table["rated"] = table["group"].isin(set(sub.loc[~sub_attention, "group"]))
         table["meets_min"] = table["n_annotators"] >= qc.min_annotations_per_group
-        # seed 001: at least five valid annotations per group; fewer is a missing cell, not a noisy one
+        # Cao et al. 2024: at least five valid annotations per group; fewer is a missing cell, not a noisy one
         for g in table.loc[~table["meets_min"], "group"]:
             matrix[g] = np.nan
         matrices[lang] = matrix

@@ -1,4 +1,4 @@
-"""The seed 002 evaluation of any scored pairs file: one code path for the starter set,
+"""The AmchiBias evaluation of any scored pairs file: one code path for the starter set,
 the constructed pairs and CrowS-Pairs.
 
 Input: one row per pair and (model, language) with ``score_stereo`` and
@@ -8,7 +8,7 @@ optionally ``group_class`` (``hyperlocal`` / ``pan_regional``), ``score_control`
 ``score_anti_mean`` (per-token means, causal models).  Without ``model`` or
 ``language`` columns the file is one model and one language (``-``).
 
-Bias score (seed 002 section 4.2): share of pairs whose stereotypical sentence
+Bias score (AmchiBias section 4.2): share of pairs whose stereotypical sentence
 scores strictly higher; ties are not stereotypical.  Per model x language x
 dimension: the 95% BCa interval of that share, computed exactly from the binomial
 bootstrap distribution (``stats.bias.proportion_bca_interval``; the limit of
@@ -120,7 +120,7 @@ def bias_cell(part: pd.DataFrame, *, n_resamples: int, seed: int, alpha: float =
 
 
 def language_modelling_score(part: pd.DataFrame) -> tuple[float, int]:
-    """Share of items whose stereotypical sentence beats its paired control (seed 002 section 4.2)."""
+    """Share of items whose stereotypical sentence beats its paired control (AmchiBias section 4.2)."""
     if "score_control" not in part.columns:
         return float("nan"), 0
     usable = part.dropna(subset=["score_control"])
@@ -242,7 +242,7 @@ def dimension_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 def hyperlocal_gap(scores: pd.DataFrame, *, n_resamples: int, seed: int, alpha: float) -> pd.DataFrame:
     """Bias score of hyperlocal and of pan-regional groups and their difference (hyperlocal - pan_regional;
-    seed 002 Figure 2), per model and language."""
+    AmchiBias Figure 2), per model and language."""
     if "group_class" not in scores.columns:
         return pd.DataFrame()
     rows = []
@@ -383,7 +383,7 @@ def fragmentation(tokenizer: Any, terms: list[str]) -> dict[str, Any]:
 
 
 def lost_characters(tokenizer: Any, term: str, decoded: str) -> bool:
-    """True when the tokeniser loses characters of ``term`` (seed 002 section 5.5: IndicBERT v1
+    """True when the tokeniser loses characters of ``term`` (AmchiBias section 5.5: IndicBERT v1
     drops Devanagari vowel signs), not merely case or Latin accents.
 
     The decoded text is compared with the term after the tokeniser's own normalisation (its
@@ -426,7 +426,7 @@ REFERENCE_LANGUAGE = "en"
 
 def fragmentation_correlations(frag: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:
     """Pearson r of fragmentation vs bias score across models within each language, and of the
-    fragmentation gap vs the bias gap between each target language and English (seed 002
+    fragmentation gap vs the bias gap between each target language and English (AmchiBias
     section 5.5).  Both gaps are target minus English (ours: the paper does not state the
     direction), so the sign does not depend on how the language codes sort.  Needs three or more
     models for a correlation; fewer give ``None`` with the reason."""

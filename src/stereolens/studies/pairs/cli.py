@@ -1,4 +1,4 @@
-"""``stereolens pairs analyze``: the seed 002 evaluation of any scored pairs file, outside DVC.
+"""``stereolens pairs analyze``: the AmchiBias evaluation of any scored pairs file, outside DVC.
 
     stereolens pairs analyze --scores scores.csv --output DIR [--resamples 1000] [--seed 0]
                              [--fragmentation fragmentation.csv]
@@ -7,7 +7,7 @@ Input columns: ``id,dimension,group_class,score_stereo,score_anti[,score_control
 (``group_class`` is ``hyperlocal`` or ``pan_regional`` and optional; ``model`` and
 ``language`` columns, when present, split the analysis).  Output: ``summary.json``
 (``bias_score``, ``n``, ``lms`` with controls, ``by_dimension``; fractions in
-[0, 1]), ``tables/*.csv`` shaped like seed 002 Tables 3-6, ``figures/`` and ``report.md``.
+[0, 1]), ``tables/*.csv`` shaped like AmchiBias Tables 3-6, ``figures/`` and ``report.md``.
 With ``model``/``language`` columns holding more than one combination, the summary has one such
 entry per combination under ``runs``.  ``--fragmentation`` (``model, language,
 mean_tokens_per_term[, lossy]``, e.g. the concatenated ``fragmentation.csv`` of several
@@ -24,7 +24,7 @@ from stereolens.io import read_csv_checked
 def register(subparsers: argparse._SubParsersAction) -> None:
     from stereolens.cli_support import get_or_create_subparser
 
-    sub = get_or_create_subparser(subparsers, "pairs", help="seed 002 (AmchiBias) minimal-pair benchmark")
+    sub = get_or_create_subparser(subparsers, "pairs", help="AmchiBias minimal-pair benchmark")
     analyze = sub.add_parser("analyze", help="bias score, BCa, binomial, LMS and tables of a scored pairs file")
     analyze.add_argument("--scores", required=True, help="CSV: id,dimension,group_class,score_stereo,score_anti[,score_control]")
     analyze.add_argument("--output", required=True, help="output folder")

@@ -1,4 +1,4 @@
-"""The pairs evaluation (seed 002 section 4): which pairs are scored, with which metric, and the
+"""The pairs evaluation (AmchiBias section 4): which pairs are scored, with which metric, and the
 identity terms' fragmentation under the evaluated model's tokenizer."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ CROWS_SCORES = Path("data/processed/crows/scores.csv")
 
 
 def pairs_metric(model_cfg: Mapping[str, Any]) -> str:
-    """Seed 002 Eq. 1 for masked LMs (PLL-word-l2r, all words, no normalisation); causal log-likelihood otherwise."""
+    """AmchiBias Eq. 1 for masked LMs (PLL-word-l2r, all words, no normalisation); causal log-likelihood otherwise."""
     kind = model_cfg.get("kind")
     if kind == "masked":
         return "pll_word_l2r"

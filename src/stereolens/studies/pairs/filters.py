@@ -1,4 +1,4 @@
-"""Automatic sentence filters (seed 002 section 3.4): each removal is logged with its reason.
+"""Automatic sentence filters (AmchiBias section 3.4): each removal is logged with its reason.
 
 The paper cleaned by hand; these filters take the mechanical part (length, attribute
 restated, duplicates, synonymous-attribute merge, empty or incoherent output) and
@@ -67,7 +67,7 @@ def bare_restatement(sentence: str, attribute: str, group_terms: Sequence[str] =
     """True when the sentence is nothing but the attribute said of the group: it restates the
     attribute and every other word is a group term, a word of the attribute or a frame word
     (:data:`FRAME_WORDS`).  "Bamons are so rich." is; "Vaishya traders are known for their shrewd
-    bargaining and exploitative deals." (seed 002 Table 9) is not."""
+    bargaining and exploitative deals." (AmchiBias Table 9) is not."""
     if not restates_attribute(sentence, attribute):
         return False
     allowed = {_stem(w) for w in words(attribute)} | {_stem(w) for t in group_terms for w in words(t)}

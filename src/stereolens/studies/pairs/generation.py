@@ -1,4 +1,4 @@
-"""Generator prompts (seed 002 appendices A and B) and robust parsers of what a generator returns."""
+"""Generator prompts (AmchiBias appendices A and B) and robust parsers of what a generator returns."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def generate_in_chunks(lm, requests: list, what: str) -> list:
 
 def generate_attributes(lm, groups: Sequence[Any], *, region: Mapping[str, str], n: int, max_tokens: int,
                         chat: bool, generator: str) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Up to ``n`` stereotypical attributes per group from ``lm`` (seed 002 appendix B): the
+    """Up to ``n`` stereotypical attributes per group from ``lm`` (AmchiBias appendix B): the
     ``(group, attribute)`` tuples and, per group, the raw output with what was parsed and rejected."""
     opening = "" if chat else COMPLETION_LIST_OPENING
     prompts = [ATTRIBUTE_PROMPT.format(region=region["name"], context=region["adjective"], group=g.name,
@@ -177,7 +177,7 @@ def generate_attributes(lm, groups: Sequence[Any], *, region: Mapping[str, str],
 
 def generate_sentences(lm, tuples: pd.DataFrame, *, context: str, k: int, max_words: int, max_tokens: int,
                        chat: bool, generator: str) -> pd.DataFrame:
-    """``k`` sentences per ``(group, attribute)`` tuple from ``lm`` (seed 002 appendix A), one row each."""
+    """``k`` sentences per ``(group, attribute)`` tuple from ``lm`` (AmchiBias appendix A), one row each."""
     prompts = [SENTENCE_PROMPT.format(context=context, k=k, max_words=max_words, dimension=t.dimension.capitalize(),
                                       group=t.group, attribute=t.attribute) for t in tuples.itertuples()]
     answers = generate_in_chunks(lm, [generation_request(q, chat=chat, max_tokens=max_tokens) for q in prompts],

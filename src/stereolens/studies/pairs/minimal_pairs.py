@@ -1,4 +1,4 @@
-"""Minimal pairs (seed 002 section 3.5): contrast groups, the occupation-coupling rewrite, the
+"""Minimal pairs (AmchiBias section 3.5): contrast groups, the occupation-coupling rewrite, the
 token-diff check that only identity-marking tokens change, and the control pairing rule."""
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ class Coupling:
 REFUSAL_REASONS = {
     "no_contrast": "the contrast map has no contrast group for the sentence's group",
     "cross_dimension": "the contrast group belongs to another dimension",
-    "occupation_coupling": "an inseparable occupation or observance marker (seed 002 section 3.5 drop list)",
+    "occupation_coupling": "an inseparable occupation or observance marker (AmchiBias section 3.5 drop list)",
     "no_mention": "the sentence names no surface form of its group",
     "contrast_lacks_form": "the contrast group has no form of the grammatical role the mention fills",
     "role_unclear": "the mention's form fills several roles, the contrast's forms for them differ, and no "
@@ -358,7 +358,7 @@ def build_pairs(
     return pd.DataFrame(pairs, columns=cols), pd.DataFrame(refused, columns=list(REFUSAL_COLUMNS))
 
 
-# seed 002 Table 2: pairs per dimension in the released benchmark
+# AmchiBias Table 2: pairs per dimension in the released benchmark
 PAPER_TABLE2 = {"caste": 101, "language": 66, "occupation": 55, "nativity": 43, "age": 16, "religion": 12,
                 "gender": 12, "region": 8}
 

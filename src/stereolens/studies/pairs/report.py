@@ -79,7 +79,7 @@ def _dimension_figures(cells: pd.DataFrame, folder: Path, title: str) -> list[Pa
 
 
 def _class_figure(classes: pd.DataFrame, folder: Path, title: str) -> list[Path]:
-    """Hyperlocal against pan-regional groups per model and language (seed 002 Figure 2)."""
+    """Hyperlocal against pan-regional groups per model and language (AmchiBias Figure 2)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(classes) + 1.5))
@@ -91,13 +91,13 @@ def _class_figure(classes: pd.DataFrame, folder: Path, title: str) -> list[Path]
     ax.set_yticks(y, labels)
     ax.set_xlim(0, 100)
     ax.set_xlabel("bias score (%)")
-    ax.set_title(f"{title}: hyperlocal vs pan-regional groups (seed 002 Figure 2)")
+    ax.set_title(f"{title}: hyperlocal vs pan-regional groups (AmchiBias Figure 2)")
     ax.legend(fontsize=8)
     return save_figure(fig, folder / "hyperlocal_vs_pan_regional")
 
 
 def _fragmentation_figure(fragmentation: pd.DataFrame, cells: pd.DataFrame, folder: Path, title: str) -> list[Path]:
-    """Tokens per identity term against the overall bias score, one point per model (seed 002 Figure 3)."""
+    """Tokens per identity term against the overall bias score, one point per model (AmchiBias Figure 3)."""
     import matplotlib.pyplot as plt
 
     merged = fragmentation.merge(cells[cells["dimension"] == ALL][["model", "language", "bias_score"]],
@@ -113,7 +113,7 @@ def _fragmentation_figure(fragmentation: pd.DataFrame, cells: pd.DataFrame, fold
     ax.axhline(50, color="#c44e52", linestyle="--", linewidth=1)
     ax.set_xlabel("mean sub-word tokens per identity term")
     ax.set_ylabel("bias score (%)")
-    ax.set_title(f"{title}: fragmentation vs bias (seed 002 Figure 3)")
+    ax.set_title(f"{title}: fragmentation vs bias (AmchiBias Figure 3)")
     ax.legend(fontsize=8)
     return save_figure(fig, folder / "fragmentation_vs_bias")
 
@@ -217,7 +217,7 @@ def write_study_report(summary: Mapping[str, Any], empty: Mapping[str, Mapping[s
     for name, s in empty.items():
         write_study_summary(out / name / "summary.json", s)
     write_study_summary(out / "summary.json", summary)
-    index = ["# pairs (seed 002, AmchiBias)", ""]
+    index = ["# pairs (AmchiBias)", ""]
     index += [f"- [{name}]({name}/report.md): {s['provenance']['source']}" for name, s in summary["sets"].items()]
     write_text(out / "README.md", "\n".join(index) + "\n")
 

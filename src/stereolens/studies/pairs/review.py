@@ -1,4 +1,4 @@
-"""The manual sentence review (seed 002 section 3.4) as an annotation-layer round: a task file with
+"""The manual sentence review (AmchiBias section 3.4) as an annotation-layer round: a task file with
 keep / rewrite / remove per sentence, and the import that applies the decisions."""
 
 from __future__ import annotations

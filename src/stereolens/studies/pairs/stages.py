@@ -1,4 +1,4 @@
-"""DVC stages of the pairs study (seed 002, AmchiBias): construction, scoring, report.
+"""DVC stages of the pairs study (AmchiBias): construction, scoring, report.
 
 attributes -> validate -> sentences -> pairs -> translate -> evaluate -> report.
 Each stage reads only its declared params, calls one function of the study's modules with typed
@@ -70,7 +70,7 @@ def _groups(p: dict[str, Any]):
 
 @stage("pairs-attributes")
 def attributes(args: argparse.Namespace) -> None:
-    """Stereotypical attributes per group from the generator (seed 002 appendix B), parsed robustly."""
+    """Stereotypical attributes per group from the generator (AmchiBias appendix B), parsed robustly."""
     from stereolens.stages.kit import model_label
     from stereolens.studies.pairs.generation import generate_attributes
     from stereolens.tracking import stage_run
@@ -137,7 +137,7 @@ def validate(args: argparse.Namespace) -> None:
 
 @stage("pairs-sentences")
 def sentences(args: argparse.Namespace) -> None:
-    """Sentences per kept tuple (seed 002 appendix A), automatic filters with reasons, the review file."""
+    """Sentences per kept tuple (AmchiBias appendix A), automatic filters with reasons, the review file."""
     from stereolens.stages.kit import model_label
     from stereolens.studies.pairs.generation import generate_sentences
     from stereolens.studies.pairs.review import curate_sentences
@@ -257,7 +257,7 @@ def evaluate(args: argparse.Namespace) -> None:
     write_json(PROCESSED / "scoring.json", {"model": model, "identity": lm.identity, "metric": metric,
                                            "seconds": elapsed, "sets": stats,
                                            "bias_score_uses": "summed log-likelihood" if metric == "causal"
-                                           else "PLL-word-l2r summed over all words (seed 002 Eq. 1)"})
+                                           else "PLL-word-l2r summed over all words (AmchiBias Eq. 1)"})
     with stage_run(p["tracking"], EVALUATE_RUN, model=model, axes={"set": EVALUATION_SETS},
                    params={"metric": metric, "evaluation": p["study.pairs.evaluation"]}) as run:
         # a set with nothing to score (crows not run, no constructed pairs) is NaN, not absent

@@ -1,4 +1,4 @@
-"""Translation (seed 002 section 3.6, appendix F): machine translation through the model layer,
+"""Translation (AmchiBias section 3.6, appendix F): machine translation through the model layer,
 marked ``machine``, and import of reviewed translations with the Table 11 error categories."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tuple validation (seed 002 section 3.3): three annotators judge each (group, attribute) yes/no
+"""Tuple validation (AmchiBias section 3.3): three annotators judge each (group, attribute) yes/no
 through the annotation layer; tuples with at least ``min_yes`` yes votes stay.  Fleiss' kappa with
 its Landis-Koch label is reported, and the kappa gate's default (0.41) lets moderate agreement
 through, as the paper's own agreement was moderate."""

@@ -1,4 +1,4 @@
-"""The pcs study (seed 004)."""
+"""The pcs study (Fifteen Percent Fluency)."""
 
 # The one default for the CLI and the stage (conf/study/pcs/default.yaml and paper.yaml state the same value); here,
 # not in analysis.py, so that building the command-line parser does not import the analysis and scipy.

@@ -1,4 +1,4 @@
-"""Triad statistics of seed 004 (Fifteen Percent Fluency): LDI, PCS, capability utilisation, HUD.
+"""Triad statistics of Fifteen Percent Fluency: LDI, PCS, capability utilisation, HUD.
 
 Input is a long table of judged scores, one row per
 ``model, language, scenario_id, dimension, feature, condition`` (``A`` neutral,
@@ -6,7 +6,7 @@ Input is a long table of judged scores, one row per
 Aggregation follows appendix B.1: the mean over judges first, then over
 samples, giving one score per scenario-feature cell and condition.
 
-Definitions (METHODS.md, seed 004 section 3.6):
+Definitions (docs/methods.md, Fifteen Percent Fluency section 3.6):
 
 * LDI(language, feature) = mean Prompt A cell score.
 * PCS per cell = (C - A) / (B - A); PCS = mean over the included cells.  Ours,
@@ -677,7 +677,7 @@ def analyze_scores(
     human: pd.DataFrame | None = None,
     sensitivity_steps: Sequence[float] = SENSITIVITY_GAIN_STEPS,
 ) -> PCSAnalysis:
-    """Every metric and test of seed 004 sections 3.6, 4 and appendices C-I from judged scores.
+    """Every metric and test of Fifteen Percent Fluency sections 3.6, 4 and appendices C-I from judged scores.
 
     ``min_gain_steps``: a scenario-feature enters PCS only when B - A exceeds this many steps of the judges'
     scale (and capability utilisation is defined only when mean B - mean A does); see the module docstring.

@@ -1,4 +1,4 @@
-"""The synthetic calibration set of the pcs judge panel (seed 004 appendix B.1): contrastive
+"""The synthetic calibration set of the pcs judge panel (Fifteen Percent Fluency appendix B.1): contrastive
 high/low exemplars per rubric feature, generated once, stored and versioned.
 
 Its own module, read only from ``scenarios.csv`` and ``rubrics.yaml``, so that the

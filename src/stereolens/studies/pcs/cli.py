@@ -1,4 +1,4 @@
-"""``stereolens pcs analyze``: the seed 004 analysis of any judged-score table, outside DVC.
+"""``stereolens pcs analyze``: the Fifteen Percent Fluency analysis of any judged-score table, outside DVC.
 
     stereolens pcs analyze --scores scores.csv --output DIR [--min-gain-steps 0.25] [--rubrics rubrics.yaml] [--human prefs.csv]
 
@@ -7,7 +7,7 @@ Input columns: ``model,language,scenario_id,dimension,feature,condition,score``
 averaged in that order; an ``invalid_reason`` column (as the collect stage writes
 it: empty = valid) leaves the invalid responses out of every analysis.  Output: ``summary.json`` (pcs, cap_util, n_excluded,
 by_dimension, ldi, hud), ``statistics.json`` (tests and counts), ``tables/*.csv``
-(shaped like seed 004 Tables 1-2 and 8-17), ``figures/*.png|svg`` and ``report.md``.
+(shaped like Fifteen Percent Fluency Tables 1-2 and 8-17), ``figures/*.png|svg`` and ``report.md``.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _analyze(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from stereolens.cli_support import get_or_create_subparser
 
-    sub = get_or_create_subparser(subparsers, "pcs", help="pragmatic context sensitivity (seed 004) tools")
+    sub = get_or_create_subparser(subparsers, "pcs", help="pragmatic context sensitivity (Fifteen Percent Fluency) tools")
     analyze = sub.add_parser("analyze", help="LDI, PCS, capability utilisation, HUD and tests from judged scores")
     analyze.add_argument("--scores", required=True, help="CSV: model,language,scenario_id,dimension,feature,condition,score[,judge,sample]")
     analyze.add_argument("--output", required=True, help="output directory")

@@ -1,4 +1,4 @@
-"""The judge panel's gates (seed 004 appendix B.1): construct validity, inter-judge alpha and calibration
+"""The judge panel's gates (Fifteen Percent Fluency appendix B.1): construct validity, inter-judge alpha and calibration
 accuracy against their configured thresholds, and the version of the calibration set they rest on."""
 
 from __future__ import annotations

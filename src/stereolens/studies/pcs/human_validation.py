@@ -1,4 +1,4 @@
-"""Human validation of the pcs judges (seed 004 appendix J) through the annotation layer.
+"""Human validation of the pcs judges (Fifteen Percent Fluency appendix J) through the annotation layer.
 
 Native speakers compare two responses to the same scenario, shown blinded and in
 random order, and say which is more culturally appropriate for the scenario, or

@@ -1,4 +1,4 @@
-"""Rubric judging of responses (seed 004 section 3.5, appendix B) and the judge panel's validation.
+"""Rubric judging of responses (Fifteen Percent Fluency section 3.5, appendix B) and the judge panel's validation.
 
 Two ways a judge scores one response on the four features of its dimension:
 

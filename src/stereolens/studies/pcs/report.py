@@ -1,4 +1,4 @@
-"""Figures of the pcs study (seed 004 Figures 2-5) and its markdown report page."""
+"""Figures of the pcs study (Fifteen Percent Fluency Figures 2-5) and its markdown report page."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
                     gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
                     figures: list[str], human_source: str | None = None) -> str:
     """The study's report page: configuration, gates, headline numbers, tables, figures."""
-    lines = ["# pcs: pragmatic context sensitivity (seed 004)", ""]
+    lines = ["# pcs: pragmatic context sensitivity (Fifteen Percent Fluency)", ""]
     if human_source and "simulated" in human_source:
         lines += ["**Human-validation preferences in this report are SIMULATED (annotation.source=simulated): "
                   "seeded simulated annotators around the judges' own scores, not human judgements. "

@@ -1,4 +1,4 @@
-"""Triad response collection (seed 004 section 3.4, appendix A) and response validity checks.
+"""Triad response collection (Fifteen Percent Fluency section 3.4, appendix A) and response validity checks.
 
 One generation per model x language x scenario x condition x sample, through
 the model layer (and so its cache).  The system prompt names the response

@@ -1,4 +1,4 @@
-"""The triad scenario bank of seed 004: loading, schema check, selection, rubrics.
+"""The triad scenario bank of Fifteen Percent Fluency: loading, schema check, selection, rubrics.
 
 Bank layout (``data/seed/pcs/``, git-tracked):
 
@@ -39,7 +39,7 @@ SCENARIO_COLUMNS = (
 PROMPT_COLUMNS = {"A": "prompt_a", "B": "prompt_b", "C": "prompt_c"}
 REVIEW_KEY_COLUMNS = ("scenario_id", "language", "condition", "decision", "reviewer")
 REVIEW_DECISIONS = ("acceptable", "minor edits", "major revision")
-# the four review criteria of seed 004 section 3.3, each scored 1-5 by the reviewer
+# the four review criteria of Fifteen Percent Fluency section 3.3, each scored 1-5 by the reviewer
 REVIEW_CRITERIA = ("register_naturalness", "address_forms", "dilemma_preservation", "no_calques")
 REVIEW_SCORES = ("1", "2", "3", "4", "5")
 UNREVIEWED = "authored"
@@ -48,7 +48,7 @@ ANCHOR_LEVELS = (1, 4, 7)
 
 @dataclass(frozen=True)
 class RubricFeature:
-    """One scored feature with its behavioural anchors (seed 004 Tables 5-7)."""
+    """One scored feature with its behavioural anchors (Fifteen Percent Fluency Tables 5-7)."""
 
     dimension: str
     name: str
@@ -153,7 +153,7 @@ def load_rubrics(path: str | os.PathLike) -> dict[str, tuple[RubricFeature, ...]
 
 
 def load_reviews(path: str | os.PathLike) -> pd.DataFrame:
-    """Translation review records, checked for completeness (seed 004 section 3.3).
+    """Translation review records, checked for completeness (Fifteen Percent Fluency section 3.3).
 
     Every row has the four criteria columns; a row whose reviewer is ``authored``
     (a machine-written translation nobody has reviewed yet) carries no scores and

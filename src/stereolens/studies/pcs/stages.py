@@ -1,4 +1,4 @@
-"""DVC stages of the pcs study (seed 004): collect -> calibration set -> judge -> validate -> analyze.
+"""DVC stages of the pcs study (Fifteen Percent Fluency): collect -> calibration set -> judge -> validate -> analyze.
 
 Each stage reads ``study.pcs`` (plus ``model``, ``language``, ``tracking``,
 ``seed``) from params.yaml, calls the library and writes its outputs:
@@ -365,7 +365,7 @@ HV_KEYS = ("annotation", "seed", "tracking", "study.pcs.human_validation")
 
 @stage("pcs-human-validation")
 def human_validation(args: argparse.Namespace) -> None:
-    """Pairwise human-validation preferences (seed 004 appendix J) from the annotation layer."""
+    """Pairwise human-validation preferences (Fifteen Percent Fluency appendix J) from the annotation layer."""
     from stereolens.studies.pcs.analysis import human_validation as binomial_tests
     from stereolens.studies.pcs.human_validation import human_validation_round
 
@@ -405,7 +405,7 @@ def human_validation(args: argparse.Namespace) -> None:
 
 @stage("pcs-analyze")
 def analyze(args: argparse.Namespace) -> None:
-    """Every metric, table and figure of seed 004 from the judged scores."""
+    """Every metric, table and figure of Fifteen Percent Fluency from the judged scores."""
     from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
     from stereolens.studies.pcs.inputs import (
         read_preferences,

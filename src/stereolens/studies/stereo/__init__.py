@@ -1,1 +1,1 @@
-"""Study ``stereo`` (seed 003, EspanStereo): human-LLM collaborative stereotype benchmark per country."""
+"""Study ``stereo`` (EspanStereo): human-LLM collaborative stereotype benchmark per country."""

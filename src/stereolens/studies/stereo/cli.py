@@ -25,7 +25,7 @@ from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE
 def register(subparsers: argparse._SubParsersAction) -> None:
     from stereolens.cli_support import get_or_create_subparser
 
-    sub = get_or_create_subparser(subparsers, "stereo", help="country-specific StereoSet benchmark (seed 003) tools")
+    sub = get_or_create_subparser(subparsers, "stereo", help="country-specific StereoSet benchmark (EspanStereo) tools")
     sc = sub.add_parser("score", help="score the three candidates of a StereoSet-format file given their context")
     sc.add_argument("--model", required=True, help="Hugging Face model name or local directory (masked or causal LM)")
     sc.add_argument("--instances", required=True,

@@ -1,4 +1,4 @@
-"""StereoSet evaluation per country (seed 003 section 6): candidate scores given the context, then ss / lms / icat.
+"""StereoSet evaluation per country (EspanStereo section 6): candidate scores given the context, then ss / lms / icat.
 
 StereoSet scored inter-sentence items with BERT's next-sentence head, which
 XLM-R lacks; the paper does not say what it did.  Here each candidate

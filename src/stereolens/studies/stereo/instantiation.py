@@ -1,4 +1,4 @@
-"""Instantiation (seed 003 sections 3.3, 4.4, appendix G): StereoSet inter-sentence triples per stereotype.
+"""Instantiation (EspanStereo sections 3.3, 4.4, appendix G): StereoSet inter-sentence triples per stereotype.
 
 Triples (context, stereotypical, anti-stereotypical) come from the generator
 (the Figure G1 conversation; ``source=machine``), from annotators (an import

@@ -1,4 +1,4 @@
-"""Overlap analyses (seed 003 sections 4.2, 5.2): between countries (Tables 1-5), with CrowS-Pairs and StereoSet (11-12).
+"""Overlap analyses (EspanStereo sections 4.2, 5.2): between countries (Tables 1-5), with CrowS-Pairs and StereoSet (11-12).
 
 The paper does not define "present".  Ours: two stereotypes are the same when
 they are of the same category, their target groups are of the same class

@@ -75,7 +75,7 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
         "`authored` = the starter set written for this repository, not reviewed by native speakers); irrelevant sentences "
         "from an authored Spanish set.",
         "",
-        f"# stereo (seed 003, EspanStereo): {cfg.get('name')}",
+        f"# stereo (EspanStereo): {cfg.get('name')}",
         "",
         f"Countries {', '.join(cfg['countries'])}; categories {', '.join(cfg['categories'])}; points of view "
         f"{', '.join(cfg['points_of_view'])}; language `{cfg['language']}`.",

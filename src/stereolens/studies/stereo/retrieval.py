@@ -1,4 +1,4 @@
-"""Stereotype retrieval (seed 003 section 3.1, appendix C): prompt, parse, extract, repeat until saturation.
+"""Stereotype retrieval (EspanStereo section 3.1, appendix C): prompt, parse, extract, repeat until saturation.
 
 For every country x category x point of view the generator is asked, after
 the paper's two-turn preamble, for social-media posts carrying that

@@ -1,4 +1,4 @@
-"""DVC stages of the stereo study (seed 003): retrieve -> validate -> instantiate -> overlap, evaluate -> report.
+"""DVC stages of the stereo study (EspanStereo): retrieve -> validate -> instantiate -> overlap, evaluate -> report.
 
 * ``stereo-retrieve``: prompts per country x category x point of view until saturation;
   raw responses, extracted stereotypes, saturation curve, refusal counts.

@@ -1,4 +1,4 @@
-"""Manual validation (seed 003 section 3.2, appendices D-E): questionnaire, panels, median rule, tables.
+"""Manual validation (EspanStereo section 3.2, appendices D-E): questionnaire, panels, median rule, tables.
 
 One questionnaire item per retrieved stereotype: the statement, up to three
 example posts and the five options of Figure D1.  Options are *shown* from
