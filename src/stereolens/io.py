@@ -214,18 +214,18 @@ def project_path(path: str | os.PathLike) -> Path:
     return Path(root) / path
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
+def _file_digest(path: str | os.PathLike, algorithm: str, chunk: int = 1 << 20) -> str:
+    h = hashlib.new(algorithm)
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    return _file_digest(path, "sha256", chunk)
 
 
 def md5_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """The digest DVC records for a file (plain md5 of its bytes)."""
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+    return _file_digest(path, "md5", chunk)
