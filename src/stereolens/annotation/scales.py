@@ -7,7 +7,7 @@ LLM panel is scored over, and the measurement level agreement uses
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 

@@ -208,7 +208,7 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
                      f"p = {_fmt(hu.get('p'))}, d = {_fmt(hu.get('d'))} (n = {hu.get('n_hindi')} and {hu.get('n_urdu')} rows)")
     sc = statistics.get("hindi_urdu_scenarios") or {}
     if sc:
-        lines.append(f"- Hindi vs Urdu baseline, matched scenarios as units (beyond the paper): "
+        lines.append("- Hindi vs Urdu baseline, matched scenarios as units (beyond the paper): "
                      + (sc["note"] if sc.get("note") else
                         f"paired t = {_fmt(sc.get('t'))}, p = {_fmt(sc.get('p_t'))}; Wilcoxon W = "
                         f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
