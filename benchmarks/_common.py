@@ -109,3 +109,44 @@ def output_path(args, name: str) -> Path:
     if args.output is not None:
         return Path(args.output)
     return (RECORDED if args.record else SCRATCH) / name
+
+
+def take_turns(methods: dict, rounds: int, *, baseline: str) -> dict:
+    """Time ``methods`` (name -> zero-argument callable returning the values) taking turns in one process.
+
+    On a shared CPU a one-shot timing mostly measures what else ran at that moment; methods
+    that take turns share the same load.  Every method runs once untimed first (imports,
+    allocator and thread-pool warm-up), then ``rounds`` rounds, the order rotated each round
+    and reversed every other round so no method always follows the same one.  Per round it
+    records each time, the ratio ``time(other) / time(baseline)`` and the 1-minute load
+    average; the summary is the median of the per-round ratios, with their range.  The
+    values each call returns are kept so the caller can check that the methods agree.
+    """
+    import statistics
+
+    names = list(methods)
+    values = {name: methods[name]() for name in names}  # warm-up, untimed
+    per_round = []
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        if r % 2:
+            order.reverse()
+        load = os.getloadavg()[0]
+        seconds = {}
+        for name in order:
+            start = time.perf_counter()
+            values[name] = methods[name]()
+            seconds[name] = time.perf_counter() - start
+        per_round.append({"order": order, "load_average_1min": load, "seconds": seconds,
+                          "ratio_to_" + baseline: {n: seconds[n] / seconds[baseline] for n in names if n != baseline}})
+    key = "ratio_to_" + baseline
+    ratios = {n: [r[key][n] for r in per_round] for n in names if n != baseline}
+    return {
+        "rounds": per_round,
+        "median_seconds": {n: statistics.median(r["seconds"][n] for r in per_round) for n in names},
+        "median_ratio_to_" + baseline: {n: statistics.median(v) for n, v in ratios.items()},
+        "ratio_range": {n: [min(v), max(v)] for n, v in ratios.items()},
+        "load_average_1min_range": [min(r["load_average_1min"] for r in per_round),
+                                    max(r["load_average_1min"] for r in per_round)],
+        "values": values,
+    }

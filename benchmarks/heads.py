@@ -1,15 +1,21 @@
 """Head Shapley values: this study's estimator against Captum's ShapleyValueSampling.
 
-Both estimate the same game (probe accuracy on the held-out split with only a
-set of heads active, heads gated off at the attention output) from the same
-permutations: Captum draws them with ``torch.randperm`` after a seed, and we
-replay that seed.  Captum evaluates one coalition per call with a full forward
-pass; the study's estimator batches coalitions, evaluates each distinct
-coalition once and replays the frozen layers below the first player layer.
-The probe trains on 70% of the instances and the game is valued on the other
-30% (the study's three-way split with no pruning set, since nothing is pruned
-here: the same rows as the measurements before the split was introduced).
-Writes values, standard errors, timings and the speed ratio to
+All three methods estimate the same game (probe accuracy on the held-out split with only a
+set of heads active, heads gated off at the attention output) from the same permutations:
+Captum draws them with ``torch.randperm`` after a seed, and we replay that seed.
+
+- ``captum_full``: Captum, one coalition per call, a full forward pass per call (as public
+  head-probing code calls it);
+- ``captum_replay``: Captum, one coalition per call, through the same forward ours uses,
+  which replays the frozen layers below the first player layer;
+- ``ours``: ``permutation_shapley``, coalitions batched and each distinct one evaluated once,
+  with the same frozen-prefix replay.
+
+The methods take turns in one process (``_common.take_turns``: a warm-up call each, then
+``--rounds`` rounds with the order rotated and reversed), so they share whatever load the
+machine has; the figure is the median of the per-round ratios, with their range and the
+load average of every round, and the values of all three are checked equal.  The probe
+trains on 70% of the instances and the game is valued on the other 30%.  Writes to
 ``benchmarks/out/heads.json`` (``--record``: the tracked ``benchmarks/results/heads.json``).
 
 Instances: ``data/processed/stereo/instances.csv`` when it exists, else a small
@@ -22,7 +28,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,7 +37,7 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, add_output_arguments, output_path  # noqa: E402
+from _common import REPO, add_output_arguments, machine, output_path, take_turns  # noqa: E402
 
 GROUPS = ["las mujeres", "los hombres", "los ancianos", "los jóvenes", "los indígenas", "los migrantes",
           "los católicos", "los ricos", "los pobres", "las enfermeras"]
@@ -64,11 +69,11 @@ def main() -> None:
     p.add_argument("--permutations", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds after the warm-up")
     add_output_arguments(p, "heads.json")
     p.add_argument("--write-instances", type=Path, help="only write the template instances to this path")
     args = p.parse_args()
     args.output = output_path(args, "heads.json")
-    load_at_start = list(os.getloadavg())  # the CPU is shared: timings depend on what else runs
     if args.write_instances:
         args.write_instances.parent.mkdir(parents=True, exist_ok=True)
         template_instances().to_csv(args.write_instances, index=False)
@@ -104,59 +109,82 @@ def main() -> None:
     players = heads_of_layers(layers, plain.gate.n_heads)
     plain.encode(examples["text"].tolist())
     probe, _ = train_probe(plain, train_rows, labels, ProbeSettings(epochs=args.epochs, seed=args.seed))
-
-    # Captum: one coalition per call, full forward passes
-    captum_value = ProbeValue(plain, probe, test_rows, labels, players, max_rows=len(test_rows))
-
-    def forward(mask: torch.Tensor) -> torch.Tensor:
-        return torch.as_tensor(captum_value(mask.detach().numpy() > 0.5))
-
-    n = len(players)
-    start = time.perf_counter()
-    torch.manual_seed(args.seed)
-    captum_values = ShapleyValueSampling(forward).attribute(
-        torch.ones(1, n), baselines=torch.zeros(1, n), n_samples=args.permutations,
-        perturbations_per_eval=1)[0].double().numpy()
-    captum_seconds = time.perf_counter() - start
     plain.gate.remove()
-
-    # this study: same permutations, same probe, batched, deduplicated, frozen prefix replayed
+    texts = examples["text"].tolist()
+    n = len(players)
     torch.manual_seed(args.seed)
     perms = np.array([torch.randperm(n).tolist() for _ in range(args.permutations)])
-    start = time.perf_counter()
-    fast = GatedEncoder(model.base_model, tok, pooling=pooling, gated_layers=layers, reuse_prefix=True)
-    try:
-        fast.encode(examples["text"].tolist())
-        ours_value = ProbeValue(fast, probe, test_rows, labels, players, max_rows=256)
-        ours = permutation_shapley(ours_value, perms)
-    finally:
-        fast.gate.remove()
-    ours_seconds = time.perf_counter() - start
+    passes: dict[str, int] = {}
+    coalitions: dict[str, int] = {}
 
-    diff = np.abs(ours.values - captum_values)
-    se = ours.standard_errors
+    def with_encoder(reuse_prefix: bool, score) -> np.ndarray:
+        # each call builds (and, with replay, captures the frozen prefix of) its own encoder: that cost is timed too
+        gated = layers if reuse_prefix else [0]
+        encoder = GatedEncoder(model.base_model, tok, pooling=pooling, gated_layers=gated, reuse_prefix=reuse_prefix)
+        try:
+            encoder.encode(texts)
+            return score(encoder)
+        finally:
+            encoder.gate.remove()
+
+    def captum(encoder) -> np.ndarray:
+        # one coalition per call, as public head-probing code calls it
+        value = ProbeValue(encoder, probe, test_rows, labels, players, max_rows=len(test_rows))
+
+        def forward(mask: torch.Tensor) -> torch.Tensor:
+            return torch.as_tensor(value(mask.detach().numpy() > 0.5))
+
+        torch.manual_seed(args.seed)  # Captum draws its permutations with torch.randperm: the same ones as `perms`
+        out = ShapleyValueSampling(forward).attribute(
+            torch.ones(1, n), baselines=torch.zeros(1, n), n_samples=args.permutations,
+            perturbations_per_eval=1)[0].double().numpy()
+        passes["captum_replay" if encoder.prefix.first_gated else "captum_full"] = value.forward_passes
+        return out
+
+    def study(encoder) -> np.ndarray:
+        value = ProbeValue(encoder, probe, test_rows, labels, players, max_rows=256)
+        estimate = permutation_shapley(value, perms)
+        passes["ours"], coalitions["ours"] = value.forward_passes, estimate.n_evaluations
+        study.estimate = estimate
+        return estimate.values
+
+    timed = take_turns({
+        "ours": lambda: with_encoder(True, study),
+        "captum_full": lambda: with_encoder(False, captum),
+        "captum_replay": lambda: with_encoder(True, captum),
+    }, args.rounds, baseline="ours")
+    values = timed.pop("values")
+    ours = study.estimate
+    diffs = {name: float(np.abs(values[name] - values["ours"]).max()) for name in ("captum_full", "captum_replay")}
     result = {
         "model": Path(args.model).name, "kind": args.kind, "country": country,
         "instances": str(path) if path.exists() else "template (benchmark-template)",
         "n_test_examples": len(test_rows), "players": [f"L{l}H{h}" for l, h in players], "layers": layers,
         "n_layers": n_layers, "permutations": args.permutations, "seed": args.seed,
         "probe_test_accuracy_all_heads": ours.full_value,
-        "captum": {"version": __import__("captum").__version__, "seconds": captum_seconds,
-                   "forward_passes": captum_value.forward_passes, "values": captum_values.tolist()},
-        "ours": {"seconds": ours_seconds, "forward_passes": ours_value.forward_passes,
-                 "distinct_coalitions": ours.n_evaluations, "values": ours.values.tolist(),
-                 "standard_errors": se.tolist()},
-        "max_abs_difference": float(diff.max()),
-        "within_sampling_error": bool(np.all(diff <= 2 * np.maximum(se, 1e-12))),
-        "speed_ratio": captum_seconds / ours_seconds,
-        "machine": {"cpu_threads": torch.get_num_threads(), "platform": platform.platform(),
-                    "load_average_at_start": load_at_start, "load_average_at_end": list(os.getloadavg())},
+        "captum_version": __import__("captum").__version__,
+        "methods": {
+            "ours": "permutation_shapley: batched, deduplicated coalitions, frozen prefix replayed",
+            "captum_full": "ShapleyValueSampling, one coalition per call, full forward per call",
+            "captum_replay": "ShapleyValueSampling, one coalition per call, the same frozen-prefix replay as ours",
+        },
+        "forward_passes": passes, "distinct_coalitions": coalitions["ours"],
+        "values": {name: v.tolist() for name, v in values.items()},
+        "standard_errors": ours.standard_errors.tolist(),
+        "max_abs_difference_to_ours": diffs,
+        "values_equal": all(d == 0.0 for d in diffs.values()),
+        "timing": timed,
+        "machine": machine(),
+        "load_average_at_end": list(os.getloadavg()),
         "date": time.strftime("%Y-%m-%d"),
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"captum {captum_seconds:.1f}s, ours {ours_seconds:.1f}s: {result['speed_ratio']:.1f}x; "
-          f"max |difference| {result['max_abs_difference']:.2g} (within 2 SE: {result['within_sampling_error']})")
+    ratio, spread = timed["median_ratio_to_ours"], timed["ratio_range"]
+    print(f"median of {args.rounds} rounds (load {timed['load_average_1min_range']}): "
+          f"captum full {ratio['captum_full']:.2f}x {spread['captum_full']}, "
+          f"captum replay {ratio['captum_replay']:.2f}x {spread['captum_replay']} the time of ours "
+          f"({timed['median_seconds']}); max |difference| {diffs}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from config_edit import with_value
 
 from stereolens.cli import main
 
@@ -96,8 +97,8 @@ def crows_stage(model: dict) -> dict[str, str]:
     raw = pd.DataFrame({"sent_more": ["Women are bad drivers."], "sent_less": ["Men are bad drivers."],
                         "stereo_antistereo": ["stereo"], "bias_type": ["gender"]})
     return {"params.yaml": yaml.safe_dump(params), "data/raw/crows_pairs/crows_pairs_anonymized.csv": raw.to_csv(),
-            "data/processed/crows/scores.csv": "id,score_stereo,score_anti\n0,-3.5,-4.0\n",
-            "data/processed/crows/scoring.json": '{"skipped": null}\n'}
+            f"data/processed/crows/{model['id']}/scores.csv": "id,score_stereo,score_anti\n0,-3.5,-4.0\n",
+            f"data/processed/crows/{model['id']}/scoring.json": '{"skipped": null}\n'}
 
 
 def pcs_collect_stage(edit) -> dict[str, str]:
@@ -253,6 +254,75 @@ def _cases() -> list[Case]:
                                     "{tmp}/earlier/params.yaml"], "study.crows.limit", {}),
         Case("unknown metric", ["config", "compose", "metric=nope", "--output", "{tmp}/earlier/params.yaml"],
              "nope", {}),
+        Case("compose output under a file", ["config", "compose", "--output", "{tmp}/earlier/params.yaml/p.yaml"],
+             "is not a writable folder", {}),
+    ]
+    # --- config values typed and ranged per group (issue 22, cause 1)
+    for overrides, expect in [
+        (["study.heads.threads=abc"], "study.heads.threads must be"),
+        (["study.heads.shapley.value=bogus"], "study.heads.shapley.value must be one of ['accuracy', 'loss']"),
+        (["study.heads.probe.pooling=middle"], "study.heads.probe.pooling must be one of"),
+        (["study.heads.split.shapley_fraction=1.5"], "study.heads.split.shapley_fraction must be a number in (0, 1)"),
+        (["study.stereo.overlap.similarity.threshold=7"], "must be a number in [0, 1] or one of ['calibrated'], got 7"),
+        (["study.stereo.overlap.similarity.method=cosine"], "study.stereo.overlap.similarity.method must be one of"),
+        (["study.stereo.countries=[Narnia]"], "study.stereo.countries: ['Narnia'] not in"),
+        (["study.pairs.evaluation.bootstrap_resamples=-5"], "must be an integer >= 1, got -5"),
+        (["study.pairs.contrast.caste.Bamon=Women"], "contrast 'Women' is not a caste group"),
+        (["study.crows.limit=-5"], "study.crows.limit must be an integer >= 1 (or null), got -5"),
+        (["executor=ray", "executor.actors=-1"], "executor.actors must be an integer >= 1, got -1"),
+        (["executor=ray", "executor.shard_size=0"], "executor.shard_size must be an integer >= 1, got 0"),
+    ]:
+        cases.append(Case(f"config {overrides[-1]}", ["config", "compose", *overrides, "--output",
+                                                      "{tmp}/earlier/params.yaml"], expect, {}))
+    committed = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    cases += [
+        Case("params.yaml not valid YAML", ["stage", "crows-report"], "params.yaml line 3, column 1: not valid YAML",
+             {"params.yaml": "study:\n  crows: {limit: [1\n", "reports/crows/summary.json": '{"bias_score": 0.6}\n'},
+             in_tmp=True),
+        Case("hand-edited params value", ["stage", "heads-probe"],
+             "study.heads.probe.pooling must be one of ['auto', 'first', 'last', 'mean'], got 'middle' in params.yaml",
+             {"params.yaml": yaml.safe_dump(with_value(committed, "study.heads.probe.pooling", "middle")),
+              "data/processed/heads/probe.json": '{"accuracy": 0.75}\n'}, in_tmp=True),
+        Case("hand-edited crows limit", ["stage", "crows-score"], "study.crows.limit must be an integer >= 1",
+             {"params.yaml": yaml.safe_dump(with_value(committed, "study.crows.limit", -5)),
+              "data/processed/crows/scores.csv": "id,score_stereo,score_anti\n0,-3.5,-4.0\n"}, in_tmp=True),
+    ]
+    # --- lineage, release and tracking stores that say no (issue 22, cause 5)
+    release_params = yaml.safe_dump({"release": {"stereo": committed["release"]["stereo"]}})
+    cases += [
+        Case("lineage outside the repository", ["lineage", "/etc/hostname"], "outside the repository", {}),
+        Case("lineage of a file no stage reads", ["lineage", str(REPO / "README.md")],
+             "not an output of any stage nor an input a stage reads", {}),
+        Case("lineage of a file missing from an output folder", ["lineage", str(REPO / "reports/stereo/overlap/no.json")],
+             "no such file in reports/stereo/overlap, the output of stage stereo_overlap", {}),
+        Case("release before the study has run", ["release", "stereo", "--output", "{tmp}/rel"],
+             "not found: run the study first", {"params.yaml": release_params}, in_tmp=True),
+        Case("release output under a file", ["release", "stereo", "--output", "{tmp}/params.yaml/rel"],
+             "is a file, not a folder", {"params.yaml": release_params}, in_tmp=True),
+        Case("release with a broken --params", ["release", "stereo", "--params", "{tmp}/p.yaml", "--output", "{tmp}/rel"],
+             "p.yaml line 2, column 1: not valid YAML", {"p.yaml": "release: [1\n"}, in_tmp=True),
+        Case("compare in a clone with no runs", ["compare", "--study", "crows", "--tracking-uri",
+                                                 "sqlite:///{tmp}/mlruns/mlflow.db"], "no MLflow store at sqlite:///",
+             {"params.yaml": "seed: 0\n"}, in_tmp=True),
+        Case("compare with a store that is not a database", ["compare", "--study", "crows", "--tracking-uri",
+                                                             "sqlite:///{tmp}/j.csv"], "j.csv is not an SQLite database",
+             judgements("item_id,annotator_id,label\nt1,a1,1\n")),
+        Case("lineage with a mistyped store", ["lineage", str(REPO / "data/seed/stereo/prompts.yaml"), "--tracking-uri",
+                                               "sqlite:///{tmp}/no/such.db"], "no MLflow store at sqlite:///", {}),
+    ]
+    # --- counts that cannot be (issue 22, cause 2)
+    cases += [
+        Case("pairs analyze --resamples 0", ["pairs", "analyze", "--scores", "{tmp}/s.csv", "--output",
+                                             "{tmp}/earlier/pairs", "--resamples", "0"],
+             "--resamples must be an integer >= 1, got 0", {"s.csv": "id,dimension,score_stereo,score_anti\na,x,-1,-2\n"}),
+        Case("pairs analyze --resamples -5", ["pairs", "analyze", "--scores", "{tmp}/s.csv", "--output",
+                                              "{tmp}/earlier/pairs", "--resamples", "-5"],
+             "--resamples must be an integer >= 1, got -5", {"s.csv": "id,dimension,score_stereo,score_anti\na,x,-1,-2\n"}),
+        Case("stereo evaluate --bootstrap -1", ["stereo", "evaluate", "--scores", "{tmp}/s.csv", "--output",
+                                                "{tmp}/earlier/stereo", "--bootstrap", "-1"],
+             "--bootstrap must be an integer >= 0, got -1", {"s.csv": "id\n"}),
+        Case("agreement --resamples -5", [*AGREE[:-1], "-5"], "--resamples must be an integer >= 0, got -5",
+             judgements("item_id,annotator_id,label\nt1,a1,1\nt1,a2,2\n")),
     ]
     return cases
 
@@ -286,7 +356,10 @@ def _places(case: Case, tmp: Path, models: dict[str, str]) -> set[str]:
     if "stage" in argv[:1]:
         places.add("params.yaml")
     if "params.yaml" in case.files:  # a stage's model: its name or endpoint
-        model = yaml.safe_load(case.files["params.yaml"]).get("model") or {}
+        try:
+            model = yaml.safe_load(case.files["params.yaml"]).get("model") or {}
+        except yaml.YAMLError:  # the case is a broken params.yaml
+            model = {}
         places |= {v for k, v in model.items() if k in ("name", "base_url") and isinstance(v, str)}
     return places - {""}
 
@@ -366,15 +439,15 @@ def test_nan_scores_are_refused_by_the_report_stage(tmp_path, monkeypatch, capsy
     import yaml
 
     monkeypatch.chdir(tmp_path)
-    scores = tmp_path / "data/processed/crows/scores.csv"
+    scores = tmp_path / "data/processed/crows/m/scores.csv"
     scores.parent.mkdir(parents=True)
     scores.write_text("id,sent_stereo,sent_anti,bias_type,score_stereo,score_anti\n"
                       "0,a b,c b,gender,-3.5,-4.0\n1,d e,f e,gender,,-2.0\n", encoding="utf-8")
-    (tmp_path / "data/processed/crows/scoring.json").write_text('{"skipped": null}', encoding="utf-8")
+    (tmp_path / "data/processed/crows/m/scoring.json").write_text('{"skipped": null}', encoding="utf-8")
     params = {"model": {"id": "m", "name": "m", "kind": "causal"}, "metric": {"name": "causal"},
               "tracking": {"enabled": False}, "language": {"include": None}, "seed": 0,
               "study": {"crows": {"dataset": "crows_pairs", "limit": None, "bootstrap_resamples": 10}}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     assert main(["stage", "crows-report"]) == 2
     assert "scores.csv line 3, column score_stereo: empty cell" in capsys.readouterr().err
-    assert not (tmp_path / "reports/crows/summary.json").exists()
+    assert not (tmp_path / "reports/crows/m/summary.json").exists()

@@ -51,3 +51,25 @@ def test_every_benchmark_writes_the_tracked_results_only_with_record(script):
     assert output_path(argparse.Namespace(output=None, record=False), "x.json") == REPO / "benchmarks/out/x.json"
     assert output_path(argparse.Namespace(output=None, record=True), "x.json") == REPO / "benchmarks/results/x.json"
     assert output_path(argparse.Namespace(output=Path("elsewhere.json"), record=False), "x.json") == Path("elsewhere.json")
+
+
+def test_take_turns_warms_up_untimed_then_swaps_the_order_each_round():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _common import take_turns
+
+    calls: list[str] = []
+
+    def method(name):
+        def run():
+            calls.append(name)
+            return [name, len(calls)]
+        return run
+
+    out = take_turns({"a": method("a"), "b": method("b"), "c": method("c")}, 4, baseline="a")
+    assert calls[:3] == ["a", "b", "c"]  # the warm-up, not among the timed rounds
+    assert [r["order"] for r in out["rounds"]] == [["a", "b", "c"], ["a", "c", "b"], ["c", "a", "b"], ["c", "b", "a"]]
+    assert len(calls) == 3 + 4 * 3
+    assert out["values"]["c"] == ["c", calls.index("c", 3 + 3 * 3) + 1]  # the last timed call's values
+    for r in out["rounds"]:
+        assert r["ratio_to_a"] == {n: r["seconds"][n] / r["seconds"]["a"] for n in ("b", "c")}
+    assert set(out["median_ratio_to_a"]) == {"b", "c"}

@@ -255,6 +255,8 @@ def code_pipeline(tmp_path_factory) -> Path:
         code_only = {"cmd": body["cmd"], "deps": [d for d in body.get("deps", []) if str(d).startswith("src/")]}
         if "do" in definition:
             definition["do"] = code_only
+        elif "matrix" in definition:
+            pipeline["stages"][name] = {"matrix": definition["matrix"], **code_only}
         else:
             pipeline["stages"][name] = code_only
     (repo / "dvc.yaml").write_text(yaml.safe_dump(pipeline, sort_keys=False), encoding="utf-8")

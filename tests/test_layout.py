@@ -136,18 +136,27 @@ def test_every_study_and_only_a_study_has_its_line_in_the_config_defaults():
     assert set(study_lines) <= set(STUDIES), f"conf/config.yaml names no-such studies: {set(study_lines) - set(STUDIES)}"
 
 
-def test_every_study_summary_is_written_by_its_block_and_read_by_the_report_stage():
+def test_every_study_summary_is_written_per_model_by_its_block_and_read_by_the_report_stage():
+    """The multi-model layout: each study writes reports/<study>/<model_id>/summary.json from a stage of its
+    block that runs per model (a foreach over model_ids, or the primary model only: ``${model.id}``), and the
+    report stage reads the study's folder."""
     stages = _dvc_stages()
     report_deps = set(stages["report"]["deps"])
     blocks = _dvc_study_blocks()
     for study in STUDIES:
-        summary = f"reports/{study}/summary.json"
-        assert summary in report_deps, f"dvc.yaml: the report stage's deps lack {summary}"
-        writers = [name for name in blocks.get(study, [])
-                   if summary in [*stages[name].get("metrics", []), *stages[name].get("outs", [])]]
-        assert writers, f"dvc.yaml: no stage of the {study} block writes {summary}"
-    summaries = {d for d in report_deps if d.endswith("/summary.json")}
-    assert summaries <= {f"reports/{s}/summary.json" for s in STUDIES}, summaries
+        assert f"reports/{study}" in report_deps, f"dvc.yaml: the report stage's deps lack reports/{study}"
+        writers = []
+        for name in blocks.get(study, []):
+            body = stages[name].get("do", stages[name])
+            written = [*body.get("metrics", []), *body.get("outs", [])]
+            if f"reports/{study}/${{item}}/summary.json" in written:
+                assert stages[name].get("foreach") == "${model_ids}", f"dvc.yaml: {name} writes per model but " \
+                                                                      "is no foreach over ${model_ids}"
+                writers.append(name)
+            elif f"reports/{study}/${{model.id}}/summary.json" in written:
+                writers.append(name)
+        assert writers, f"dvc.yaml: no stage of the {study} block writes reports/{study}/<model_id>/summary.json"
+    assert not {d for d in report_deps if d.endswith("/summary.json")}, "the report stage reads study folders"
 
 
 def _config_keys(node, prefix: str = "") -> set[str]:
@@ -159,10 +168,15 @@ def _config_keys(node, prefix: str = "") -> set[str]:
 
 @pytest.mark.parametrize("study", [s for s in STUDIES if (PACKAGE / "studies" / s / "config.py").is_file()])
 def test_a_study_config_module_types_keys_its_default_has(study):
-    """``config.py`` (optional) holds ``PARAM_TYPES``: a type for keys of the study's config (needed where the
-    default is null, since a non-null default already fixes its key's type)."""
-    types = getattr(importlib.import_module(f"stereolens.studies.{study}.config"), "PARAM_TYPES", None)
-    assert isinstance(types, dict), f"studies/{study}/config.py defines no PARAM_TYPES dict"
+    """``config.py`` (optional) holds ``SCHEMA``, the JSON Schema of the study's config group (checked at compose
+    time and when a stage loads its params), and may hold ``PARAM_TYPES``: a type for keys whose default is null
+    (a non-null default already fixes its key's type)."""
+    module = importlib.import_module(f"stereolens.studies.{study}.config")
+    schema = getattr(module, "SCHEMA", None)
+    assert isinstance(schema, dict) and "object" in schema.get("type", ()), (
+        f"studies/{study}/config.py defines no SCHEMA (an object schema built with stereolens.config.schema)")
+    types = getattr(module, "PARAM_TYPES", {})
+    assert isinstance(types, dict), f"studies/{study}/config.py: PARAM_TYPES is not a dict"
     default = yaml.safe_load((REPO / "conf" / "study" / study / "default.yaml").read_text(encoding="utf-8"))
     keys = _config_keys(default)
     for key, declared in types.items():
@@ -185,9 +199,9 @@ def test_a_study_plan_module_plans_from_one_composed_config(study):
 
 def test_the_recipe_is_written_down_with_every_checked_step():
     recipe = (REPO / "docs" / "adding-a-study.md").read_text(encoding="utf-8")
-    for step in ("src/stereolens/studies/NAME/", "__init__.py", "stages.py", "cli.py", "config.py", "PARAM_TYPES",
+    for step in ("src/stereolens/studies/NAME/", "__init__.py", "stages.py", "cli.py", "config.py", "SCHEMA", "PARAM_TYPES",
                  "plan.py", "README.md", "**Paper.**", "**What is implemented**", "**Deviations", "**Run it alone**",
                  "conf/study/NAME/default.yaml", "conf/config.yaml", "study/NAME: default", "data/seed/NAME/",
-                 "# --- study: NAME ---", "NAME_", "reports/NAME/summary.json", "tests/studies/NAME/",
+                 "# --- study: NAME ---", "NAME_", "reports/NAME/<model_id>/summary.json", "tests/studies/NAME/",
                  "tests/test_layout.py", "tests/test_dvc_deps.py"):
         assert step in recipe, f"docs/adding-a-study.md does not mention {step!r}"

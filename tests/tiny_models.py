@@ -81,8 +81,9 @@ def _byte_bpe(vocab_size: int, specials: list[str]):
     return tok
 
 
-def build_causal_lm(out: Path) -> Path:
-    """Llama-style causal LM whose tokenizer prepends BOS, like Gemma's."""
+def build_causal_lm(out: Path, *, chat_template: bool = True) -> Path:
+    """Llama-style causal LM whose tokenizer prepends BOS, like Gemma's; with a chat template (an
+    instruct model's shape) or, ``chat_template=False``, without one (a base model's shape)."""
     from tokenizers import processors
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -90,10 +91,11 @@ def build_causal_lm(out: Path) -> Path:
     bos_id = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
-    fast.chat_template = (
-        "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-    )
+    if chat_template:
+        fast.chat_template = (
+            "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+        )
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,

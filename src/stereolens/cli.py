@@ -26,6 +26,7 @@ COMMAND_MODULES: list[str] = [
     "stereolens.models.cli",
     "stereolens.tracking.cli",
     "stereolens.lineage.cli",
+    "stereolens.report.cli",
     *study_modules("cli"),
     "stereolens.stages.cli",
 ]
@@ -35,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stereolens", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    # the studies' answer scales, named by `annotation import --scale`
+    for name in study_modules("scales"):
+        importlib.import_module(name)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     _register_plan(sub)

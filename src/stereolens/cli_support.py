@@ -28,3 +28,12 @@ def get_or_create_subparser(
         actions.required = True
         parser._stereolens_actions = actions  # type: ignore[attr-defined]
     return actions
+
+
+def check_count(value: int, option: str, *, minimum: int) -> int:
+    """Refuse, in one line naming the option, a count (resamples, samples) below ``minimum``."""
+    if value < minimum:
+        from stereolens.errors import ConfigError
+
+        raise ConfigError(f"{option} must be an integer >= {minimum}, got {value}")
+    return value

@@ -2,7 +2,9 @@
 
 Every output is written to a temporary name beside its destination and renamed
 into place, so an interrupted stage never leaves a half-written artefact behind
-an old, valid one.  The file then gets the permissions an ordinary ``open`` would
+an old, valid one.  Numbers in CSV and JSON outputs are written at
+:data:`SIGNIFICANT_DIGITS` significant digits (see :func:`fixed_precision`), so a rerun whose
+floating-point arithmetic differs below that precision writes the same bytes.  The file then gets the permissions an ordinary ``open`` would
 give it (``0666`` less the umask), not the ``0600`` of a temporary file: a lab's
 shared group must be able to read results.
 """
@@ -82,6 +84,45 @@ def write_text(dest: str | os.PathLike, text: str) -> Path:
     return Path(dest)
 
 
+# Seven significant digits, float32's precision (the models compute in float32).  Chosen by comparing the
+# committed default run with a cold fresh-clone run on the same machine (docs/reliability.md): seven
+# digits absorb every float difference outside the leakage choice scores, whose noise (up to a relative
+# 1e-5) only four digits would absorb; four turn an AmchiBias pair decision around and six move a
+# printed median log-probability difference (a difference of two sums near -100).
+SIGNIFICANT_DIGITS = 7
+_EXACT_INTEGER = 2.0**53
+
+
+def fixed_precision(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    """``value`` rounded to ``digits`` significant digits (not decimals: a log-probability of
+    -128.9096 and a p-value of 1.7e-46 both keep seven digits); whole numbers, NaN and
+    infinities are returned as they are, so a count stored as a float stays exact."""
+    if not math.isfinite(value) or (value.is_integer() and abs(value) < _EXACT_INTEGER):
+        return value
+    return float(f"{value:.{digits}g}")
+
+
+def _fixed_precision_tree(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _fixed_precision_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fixed_precision_tree(v) for v in obj]
+    if isinstance(obj, float):
+        return fixed_precision(obj)
+    return obj
+
+
+def fixed_precision_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every float column at :data:`SIGNIFICANT_DIGITS` significant digits."""
+    floats = df.select_dtypes(include="floating").columns
+    if not len(floats):
+        return df
+    out = df.copy()
+    for col in floats:
+        out[col] = out[col].map(fixed_precision, na_action="ignore").astype(df[col].dtype)
+    return out
+
+
 def finite_json(obj: Any) -> Any:
     """``obj`` with every NaN or infinity replaced by ``null`` (JSON has no NaN)."""
     if isinstance(obj, dict):
@@ -98,8 +139,9 @@ def finite_json(obj: Any) -> Any:
 
 
 def write_json(dest: str | os.PathLike, obj: Any) -> Path:
-    """Valid JSON: NaN and infinities become ``null`` (the producer says why in a note field)."""
-    text = json.dumps(finite_json(obj), indent=2, ensure_ascii=False, sort_keys=False, default=_json_default,
+    """Valid JSON: NaN and infinities become ``null`` (the producer says why in a note field);
+    other floats are written at :data:`SIGNIFICANT_DIGITS` significant digits."""
+    text = json.dumps(_fixed_precision_tree(finite_json(obj)), indent=2, ensure_ascii=False, sort_keys=False, default=_json_default,
                       allow_nan=False)
     return write_text(dest, text + "\n")
 
@@ -116,8 +158,9 @@ def _json_default(obj: Any) -> Any:
 
 
 def write_csv(dest: str | os.PathLike, df: pd.DataFrame, index: bool = False) -> Path:
+    """``df`` as UTF-8 CSV, float columns at :data:`SIGNIFICANT_DIGITS` significant digits."""
     with atomic_path(dest) as tmp:
-        df.to_csv(tmp, index=index, encoding="utf-8")
+        fixed_precision_frame(df).to_csv(tmp, index=index, encoding="utf-8")
     return Path(dest)
 
 

@@ -84,6 +84,7 @@ def test_leakage_human_writes_matrices(data_mirror, tmp_path, capsys):
         ours = read_matrix(tmp_path / f"H_{lang}.csv", missing_code=None)
         published = read_matrix(survey / f"aggregated_data_{lang}.csv")
         assert ours.shape == (32, 30) and (ours.isna() == published.isna()).all().all()
-        assert np.nanmax(np.abs(ours.to_numpy() - published.to_numpy())) < 1e-8
+        # written at seven significant digits (stereolens.io.SIGNIFICANT_DIGITS): equal to half a unit of the seventh
+        np.testing.assert_allclose(ours.to_numpy(dtype=float), published.to_numpy(dtype=float), rtol=5e-7, atol=0)
     header = (tmp_path / "H_EN.csv").read_text().splitlines()[0]
     assert header.startswith("Traits,woman,immigrant,")

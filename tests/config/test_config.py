@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,50 @@ def test_cli_bad_override_exits_2_without_touching_params(tmp_path, capsys):
     assert out.read_text(encoding="utf-8") == "seed: 0\n"
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("stereolens: error:")
+
+
+def test_models_mapping_puts_the_primary_first_then_compare_with():
+    """`models` (what the foreach stages iterate over): model id -> the full conf/model config, primary first."""
+    smollm2 = yaml.safe_load((CONF / "model" / "smollm2_135m.yaml").read_text(encoding="utf-8"))
+    default = compose_config([], config_dir=CONF)
+    assert default["compare_with"] == ["smollm2_135m"]
+    assert list(default["models"]) == ["gemma3-270m", "smollm2-135m"] == default["model_ids"]
+    assert default["models"]["gemma3-270m"] == default["model"]
+    assert default["models"]["smollm2-135m"] == smollm2
+
+    swapped = compose_config(["model=mbert", "compare_with=[smollm2_135m,xlmr_base]"], config_dir=CONF)
+    assert swapped["model_ids"] == ["mbert", "smollm2-135m", "xlmr-base"]
+    assert swapped["models"]["mbert"]["name"] == "bert-base-multilingual-cased"
+
+    alone = compose_config(["compare_with=[]"], config_dir=CONF)
+    assert list(alone["models"]) == alone["model_ids"] == ["gemma3-270m"]
+    # naming the primary again measures it once, with the primary's (overridden) config
+    again = compose_config(["compare_with=[gemma3_270m]", "model.dtype=bfloat16"], config_dir=CONF)
+    assert again["model_ids"] == ["gemma3-270m"] and again["models"]["gemma3-270m"]["dtype"] == "bfloat16"
+
+
+def test_an_unknown_compared_model_fails_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        compose_config(["compare_with=[no_such_model]"], config_dir=CONF)
+    message = str(err.value)
+    assert "compare_with: no model config" in message and "no_such_model.yaml" in message and "\n" not in message
+
+
+def test_dvc_composes_models_through_its_own_hydra(tmp_path):
+    """`dvc exp run -S` composes conf/ with DVC's Hydra integration, not ours: the resolver `models` needs comes
+    from hydra_plugins/ at the repository root, which DVC's plugin scan imports."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(CONF, tmp_path / "conf")
+    shutil.copytree(CONF.parent / "hydra_plugins", tmp_path / "hydra_plugins",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path / "params.yaml"
+    # a fresh process, as DVC is: no resolver registered by an earlier compose in this one
+    code = ("import sys; from dvc.utils.hydra import compose_and_dump; "
+            "compose_and_dump(sys.argv[1], sys.argv[2], None, 'config', sys.argv[3], ['compare_with=[]'])")
+    subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "conf"), str(tmp_path)], cwd=tmp_path,
+                   check=True, env={**os.environ, "PYTHONPATH": str(CONF.parent / "src")})
+    params = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert params["model_ids"] == ["gemma3-270m"] and params["models"]["gemma3-270m"]["id"] == "gemma3-270m"

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stereolens.datasets import ingest_dataset, load_registry
@@ -81,3 +82,27 @@ def test_a_raw_file_changed_after_ingest_is_refused_by_the_stage_that_reads_it(t
     (raw / "other.csv").write_text("x\n")
     with pytest.raises(DataError, match="not listed in"):
         verify_ingested(raw / "other.csv")
+
+
+def test_a_crows_sample_is_the_same_seeded_subset_in_file_order(tmp_path):
+    """`study.crows.sample`: N pairs drawn uniformly with the seed, kept in file order, identical on every call (so
+    every model of a run scores the same pairs); `limit` then takes the first N of them."""
+    import json as _json
+
+    from stereolens.datasets.crows_pairs import crows_pairs_table
+    from stereolens.io import sha256_file
+
+    raw = tmp_path / "crows_pairs"
+    raw.mkdir()
+    csv = raw / "crows_pairs_anonymized.csv"
+    rows = [f"{i},Sentence {i} more.,Sentence {i} less.,stereo,{'age' if i % 2 else 'gender'}" for i in range(20)]
+    csv.write_text(",sent_more,sent_less,stereo_antistereo,bias_type\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    (raw / "PROVENANCE.json").write_text(_json.dumps({"files": [{"file": csv.name, "sha256": sha256_file(csv)}]}))
+    full = crows_pairs_table(csv)
+    drawn = crows_pairs_table(csv, sample=6, seed=3)
+    # the known answer: numpy's seeded draw of 6 of the 20 row positions, sorted
+    expected = sorted(np.random.RandomState(3).permutation(20)[:6])
+    assert list(drawn.index) == expected and list(drawn["id"]) == [f"crows-{i}" for i in expected]
+    assert drawn.equals(crows_pairs_table(csv, sample=6, seed=3)) and not drawn.equals(crows_pairs_table(csv, sample=6, seed=4))
+    assert list(crows_pairs_table(csv, sample=6, seed=3, limit=2)["id"]) == list(drawn["id"][:2])
+    assert crows_pairs_table(csv, sample=50).equals(full)  # a sample as large as the set is the set

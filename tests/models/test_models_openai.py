@@ -212,25 +212,25 @@ def test_crows_stage_scores_a_completion_endpoint(server, tmp_path, monkeypatch)
                        "retry_base_s": 0.01},
              "metric": {"name": "causal", "batch_tokens": 512, "truncate": False}, "language": {"include": None},
              "tracking": {"enabled": False}, "seed": 0,
-             "study": {"crows": {"dataset": "crows_pairs", "limit": None, "bootstrap_resamples": 100}}}
+             "study": {"crows": {"dataset": "crows_pairs", "sample": None, "seed": 0, "limit": None, "bootstrap_resamples": 100}}}
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(p), encoding="utf-8")
         return argparse.Namespace(params="params.yaml")
 
     crows_score(params("completion"))
-    scores = pd.read_csv("data/processed/crows/scores.csv")
+    scores = pd.read_csv("data/processed/crows/toy/scores.csv")
     # the first echoed token has no context (OpenAI reports null), the rest are toy log-probabilities
     expected = sum(toy_logprob(t) for t in toy_tokens("Poor people steal things.")[1:])
     assert scores.loc[0, "score_stereo"] == pytest.approx(expected)
     crows_report(params("completion"))
-    summary = json.loads((tmp_path / "reports/crows/summary.json").read_text())
+    summary = json.loads((tmp_path / "reports/crows/toy/summary.json").read_text())
     assert summary["n"] == 2 and summary["skipped"] is None
 
     calls = server.calls
     crows_score(params("chat"))
     assert server.calls == calls
-    assert json.loads((tmp_path / "data/processed/crows/scoring.json").read_text())["skipped"]
+    assert json.loads((tmp_path / "data/processed/crows/toy/scoring.json").read_text())["skipped"]
     crows_report(params("chat"))
-    summary = json.loads((tmp_path / "reports/crows/summary.json").read_text())
+    summary = json.loads((tmp_path / "reports/crows/toy/summary.json").read_text())
     assert summary["n"] == 0 and "log-likelihood" in summary["skipped"]
 
 

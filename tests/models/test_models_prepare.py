@@ -9,6 +9,7 @@ code the default model goes through.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -169,3 +170,55 @@ def test_missing_default_package_is_a_clear_error(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("stereolens: error:") and "\n" not in err
     assert not Path("unused-dir").exists()
+
+
+def _installed_gguf_package(site: Path, gguf: Path, *, version: str) -> Path:
+    """A package as pip leaves it: ``tinygguf_pkg/`` holding the GGUF, and its ``.dist-info`` with the version."""
+    pkg = site / "tinygguf_pkg"
+    (pkg / "weights").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('its dependencies are not installed')\n", encoding="utf-8")
+    shutil.copy2(gguf, pkg / "weights" / "tiny.Q8.gguf")
+    info = site / f"tinygguf_pkg-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: tinygguf-pkg\nVersion: {version}\n", encoding="utf-8")
+    return pkg
+
+
+def test_prepare_model_stage_converts_a_packaged_gguf_for_a_compared_model(tiny_gguf, tmp_path, monkeypatch, capsys):
+    """The generic path of the prepare_model foreach: the GGUF found inside the installed package (without importing
+    it), the installed version checked against the pin, converted once, its identity recorded; a pin the installed
+    version does not match is refused in one line."""
+    import importlib
+
+    import yaml
+
+    site = tmp_path / "site"
+    _installed_gguf_package(site, tiny_gguf, version="0.3.1")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    source = {"package": "tinygguf-pkg", "module": "tinygguf_pkg", "version": "0.3.1"}
+    primary = {"id": "primary", "name": "somewhere/primary", "kind": "causal", "backend": "hf", "source": None}
+    compared = {"id": "tiny-packaged", "name": "models/tiny-packaged", "kind": "causal", "backend": "hf",
+                "revision": None, "source": source}
+    params = {"model": primary, "models": {"primary": primary, "tiny-packaged": compared}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+
+    assert cli_main(["stage", "prepare-model", "--model", "tiny-packaged"]) == 0
+    out = tmp_path / "models" / "tiny-packaged"
+    provenance = json.loads((out / PROVENANCE_FILE).read_text(encoding="utf-8"))
+    assert provenance["source"] == source
+    assert provenance["gguf_file"] == "tiny.Q8.gguf" and provenance["gguf_sha256"] == sha256_file(tiny_gguf)
+    off = ResponseCache(enabled=False)
+    gguf_model, gguf_tok = load_gguf_causal_lm(tiny_gguf)
+    expected = _ll(HFCausalLM.from_loaded(gguf_model, gguf_tok, ModelSpec(name="g", kind="causal"),
+                                          identity="test:gguf", cache=off))
+    converted = _ll(load_model(ModelSpec(name=str(out), kind="causal"), cache=off))
+    assert max(abs(a - b) for a, b in zip(expected, converted)) < 1e-6
+
+    compared["source"] = {**source, "version": "0.3.2"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    capsys.readouterr()
+    assert cli_main(["stage", "prepare-model", "--model", "tiny-packaged"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "tinygguf-pkg==0.3.2 but 0.3.1 is installed" in err

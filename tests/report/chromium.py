@@ -20,6 +20,20 @@ def chromium_binary() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def open_browser(profile: Path) -> "Browser":
+    """A headless Chromium for a test: the test is skipped where none is installed, and fails in CI."""
+    import os
+
+    import pytest
+
+    binary = chromium_binary()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (CI installs it in .ci/run: apt-get install -y chromium)")
+        pytest.skip("chromium not installed (apt-get install -y chromium)")
+    return Browser(profile, binary)
+
+
 class Browser:
     def __init__(self, profile: Path, binary: str) -> None:
         self.proc = subprocess.Popen(
@@ -47,6 +61,39 @@ class Browser:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+    def text_when(self, url: str, ready, timeout: float = 60.0, screenshot: Path | None = None) -> str:
+        """Open ``url`` (a page that renders after load, such as a single-page app) and return its text
+        once ``ready(text)`` holds, or the last text seen when ``timeout`` runs out."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
+        target = json.loads(urllib.request.urlopen(request, timeout=10).read())
+        ws = websocket.create_connection(target["webSocketDebuggerUrl"], timeout=timeout)
+        counter = iter(range(1, 10_000))
+
+        def send(method: str, **params):
+            ident = next(counter)
+            ws.send(json.dumps({"id": ident, "method": method, "params": params}))
+            while True:
+                message = json.loads(ws.recv())
+                if message.get("id") == ident:
+                    return message
+
+        try:
+            send("Page.navigate", url=url)
+            deadline, text = time.time() + timeout, ""
+            while time.time() < deadline:
+                time.sleep(1.0)
+                text = send("Runtime.evaluate", returnByValue=True,
+                            expression="document.body ? document.body.innerText : ''")["result"]["result"]["value"]
+                if ready(text):
+                    break
+            if screenshot is not None:
+                shot = send("Page.captureScreenshot", format="png")["result"]["data"]
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                screenshot.write_bytes(base64.b64decode(shot))
+        finally:
+            ws.close()
+        return text
 
     def check(self, url: str, screenshot: Path, timeout: float = 30.0) -> dict:
         """Open ``url``; return console errors, failed loads and broken images; write a full-page PNG."""

@@ -22,10 +22,11 @@ from stereolens.figures import save_figure
 from stereolens.report.site import build_site
 
 sys.path.insert(0, str(Path(__file__).parent))
-from chromium import Browser, chromium_binary  # noqa: E402
+from chromium import open_browser  # noqa: E402
 
 PARAMS = {"model": {"id": "tiny-clm", "name": "tests/tiny", "kind": "causal", "backend": "hf", "revision": None},
-          "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}}}
+          "models": {"tiny-clm": {}, "tiny-chat": {}},
+          "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}, "crows": {}, "stereo": {}}}
 
 
 def _figure(stem: Path) -> None:
@@ -52,6 +53,16 @@ def site(tmp_path_factory) -> Path:
     json.dump({"bias_score": 0.5, "n": 10, "provenance": {"annotation_source": "human"}}, open(clean / "summary.json", "w"))
     # a table whose provenance column says simulated, though the summary does not declare it
     pd.DataFrame({"x": [1], "source": ["human"]}).to_csv(clean / "t.csv", index=False)
+    # two studies the model profile knows, in the per-model layout: crows skipped for the chat model,
+    # stereo measured for both
+    for model, summary in (("tiny-clm", {"bias_score": 0.576, "ci_low": 0.551, "ci_high": 0.6}),
+                           ("tiny-chat", {"bias_score": None, "skipped": "a chat model gives no sentence log-likelihoods"})):
+        (reports / "crows" / model).mkdir(parents=True)
+        json.dump({"model": model, **summary, "provenance": {"annotation_source": "human"}},
+                  open(reports / "crows" / model / "summary.json", "w"))
+        (reports / "stereo" / model).mkdir(parents=True)
+        json.dump({"model": model, "ss": 60.0, "lms": 80.0, "icat": 64.0, "ss_ci": [50.0, 70.0],
+                   "provenance": {"source": {"authored": 40}}}, open(reports / "stereo" / model / "summary.json", "w"))
     build_site(sorted(PARAMS["study"]), PARAMS, reports)
     return reports
 
@@ -64,17 +75,12 @@ def screenshots(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    binary = chromium_binary()
-    if binary is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (CI installs it in .ci/run: apt-get install -y chromium)")
-        pytest.skip("chromium not installed (apt-get install -y chromium)")
-    b = Browser(tmp_path_factory.mktemp("profile"), binary)
+    b = open_browser(tmp_path_factory.mktemp("profile"))
     yield b
     b.close()
 
 
-PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absentstudy.html"]
+PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absentstudy.html", "site/crows.html"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -101,6 +107,30 @@ def test_the_browser_check_catches_a_missing_image(site, browser, tmp_path):
     result = browser.check(page.as_uri(), tmp_path / "broken.png")
     assert result["broken_images"] == ["nowhere.png"]
     assert any("ERR_FILE_NOT_FOUND" in e for e in result["errors"])
+
+
+def test_index_opens_on_the_model_profile_with_links_that_resolve(site, browser, tmp_path):
+    import re
+
+    index = (site / "index.html").read_text(encoding="utf-8")
+    assert index.index("Model profile") < index.index("<h2>Studies</h2>")
+    result = browser.check((site / "index.html").resolve().as_uri(), tmp_path / "index.png")
+    text = result["text"]
+    # a row per model, a column group per study, each value formatted for a person with its provenance
+    assert "57.6% [55.1, 60.0]\nhuman" in text and "60.0% [50.0, 70.0]\nauthored" in text
+    assert "n/a: skipped: a chat model gives no sentence log-likelihoods" in text
+    # work no person reviewed stands out from human work, and the words are explained
+    assert '<span class="prov">human</span>' in index and '<span class="prov unreviewed">authored</span>' in index
+    assert "Provenance words" in text
+    profile = index[index.index("Model profile"):index.index("<h2>Studies</h2>")]
+    assert profile.count("<tr><th>tiny-clm</th>") == 2 and profile.count("<tr><th>tiny-chat</th>") == 2
+    links = re.findall(r'href="([^"]+)"', profile)
+    assert len(links) == 2 + 2 * (1 + 3)  # the two study headings, then every cell
+    # the study headings link to the study's page, every cell to its model's page of that study
+    assert set(links) == {"site/crows.html", "site/stereo.html", *(f"site/{study}@{model}.html"
+                          for study in ("crows", "stereo") for model in ("tiny-clm", "tiny-chat"))}
+    for link in links:
+        assert (site / link).is_file(), link
 
 
 def test_index_lists_every_study_with_its_warnings(site):

@@ -41,8 +41,8 @@ def test_every_dvc_command_resolves_to_its_registered_stage_function(dvc_stage, 
     args = build_parser().parse_args(argv[1:])
     assert args.stage_name == argv[2] and argv[2] in STAGES
     assert args.params == "params.yaml"
-    # the parsed command calls exactly the registered function (its default argument)
-    assert args.func.__defaults__ == (STAGES[argv[2]].func,)
+    # the parsed command calls exactly the registered function, under its name (its default arguments)
+    assert args.func.__defaults__ == (STAGES[argv[2]].func, argv[2])
 
 
 def test_every_registered_stage_is_run_by_dvc_and_lives_in_a_stage_module():

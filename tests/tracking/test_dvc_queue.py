@@ -73,7 +73,7 @@ def make_repo(root: Path, model_dir: Path, store: Path) -> None:
         "cmd": f"{sys.executable} -m stereolens stage crows-score",
         "deps": ["data/raw/crows_pairs", "models/tiny"],
         "params": ["model", "metric", "study.crows.dataset", "study.crows.limit", "tracking", "language"],
-        "outs": ["data/processed/crows/scores.csv", "data/processed/crows/scoring.json"],
+        "outs": ["data/processed/crows/tiny/scores.csv", "data/processed/crows/tiny/scoring.json"],
     }
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"crows_score": stage}}), encoding="utf-8")
 
@@ -134,6 +134,10 @@ def test_two_queued_experiments_run_two_at_a_time_and_both_reach_mlflow(tmp_path
     assert sorted(json.loads(r.data.params["study"])["limit"] for r in runs) == list(LIMITS)
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert sorted(r.data.metrics["pairs"] for r in runs) == list(LIMITS)
+    # inside DVC's temporary workspaces too, each run's inputs are its stage's data deps from dvc.yaml
+    # (beside the table the stage logs itself, by its dataset name)
+    assert [sorted(d.dataset.name for d in r.inputs.dataset_inputs) for r in runs] == [
+        ["crows_pairs", "data/raw/crows_pairs"]] * 2
     # the two stage runs overlapped in time: the store really had two writers at once
     (first, second) = sorted(runs, key=lambda r: r.info.start_time)
     assert second.info.start_time < first.info.end_time, "the queue ran the experiments one after the other"

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-
+from stereolens.annotation.scales import BUILTIN_SCALES, STUDY_SCALES
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     annotation = subparsers.add_parser("annotation", help="annotation tasks, judgements, agreement")
@@ -33,10 +33,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--name", default="tasks")
     export.set_defaults(func=_export)
 
-    imp = sub.add_parser("import", help="validate completed judgements (CSV or Label Studio JSON)")
-    imp.add_argument("--input", required=True)
-    imp.add_argument("--scale", default="likert5")
+    imp = sub.add_parser("import", help="validate completed judgements (long CSV, or a Label Studio JSON, "
+                                         "JSON-MIN or CSV export)")
+    imp.add_argument("--input", required=True, help="long-format CSV or Label Studio export (format detected)")
+    scale_names = [*BUILTIN_SCALES, *STUDY_SCALES]
+    imp.add_argument("--scale", default="likert5", choices=scale_names,
+                     help="answer scale: " + ", ".join(scale_names) + " (default: likert5)")
     imp.add_argument("--items", help="CSV with item_id: judgements on other ids are refused")
+    imp.add_argument("--annotator-map", help="Label Studio users credited to the team's ids: CSV label_studio_user,"
+                                             "annotator_id, or Label Studio's user list (GET /api/users) as JSON "
+                                             "(ids become emails)")
     imp.add_argument("--output", required=True, help="validated long-format CSV")
     imp.set_defaults(func=_import)
 
@@ -67,9 +73,12 @@ def _agreement(args: argparse.Namespace) -> int:
     from stereolens.annotation.agreement import compute
     from stereolens.annotation.scales import scale_from_config
     from stereolens.annotation.tasks import validate_judgements
+    from stereolens.cli_support import check_count
     from stereolens.errors import DataError
     from stereolens.io import read_csv_checked
     from stereolens.tables import judgements_schema, validate_table
+
+    check_count(args.resamples, "--resamples", minimum=0)
 
     # the same checks as `annotation import`: ids present, one label per (item, annotator), labels on the scale
     df = read_csv_checked(args.input, ["item_id", "annotator_id", "label"], what="judgements",
@@ -147,16 +156,17 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from stereolens.annotation.scales import scale_from_config
-    from stereolens.annotation.tasks import import_judgements, import_label_studio
+    from stereolens.annotation.label_studio import read_annotator_map
+    from stereolens.annotation.scales import scale_by_name
+    from stereolens.annotation.tasks import import_judgements
     from stereolens.io import read_csv_checked, write_csv
 
-    scale = scale_from_config(args.scale)
+    scale = scale_by_name(args.scale)
     known = None
     if args.items:
         known = read_csv_checked(args.items, ["item_id"], what="items", dtype={"item_id": str})["item_id"]
-    reader = import_label_studio if args.input.endswith(".json") else import_judgements
-    df = reader(args.input, scale, known_items=known)
+    users = read_annotator_map(args.annotator_map) if args.annotator_map else None
+    df = import_judgements(args.input, scale, known_items=known, annotator_map=users)
     write_csv(args.output, df)
     print(f"wrote {args.output}: {len(df)} judgements, {df['item_id'].nunique()} items, "
           f"{df['annotator_id'].nunique()} annotators")

@@ -17,7 +17,8 @@ from stereolens.annotation.scales import Scale, scale_from_config
 from stereolens.errors import ConfigError
 from stereolens.quality.suites import AnnotationThresholds
 
-_KNOWN = {"source", "scale", "quorum", "discard_median_at_or_below", "qc", "thresholds", "bootstrap", "simulator", "panel"}
+_KNOWN = {"source", "scale", "quorum", "discard_median_at_or_below", "qc", "thresholds", "bootstrap", "simulator", "panel",
+          "annotator_map"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class AnnotationConfig:
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     simulator: dict[str, Any] = field(default_factory=dict)
     panel: dict[str, Any] = field(default_factory=dict)
+    # CSV label_studio_user -> annotator_id: Label Studio users credited to the team's annotator ids
+    annotator_map: str | None = None
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "AnnotationConfig":
@@ -64,4 +67,5 @@ class AnnotationConfig:
             bootstrap=BootstrapConfig(**boot),
             simulator=dict(cfg.get("simulator") or {}),
             panel=dict(cfg.get("panel") or {}),
+            annotator_map=cfg.get("annotator_map"),
         )

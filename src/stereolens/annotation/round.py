@@ -38,9 +38,12 @@ def collect_judgements(
     if cfg.source == "human":
         from stereolens.annotation.tasks import import_judgements
 
+        from stereolens.annotation.label_studio import read_annotator_map
+
         if judgements_path is None:
-            raise ConfigError("annotation.source=human needs a judgements file (long-format CSV)")
-        return import_judgements(judgements_path, cfg.scale, known_items=items["item_id"])
+            raise ConfigError("annotation.source=human needs a judgements file (long-format CSV or a Label Studio export)")
+        users = read_annotator_map(cfg.annotator_map) if cfg.annotator_map else None
+        return import_judgements(judgements_path, cfg.scale, known_items=items["item_id"], annotator_map=users)
     if cfg.source == "simulated":
         from stereolens.annotation.simulate import simulate_annotations
 

@@ -48,6 +48,10 @@ class Scale:
             for option in self.options:
                 if _same_label(value, option):
                     return option
+            # Label Studio (and a person filling in a sheet) gives the text shown, not the option
+            for option, text in zip(self.options, self.option_texts):
+                if _same_label(value, text):
+                    return option
             raise ValueError(f"label {value!r} is not one of {list(self.options)}")
         number = float(value)
         if number != number or number < self.minimum or number > self.maximum:  # NaN fails too
@@ -96,3 +100,25 @@ def scale_from_config(cfg: Mapping[str, Any] | str) -> Scale:
         )
     except KeyError as exc:
         raise ConfigError(f"scale config lacks {exc.args[0]!r}") from exc
+
+
+# Scales a study declares for `stereolens annotation import --scale NAME` (name -> "module:attribute", the
+# attribute a Scale or a function returning one); filled by each study's ``scales.py`` (discovered by the CLI).
+STUDY_SCALES: dict[str, str] = {}
+
+
+def register_study_scale(name: str, target: str) -> None:
+    if name in BUILTIN_SCALES or STUDY_SCALES.get(name, target) != target:
+        raise ConfigError(f"scale name {name!r} is taken")
+    STUDY_SCALES[name] = target
+
+
+def scale_by_name(name: str) -> Scale:
+    """A builtin scale or one a study registered (loaded on use)."""
+    import importlib
+
+    if name not in STUDY_SCALES:
+        return scale_from_config(name)
+    module, attribute = STUDY_SCALES[name].split(":")
+    found = getattr(importlib.import_module(module), attribute)
+    return found() if callable(found) else found

@@ -9,9 +9,8 @@ columns.  Anything wrong is refused with one line naming the file row
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -33,10 +32,16 @@ def export_tasks(
     *,
     name: str = "tasks",
     text_col: str = "text",
+    text_fields: Mapping[str, str] | None = None,
+    item_choices: Mapping[Any, Sequence[str]] | None = None,
 ) -> dict[str, Path]:
     """Write ``<name>.csv`` (one row per item with instructions and answer options),
     ``<name>.label_studio.json`` (tasks Label Studio imports) and
-    ``<name>.label_config.xml`` (the matching labelling interface)."""
+    ``<name>.label_config.xml`` (the matching labelling interface).
+
+    ``text_fields`` (control name -> prompt) adds a text box per field (a rewrite, a reason);
+    ``item_choices`` (item_id -> option texts in scale order) shows each task its own option texts,
+    read back by position on import."""
     for col in ("item_id", text_col):
         if col not in items.columns:
             raise DataError(f"items to export lack column {col!r} (have: {', '.join(map(str, items.columns))})")
@@ -58,9 +63,17 @@ def export_tasks(
     for row in items.to_dict(orient="records"):
         data = {k: _jsonable(v) for k, v in row.items()}
         data["item_id"] = str(row["item_id"])
+        if item_choices is not None:
+            texts = list(item_choices[row["item_id"]])
+            if len(texts) != len(scale.options):
+                raise DataError(f"item {row['item_id']!r}: {len(texts)} option texts for the {len(scale.options)} "
+                                f"options of scale {scale.name!r}")
+            data["choices"] = [{"value": t} for t in texts]
         records.append({"data": data})
     json_path = write_json(out_dir / f"{name}.label_studio.json", records)
-    xml_path = write_text(out_dir / f"{name}.label_config.xml", label_studio_config(scale, instructions, text_col))
+    config = label_studio_config(scale, instructions, text_col, text_fields=text_fields,
+                                 per_task_choices=item_choices is not None)
+    xml_path = write_text(out_dir / f"{name}.label_config.xml", config)
     return {"csv": csv_path, "label_studio": json_path, "label_config": xml_path}
 
 
@@ -72,19 +85,28 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def label_studio_config(scale: Scale, instructions: str, text_col: str = "text") -> str:
-    """A Label Studio labelling config: single choice for closed scales, a number for ranges."""
-    head = f'<View>\n  <Header value="{escape(instructions, {chr(34): "&quot;"})}"/>\n  <Text name="text" value="${text_col}"/>\n'
-    if scale.is_closed:
-        choices = "\n".join(
-            f'    <Choice value="{escape(str(t), {chr(34): "&quot;"})}"/>' for t in scale.texts()
-        )
+def label_studio_config(scale: Scale, instructions: str, text_col: str = "text", *,
+                        text_fields: Mapping[str, str] | None = None, per_task_choices: bool = False) -> str:
+    """A Label Studio labelling config: single choice for closed scales (the task's own ``choices`` when
+    ``per_task_choices``), a number for ranges, and a text box per ``text_fields`` entry."""
+    head = f'<View>\n  <Header value="{_attr(instructions)}"/>\n  <Text name="text" value="${text_col}"/>\n'
+    if scale.is_closed and per_task_choices:
+        body = '  <Choices name="label" toName="text" choice="single" required="true" value="$choices"/>\n'
+    elif scale.is_closed:
+        choices = "\n".join(f'    <Choice value="{_attr(str(t))}"/>' for t in scale.texts())
         body = f'  <Choices name="label" toName="text" choice="single" required="true">\n{choices}\n  </Choices>\n'
     else:
         body = (
             f'  <Number name="label" toName="text" min="{scale.minimum:g}" max="{scale.maximum:g}" required="true"/>\n'
         )
+    for field_name, prompt in (text_fields or {}).items():
+        body += (f'  <Header value="{_attr(prompt)}"/>\n'
+                 f'  <TextArea name="{_attr(field_name)}" toName="text" rows="2" maxSubmissions="1" editable="true"/>\n')
     return head + body + "</View>\n"
+
+
+def _attr(text: str) -> str:
+    return escape(text, {chr(34): "&quot;"})
 
 
 def validate_judgements(
@@ -153,10 +175,23 @@ def import_judgements(
     *,
     known_items: Iterable[Any] | None = None,
     source: str = "human",
+    annotator_map: Mapping[str, str] | None = None,
+    text_fields: Sequence[str] = ("rewrite", "reason"),
 ) -> pd.DataFrame:
-    """Read completed judgements (CSV, long format) and validate them; adds ``source``."""
+    """Read completed judgements and validate them; adds ``source`` (the annotation's provenance).
+
+    ``path`` is a long-format CSV or a Label Studio export (JSON, JSON-MIN or CSV, told apart by
+    :func:`~stereolens.annotation.label_studio.export_format`); ``annotator_map`` turns Label Studio
+    users into the team's annotator ids."""
+    from stereolens.annotation.label_studio import export_format, map_annotators, read_label_studio
+
+    if export_format(path) != "long":
+        return import_label_studio(path, scale, known_items=known_items, source=source,
+                                   annotator_map=annotator_map, text_fields=text_fields)
     # columns are checked by validate_judgements, which also names offending rows
     df = read_csv_checked(path, [], what="judgements", dtype={"item_id": str, "annotator_id": str})
+    if annotator_map:
+        df["annotator_id"] = map_annotators(df["annotator_id"], annotator_map, where=str(path))
     df = validate_judgements(df, scale, known_items=known_items, where=str(path))
     if "source" not in df.columns:
         df["source"] = source
@@ -169,43 +204,13 @@ def import_label_studio(
     *,
     known_items: Iterable[Any] | None = None,
     source: str = "human",
+    annotator_map: Mapping[str, str] | None = None,
+    text_fields: Sequence[str] = ("rewrite", "reason"),
 ) -> pd.DataFrame:
-    """Read a Label Studio JSON export (tasks with ``annotations``) into long format and validate it."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"Label Studio export not found: {path}")
-    try:
-        tasks = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"Label Studio export {path} is not valid JSON: {exc}") from exc
-    rows = []
-    for t_pos, task in enumerate(tasks):
-        item_id = (task.get("data") or {}).get("item_id", task.get("id"))
-        for annotation in task.get("annotations") or []:
-            if annotation.get("was_cancelled"):
-                continue
-            value = None
-            for res in annotation.get("result") or []:
-                v = res.get("value") or {}
-                if "choices" in v and v["choices"]:
-                    value = v["choices"][0]
-                elif "number" in v:
-                    value = v["number"]
-                elif "rating" in v:
-                    value = v["rating"]
-            if value is not None and scale.is_closed:
-                # Label Studio returns the option text; map it back to the option
-                texts = [t.lower() for t in scale.texts()]
-                if str(value).lower() in texts:
-                    value = scale.options[texts.index(str(value).lower())]
-            rows.append({
-                "item_id": item_id,
-                "annotator_id": annotation.get("completed_by"),
-                "label": value,
-                "timestamp": annotation.get("created_at"),
-                "task_index": t_pos,
-            })
-    df = pd.DataFrame(rows, columns=["item_id", "annotator_id", "label", "timestamp", "task_index"])
+    """Read a Label Studio export (JSON, JSON-MIN or CSV) into long format and validate it."""
+    from stereolens.annotation.label_studio import read_label_studio
+
+    df = read_label_studio(path, scale, text_fields=text_fields, annotator_map=annotator_map)
     df = validate_judgements(df, scale, known_items=known_items, where=f"{path} annotation", row_offset=1)
     df["source"] = source
     return df

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.errors import ConfigError
-from stereolens.io import write_text
+from stereolens.io import check_writable, write_text
 
 DEFAULT_CONFIG_DIR = "conf"
 DEFAULT_CONFIG_NAME = "config"
@@ -37,7 +37,22 @@ def compose_config(
     if overrides:
         defaults = _compose((), config_dir=config_dir, config_name=config_name)
         check_types(config, expected_types(defaults), overrides)
+    check_schema(config, overrides)
     return config
+
+
+def check_schema(config: dict[str, Any], overrides: Sequence[str]) -> None:
+    """The groups' typed schemas (:mod:`stereolens.config.schema`), naming the override that set the key."""
+    from stereolens.config.schema import check_config
+
+    try:
+        check_config(config)
+    except ConfigError as exc:
+        key = str(exc).split(" ", 1)[0].rstrip(":")
+        culprit = next((o for o in reversed(overrides) if key.startswith(override_key(o).replace("/", "."))), None)
+        if culprit is None:
+            raise
+        raise ConfigError(f"{exc} (from override {culprit!r})") from None
 
 
 def _compose(
@@ -48,16 +63,29 @@ def _compose(
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from stereolens.config.models import CONFIG_DIR_ENV, register_models_resolver
+
     config_dir = Path(config_dir).resolve()
     if not (config_dir / f"{config_name}.yaml").exists():
         raise ConfigError(f"no {config_name}.yaml in config directory {config_dir}")
+    register_models_resolver()
+    previous = os.environ.get(CONFIG_DIR_ENV)
+    os.environ[CONFIG_DIR_ENV] = str(config_dir)  # where the `models` resolver finds conf/model/<name>.yaml
     try:
         with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
             cfg = compose(config_name=config_name, overrides=list(overrides))
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ConfigError):  # from the `models` resolver: already one line naming the key
+            raise ConfigError(str(cause)) from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot compose config with overrides {list(overrides)}: {first}") from exc
+    finally:
+        if previous is None:
+            os.environ.pop(CONFIG_DIR_ENV, None)
+        else:
+            os.environ[CONFIG_DIR_ENV] = previous
 
 
 _NUMERIC = (int, float)
@@ -134,6 +162,7 @@ def write_params(
     output: str | os.PathLike = "params.yaml",
     config_dir: str | os.PathLike = DEFAULT_CONFIG_DIR,
 ) -> Path:
+    check_writable(output)  # an output under a file is refused before any composing
     config = compose_config(overrides, config_dir=config_dir)
     header = "# Composed from conf/ by `stereolens config compose"
     header += (" " + " ".join(overrides)) if overrides else ""

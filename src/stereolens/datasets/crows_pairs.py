@@ -15,13 +15,15 @@ CROWS_BIAS_TYPES = ("race-color", "socioeconomic", "gender", "disability", "nati
                     "physical-appearance", "religion", "age")
 
 
-def crows_pairs_table(raw_csv: str | os.PathLike, limit: int | None = None) -> pd.DataFrame:
+def crows_pairs_table(raw_csv: str | os.PathLike, limit: int | None = None, *, sample: int | None = None,
+                      seed: int = 0) -> pd.DataFrame:
     """CrowS-Pairs as ``id, sent_stereo, sent_anti, bias_type, direction``.
 
     ``sent_more`` is always the more stereotypical sentence (for 'antistereo'
     rows it violates a stereotype about a disadvantaged group), which is why
     both the original metric and lm-evaluation-harness compare sent_more
-    against sent_less regardless of direction.
+    against sent_less regardless of direction. ``sample`` keeps a seeded uniform
+    sample of that many pairs (in file order), then ``limit`` the first N.
     """
     verify_ingested(raw_csv)
     raw = read_csv_checked(raw_csv, CROWS_COLUMNS, what="CrowS-Pairs table", keep_default_na=False)
@@ -36,4 +38,7 @@ def crows_pairs_table(raw_csv: str | os.PathLike, limit: int | None = None) -> p
             "direction": raw.get("stereo_antistereo", ""),
         }
     )
+    if sample and sample < len(table):
+        # a seeded uniform sample, kept in file order: every model of a run scores the same pairs
+        table = table.sample(n=sample, random_state=seed).sort_index()
     return table.head(limit) if limit else table

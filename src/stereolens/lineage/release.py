@@ -245,11 +245,30 @@ def build_datasheet(spec: ReleaseSpec, *, problems: pd.DataFrame, gates: list[di
     return "\n".join(lines)
 
 
+def _check_output_folder(output: Path) -> None:
+    """The release folder must be new or empty, and not a file or under one: checked before any other work."""
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"release output {output} is a file: choose a new folder")
+    parent = output
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"release output {output}: {parent} is a file, not a folder: choose a new folder")
+    if output.exists() and any(output.iterdir()):
+        raise ConfigError(f"release output {output} exists and is not empty: choose a new folder")
+
+
 def release(study: str, block: Any, output: str | os.PathLike, *, allow_unreviewed: bool = False,
             root: str | os.PathLike = ".", tracking_uri: str | None = None) -> dict[str, Any]:
     """Assemble the release of ``study`` in ``output`` or raise :class:`ReleaseRefused` naming the items."""
     root = Path(root).resolve()
     spec = ReleaseSpec.from_config(study, block)
+    output = Path(output)
+    _check_output_folder(output)
+    missing = [path for path in spec.dataset if not (root / path).exists()]
+    if missing:
+        raise ConfigError(f"release {study}: {', '.join(missing)} not found: run the study first "
+                          f"(`dvc repro`), then release it")
     absent = [pattern for pattern in spec.agreement if not _expand([pattern], root)]
     if absent:
         raise ConfigError(f"release.{study}.agreement: {absent} match(es) no file (a path the study no longer writes?)")
@@ -260,9 +279,6 @@ def release(study: str, block: Any, output: str | os.PathLike, *, allow_unreview
             f"gate ({_summary_counts(problems)}):\n{_describe_problems(problems)}\n"
             "Review them (or rerun with human judgements), or pass --allow-unreviewed to release them labelled so."
         )
-    output = Path(output)
-    if output.exists() and any(output.iterdir()):
-        raise ConfigError(f"release output {output} exists and is not empty: choose a new folder")
     lineages = {path: trace(path, root=root, tracking_uri=tracking_uri) for path in spec.dataset}
     files = []
     for path in spec.dataset:

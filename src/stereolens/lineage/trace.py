@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from stereolens.errors import ConfigError, DataError
 from stereolens.io import md5_file
 from stereolens.lineage.graph import StageRecord, contains, load_stages, producer, producers_within
 from stereolens.lineage.provenance import ingest_records, model_identities, provenance_of
@@ -26,20 +27,31 @@ def _relative(path: str | os.PathLike, root: Path) -> str:
 
 
 def _calls_a_model(record: StageRecord) -> bool:
-    return "model" in record.params or any(d.path.startswith("models/") for d in record.deps)
+    return ("model" in record.params or any(k.startswith("models.") for k in record.params)
+            or any(d.path.startswith("models/") for d in record.deps))
+
+
+def _stage_model_params(record: StageRecord) -> tuple[Any, Any]:
+    """(model config, model id) a stage declares: ``model`` / ``model.id``, or for a per-model stage
+    ``models.<id>`` / ``models.<id>.id`` (its own entry of the ``models`` mapping)."""
+    own = {k: v for k, v in record.params.items() if k.startswith("models.")}
+    model = next((v for v in own.values() if isinstance(v, dict)), record.params.get("model"))
+    model_id = next((v for k, v in own.items() if k.endswith(".id") and not isinstance(v, dict)),
+                    record.params.get("model.id"))
+    return model, model_id
 
 
 def _models(record: StageRecord, root: Path) -> list[dict[str, Any]]:
     """The model a stage's params name, with the weights' DVC md5 and the identities its outputs recorded."""
     found = []
-    model = record.params.get("model")
+    model, model_id = _stage_model_params(record)
     if isinstance(model, dict):
         weights = next((d for d in record.deps if d.path == f"models/{model.get('id')}"), None)
         found.append({"stage": record.name, "id": model.get("id"), "name": model.get("name"),
                       "kind": model.get("kind"), "backend": model.get("backend"), "revision": model.get("revision"),
                       "weights_md5": weights.md5 if weights else None})
-    elif record.params.get("model.id"):
-        found.append({"stage": record.name, "id": record.params["model.id"]})
+    elif model_id:
+        found.append({"stage": record.name, "id": model_id})
     identities = [i for out in record.outs for i in model_identities(root / out.path)]
     for entry in found:
         entry["identities"] = identities
@@ -48,10 +60,23 @@ def _models(record: StageRecord, root: Path) -> list[dict[str, Any]]:
     return found
 
 
+def _run_is_member(tags: dict[str, str], item: str) -> bool:
+    """Whether a run belongs to the foreach/matrix member ``item`` of a stage: its language (``leakage_fit@hi``),
+    its model (``crows_score@gemma3-270m``) or both (``leakage_fit@gemma3-270m-hi``); a run tagged with
+    neither belongs to every member."""
+    model, language = tags.get("model") or "", tags.get("language") or ""
+    names = {n for n in (model, language, f"{model}-{language}" if model and language else "") if n}
+    return not names or item in names
+
+
 def mlflow_runs(stages: list[StageRecord], tracking_uri: str, root: Path) -> list[dict[str, Any]]:
     """The newest MLflow run per run name of every stage (matched by the ``study`` and ``stage`` tags)."""
+    from stereolens.tracking.store import check_readable_store
+
     db = tracking_uri[len("sqlite:///"):] if tracking_uri.startswith("sqlite:///") else None
-    if db is not None and not (root / db).exists() and not Path(db).exists():
+    if not check_readable_store(tracking_uri, root):
+        if tracking_uri != DEFAULT_TRACKING_URI:  # a store named on purpose that is not there is a typo
+            raise ConfigError(f"no MLflow store at {tracking_uri} (check --tracking-uri)")
         return []
     from mlflow.tracking import MlflowClient
 
@@ -74,7 +99,7 @@ def mlflow_runs(stages: list[StageRecord], tracking_uri: str, root: Path) -> lis
         seen = set()
         for run in runs:
             tags = run.data.tags
-            if item and tags.get("language") not in (None, "", item):
+            if item and not _run_is_member(tags, item):
                 continue
             if run.info.run_name in seen:
                 continue
@@ -88,12 +113,36 @@ def mlflow_runs(stages: list[StageRecord], tracking_uri: str, root: Path) -> lis
     return found
 
 
+def check_answerable(stages: list[StageRecord], target: str, given: str | os.PathLike, root: Path) -> None:
+    """Refuse, in one line, a path lineage has nothing true to say about: outside the repository, neither an
+    output of a stage (nor a folder of outputs) nor an input a stage reads or DVC tracks, or a file missing
+    from a stage's output folder."""
+    if target == ".." or target.startswith("../") or Path(target).is_absolute():
+        raise DataError(f"{given}: outside the repository {root}; lineage answers for paths DVC tracks or a "
+                        f"stage reads")
+    made = producer(stages, target)
+    if made is not None:
+        record, out = made
+        if out.path != target and not (root / target).exists():
+            raise DataError(f"{given}: no such file in {out.path}, the output of stage {record.name}")
+        return
+    read = any(contains(dep.path, target) for record in stages for dep in record.deps)
+    parts = Path(target).parts
+    tracked = any((root / Path(*parts[:i])).with_name(parts[i - 1] + ".dvc").exists() for i in range(1, len(parts) + 1))
+    if not (read or tracked or producers_within(stages, target)):
+        raise DataError(f"{given}: not an output of any stage nor an input a stage reads or DVC tracks "
+                        f"(dvc.yaml); lineage answers only for those")
+    if not (root / target).exists():
+        raise DataError(f"{given}: no such file or folder")
+
+
 def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_uri: str | None = None,
           stages: list[StageRecord] | None = None) -> dict[str, Any]:
     """Everything recorded about how ``path`` came to be (see the module docstring of the CLI)."""
     root = Path(root).resolve()
     target = _relative(path, root)
     stages = load_stages(root) if stages is None else stages
+    check_answerable(stages, target, path, root)
     chain: list[StageRecord] = []
     sources: dict[str, str | None] = {}
     pending, visited = [target], set()

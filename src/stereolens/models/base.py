@@ -121,6 +121,13 @@ class LanguageModel(abc.ABC):
     def supports_loglikelihood(self) -> bool:
         return True
 
+    @property
+    def takes_chat_messages(self) -> bool:
+        """Whether chat messages reach this model in its own chat format (a chat endpoint, or a
+        tokenizer's chat template).  False: they would be flattened into a plain ``Role: text``
+        transcript, so a study talks to it with completion prompts instead."""
+        return self.spec.kind == "chat"
+
     @abc.abstractmethod
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Generate for every request (cached; batched or concurrent as the backend allows)."""

@@ -130,6 +130,9 @@ class ModelWorker:
     def identity(self) -> str:
         return self.model.identity
 
+    def takes_chat_messages(self) -> bool:
+        return self.model.takes_chat_messages
+
     def loglikelihood(self, requests: list[LoglikelihoodRequest]):
         return self._counted(lambda: self.model.loglikelihood(requests))
 
@@ -232,6 +235,10 @@ class RayModel(LanguageModel):
     @property
     def supports_loglikelihood(self) -> bool:
         return self.spec.kind in ("causal", "seq2seq")
+
+    @property
+    def takes_chat_messages(self) -> bool:
+        return _ray().get(self._actors[0].takes_chat_messages.remote())
 
     def loglikelihood(self, requests: Sequence[LoglikelihoodRequest]) -> list[Loglikelihood]:
         return self._scatter_requests("loglikelihood", list(requests))

@@ -217,6 +217,10 @@ class HFModel(LanguageModel):
 
         return torch.random.fork_rng(devices=[self.device.index or 0] if self.device.type == "cuda" else [])
 
+    @property
+    def takes_chat_messages(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
     def _payload(self, op: str):
         params = self._params()
         return lambda req: cache_payload(self.backend, self.identity, op, req, params)
@@ -400,7 +404,7 @@ class HFCausalLM(HFModel):
         The tokenizer's chat template when it has one, else :func:`render_plain_chat`.
         The BOS a template writes is dropped because callers add exactly one BOS themselves.
         """
-        if getattr(self.tokenizer, "chat_template", None):
+        if self.takes_chat_messages:
             dicts = [{"role": m.role, "content": m.content} for m in messages]
             text = self.tokenizer.apply_chat_template(dicts, tokenize=False, add_generation_prompt=True)
             bos = self.tokenizer.bos_token
@@ -414,7 +418,7 @@ class HFCausalLM(HFModel):
         return bos + self._encode(text)
 
     def _gen_params(self) -> dict[str, Any]:
-        fmt = "chat_template" if getattr(self.tokenizer, "chat_template", None) else "plain"
+        fmt = "chat_template" if self.takes_chat_messages else "plain"
         return {**self._params(), "chat_format": fmt}
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:

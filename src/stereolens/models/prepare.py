@@ -187,6 +187,47 @@ def prepare_default_model(
     return convert_gguf(gguf, output_dir, source={"package": DEFAULT_MODEL_PACKAGE, "version": version})
 
 
+def packaged_gguf(module: str) -> Path:
+    """The one GGUF file shipped inside the installed package ``module`` (found with ``find_spec``,
+    without importing the package: its own dependencies need not be installed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(f"model package module {module!r} is not installed; install its pinned package "
+                             "(make install does, see conf/model/)")
+    folders = [Path(p) for p in spec.submodule_search_locations]
+    found = sorted(f for folder in folders for f in folder.rglob("*.gguf"))
+    if len(found) != 1:
+        raise ModelLoadError(f"expected one .gguf file in the package {module} ({', '.join(map(str, folders))}), "
+                             f"found {len(found)}")
+    return found[0]
+
+
+def prepare_packaged_model(
+    output_dir: str | os.PathLike, source: dict, *, gguf_cache_dir: str | os.PathLike | None = None
+) -> Path:
+    """Convert the GGUF a pinned package ships (``source``: ``{package, module, version}``, a model
+    config's ``source``) into ``output_dir``, recording the package, module and version.
+
+    The installed version must equal the pin: a mismatch is refused rather than converted under the
+    pinned name. Gemma's package ships its GGUF in chunks that its own API assembles; every other
+    package holds the file itself."""
+    package, module, pinned = source.get("package"), source.get("module"), source.get("version")
+    if not package or not module:
+        raise ModelLoadError(f"model source {source!r} needs a package and a module")
+    if module == DEFAULT_MODEL_MODULE:
+        return prepare_default_model(output_dir, gguf_cache_dir=gguf_cache_dir, expected_version=pinned)
+    try:
+        version = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ModelLoadError(f"model package {package} is not installed (the config pins {package}=={pinned})") from exc
+    if pinned is not None and str(pinned) != version:
+        raise ModelLoadError(f"config names {package}=={pinned} but {version} is installed; install the pinned version")
+    gguf = packaged_gguf(module)
+    return convert_gguf(gguf, output_dir, source={"package": package, "module": module, "version": version})
+
+
 VERIFY_SENTENCES = (
     "The doctor finished her shift and went home.",
     "Le médecin a terminé son service.",

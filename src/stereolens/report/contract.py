@@ -40,6 +40,18 @@ class StudyReport:
     gates: list[dict[str, Any]] = field(default_factory=list)
     banner: list[str] = field(default_factory=list)
     gate_warnings: list[str] = field(default_factory=list)
+    # the model this report measured (reports/<study>/<model_id>/), None for a study-level folder
+    model: str | None = None
+
+    @property
+    def where(self) -> str:
+        """The folder under reports/: ``<study>`` or ``<study>/<model_id>``."""
+        return f"{self.name}/{self.model}" if self.model else self.name
+
+    @property
+    def page(self) -> str:
+        """The page's file name under reports/site/."""
+        return f"{self.name}@{self.model}.html" if self.model else f"{self.name}.html"
 
     @property
     def present(self) -> bool:
@@ -108,18 +120,37 @@ def _banner(summary: dict[str, Any], tables: dict[str, dict[str, dict[str, int]]
     return [describe_unreviewed(kind, detail.get(kind)) for kind in UNREVIEWED_KINDS if found[kind]]
 
 
-def read_study_report(study: str, reports: str | Path = "reports") -> StudyReport:
+def _in_model_folder(path: Path, study_folder: Path, model_ids: list[str]) -> bool:
+    """Whether ``path`` lies in the folder of one of the run's models under the study's folder."""
+    return any(study_folder / m in path.parents for m in model_ids)
+
+
+def model_folders(study: str, model_ids: list[str], reports: str | Path = "reports") -> list[str]:
+    """The models of the run (``model_ids``, in that order) with a report of ``study``: reports/<study>/<model_id>/
+    holding a summary.json (other sub-folders with a summary, such as stereo's retrieval, are stages, not models)."""
+    return [m for m in model_ids if (Path(reports) / study / m / "summary.json").is_file()]
+
+
+def read_study_report(study: str, reports: str | Path = "reports", model: str | None = None,
+                      model_ids: list[str] | None = None) -> StudyReport:
+    """The report of ``study`` in ``reports/<study>/``, or of one model in ``reports/<study>/<model>/``
+    (whose page also shows the study's model-independent gate reports, those outside every folder of
+    ``model_ids``, the run's models)."""
     reports = Path(reports)
-    folder = reports / study
+    folder = reports / study / model if model else reports / study
     summary_path = folder / "summary.json"
     summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else None
-    result = StudyReport(name=study, folder=folder, summary=summary)
+    result = StudyReport(name=study, folder=folder, summary=summary, model=model)
     if summary is None:
         return result
     result.figures = sorted(folder.rglob("*.png"))
     result.tables = sorted(folder.rglob("*.csv"))
     result.report_md = folder / "report.md" if (folder / "report.md").is_file() else None
     result.gates = _gate_reports(study, folder, reports / "quality")
+    if model:
+        shared = reports / study
+        result.gates += [g for g in _gate_reports(study, shared, reports / "quality")
+                         if g["file"] not in {h["file"] for h in result.gates} and not _in_model_folder(g["file"], shared, model_ids or [model])]
     table_counts = {str(t): c for t in result.tables for t, c in provenance_of(t).items()}
     result.banner = _banner(summary, table_counts)
     result.gate_warnings = [f"gate {g['suite']} FAILED" + (f" ({', '.join(map(str, g['failing']))})" if g["failing"] else "")

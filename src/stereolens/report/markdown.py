@@ -45,3 +45,26 @@ def markdown_table(df: pd.DataFrame | None, digits: int = 3) -> str:
     rule = "|" + "---|" * len(df.columns)
     body = ["| " + " | ".join(format_cell(v, digits) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([header, rule, *body]) + "\n"
+
+
+# how an estimate's unit is shown: a share (0-1) and a percentage (0-100) both as "57.6%", a
+# difference of shares in percentage points, anything else as a plain number
+_PERCENT_SCALE = {"share": 100.0, "percent": 1.0, "share_points": 100.0}
+
+
+def format_estimate(value: Any, low: Any = None, high: Any = None, *, unit: str = "", digits: int = 3) -> str:
+    """An estimate and its interval as a person reads them: ``57.6% [55.0, 60.0]`` for a share,
+    ``-26.7 pp`` for a difference of shares, ``29.7 [16.4, 46.0]`` for a plain score, :data:`MISSING`
+    for no value.  Non-numeric values (a head name) are shown as :func:`format_cell` shows them."""
+    if format_cell(value) == MISSING:
+        return MISSING
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return format_cell(value, digits)
+    interval = all(isinstance(b, Real) and not math.isnan(float(b)) for b in (low, high))
+    if unit in _PERCENT_SCALE:
+        scale = _PERCENT_SCALE[unit]
+        suffix = " pp" if unit == "share_points" else "%"
+        text = f"{float(value) * scale:.1f}{suffix}"
+        return text + (f" [{float(low) * scale:.1f}, {float(high) * scale:.1f}]" if interval else "")
+    text = format_cell(value, digits)
+    return text + (f" [{format_cell(float(low), digits)}, {format_cell(float(high), digits)}]" if interval else "")

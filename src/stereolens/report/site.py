@@ -11,7 +11,7 @@ import pandas as pd
 import yaml
 
 from stereolens.io import write_text
-from stereolens.report.contract import StudyReport, read_study_report
+from stereolens.report.contract import StudyReport, model_folders, read_study_report
 
 _ROWS_SHOWN = 25
 _STYLE = """
@@ -26,7 +26,7 @@ h1{font-size:1.6em}h2{border-bottom:1px solid #d5d9e0;padding-bottom:4px;margin-
 table{border-collapse:collapse;background:#fff;font-size:.85em;margin:6px 0}td,th{border:1px solid #d5d9e0;padding:3px 7px;text-align:left}
 .scroll{overflow-x:auto}figure{background:#fff;border:1px solid #d5d9e0;padding:8px;margin:10px 0}figure img{max-width:100%}
 pre{background:#fff;border:1px solid #d5d9e0;padding:8px;overflow-x:auto;font-size:.8em}
-.ok{color:#176f2c;font-weight:600}.bad{color:#b3261e;font-weight:600}.muted{color:#5b6474}
+.prov{color:#5b6474;font-size:.8em}.prov.unreviewed{color:#8a5a00}.ok{color:#176f2c;font-weight:600}.bad{color:#b3261e;font-weight:600}.muted{color:#5b6474}
 """
 
 
@@ -90,8 +90,9 @@ def _markdown(report: StudyReport, rel: str) -> tuple[str, set[str]]:
 
 def study_page(report: StudyReport, studies: list[str], params: dict[str, Any]) -> str:
     nav = _nav(studies, "../")
-    rel = f"../{report.name}"
-    body = [f"<h1>{html.escape(report.name)}</h1>"]
+    rel = f"../{report.where}"
+    title = f"{report.name}: {report.model}" if report.model else report.name
+    body = [f"<h1>{html.escape(title)}</h1>"]
     if not report.present:
         body.append(f'<p class="bad">No report yet: <code>{html.escape(str(report.folder / "summary.json"))}</code> '
                     f"is absent. Run the study's stages (<code>dvc repro</code>) and rebuild the report.</p>")
@@ -103,7 +104,7 @@ def study_page(report: StudyReport, studies: list[str], params: dict[str, Any]) 
     cards = "".join(f'<div class="card"><div class="v">{_fmt(v)}</div><div class="k">{html.escape(str(k))}</div></div>'
                     for k, v in report.headline().items())
     body.append(f"<h2>Headline</h2><div class=\"cards\">{cards or '<p>none reported</p>'}</div>")
-    model = params.get("model") or {}
+    model = _model_config(params, report.model)
     model_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_fmt(model.get(k))}</td></tr>"
                          for k in ("id", "name", "kind", "backend", "revision") if k in model)
     if summary.get("model") is not None:
@@ -120,7 +121,7 @@ def study_page(report: StudyReport, studies: list[str], params: dict[str, Any]) 
             f"<tr><td>{html.escape(str(g['suite']))}</td><td class=\"{'ok' if g['passed'] else 'bad'}\">"
             f"{ {True: 'passed', False: 'FAILED', None: 'no verdict'}[g['passed']]}</td>"
             f"<td>{html.escape(', '.join(map(str, g['failing'])))}</td>"
-            f"<td><a href=\"../{html.escape(Path(os.path.relpath(g['file'], report.folder.parent)).as_posix())}\">"
+            f"<td><a href=\"../{html.escape(Path(os.path.relpath(g['file'], _reports_root(report))).as_posix())}\">"
             f"{html.escape(g['file'].name)}</a></td></tr>" for g in report.gates)
         body.append(f"<h2>Gates</h2><table><tr><th>gate</th><th>result</th><th>failing</th><th>report</th></tr>{rows}</table>")
     shown: set[str] = set()
@@ -139,12 +140,54 @@ def study_page(report: StudyReport, studies: list[str], params: dict[str, Any]) 
     if report.tables:
         body.append("<h2>Tables</h2>")
         body += [_table_html(t, f"{rel}/{t.relative_to(report.folder).as_posix()}") for t in report.tables]
-    body.append(f'<p class="muted">Trace any file above with <code>stereolens lineage reports/{html.escape(report.name)}/FILE</code>.</p>')
-    return _page(f"{report.name}: stereolens report", "".join(body), nav)
+    body.append(f'<p class="muted">Trace any file above with <code>stereolens lineage reports/{html.escape(report.where)}/FILE</code>.</p>')
+    return _page(f"{title}: stereolens report", "".join(body), nav)
+
+
+def _reports_root(report: StudyReport) -> Path:
+    return report.folder.parent.parent if report.model else report.folder.parent
+
+
+def _model_config(params: dict[str, Any], model_id: str | None) -> dict[str, Any]:
+    """The config of ``model_id`` (``models`` in params.yaml), else the primary ``model``."""
+    if model_id and model_id in (params.get("models") or {}):
+        return params["models"][model_id]
+    return params.get("model") or {}
+
+
+def models_page(study: str, reports: list[StudyReport], studies: list[str], params: dict[str, Any]) -> str:
+    """A study measured per model: one line per model, linking to its page."""
+    run_models = list(params.get("models") or {}) or [str((params.get("model") or {}).get("id"))]
+    rows = []
+    for r in reports:
+        figures = ", ".join(f"{html.escape(str(k))} = {_fmt(v)}" for k, v in list(r.headline().items())[:4])
+        rows.append(f'<tr><td><a href="{html.escape(r.page)}">{html.escape(str(r.model))}</a></td><td>{figures}</td></tr>')
+    missing = [m for m in run_models if m not in {r.model for r in reports}]
+    note = (f'<p class="muted">Not run for {", ".join(html.escape(m) for m in missing)} (no '
+            f"<code>reports/{html.escape(study)}/&lt;model&gt;/summary.json</code>).</p>") if missing else ""
+    body = (f"<h1>{html.escape(study)}</h1><p>One page per model measured.</p>"
+            f"<table><tr><th>model</th><th>headline</th></tr>{''.join(rows)}</table>{note}")
+    return _page(f"{study}: stereolens report", body, _nav(studies, "../"))
+
+
+def _profile_section(reports: list[StudyReport], params: dict[str, Any]) -> str:
+    """The cross-study model profile (report/profile.py) of the studies it knows, read from the same folder."""
+    from stereolens.report.profile import PROFILE_STUDIES, build_profile, profile_html
+
+    profiled = list(dict.fromkeys(r.name for r in reports if r.name in PROFILE_STUDIES))
+    if not profiled:
+        return ""
+    root = _reports_root(reports[0])
+    primary = (params.get("model") or {}).get("id")
+    models = [*([primary] if primary else []), *(params.get("models") or {})]
+    profile = build_profile(root, studies=profiled, models=list(dict.fromkeys(models)), default_model=primary)
+    return ("<h2>Model profile</h2><p>Every model across every study: hover a cell for its detail or the reason it "
+            "is empty, click it for the study page; the small line under each value is its provenance.</p>"
+            + profile_html(profile))
 
 
 def index_page(reports: list[StudyReport], params: dict[str, Any]) -> str:
-    studies = [r.name for r in reports]
+    studies = list(dict.fromkeys(r.name for r in reports))
     rows = []
     for r in reports:
         if not r.present:
@@ -153,19 +196,34 @@ def index_page(reports: list[StudyReport], params: dict[str, Any]) -> str:
             notes = r.banner + r.gate_warnings
             state = ('<span class="bad">' + html.escape("; ".join(notes)) + "</span>") if notes else '<span class="ok">no warnings</span>'
             figures = ", ".join(f"{html.escape(str(k))} = {_fmt(v)}" for k, v in list(r.headline().items())[:4])
-        rows.append(f'<tr><td><a href="site/{r.name}.html">{html.escape(r.name)}</a></td><td>{figures}</td><td>{state}</td></tr>')
-    model = (params.get("model") or {}).get("id", "?")
-    body = (f"<h1>stereolens report</h1><p>Model <code>{html.escape(str(model))}</code>. One page per study; "
+        rows.append(f'<tr><td><a href="site/{html.escape(r.page)}">{html.escape(r.name)}</a></td>'
+                    f'<td>{html.escape(r.model) if r.model else ""}</td><td>{figures}</td><td>{state}</td></tr>')
+    models = list(params.get("models") or {}) or [str((params.get("model") or {}).get("id", "?"))]
+    listed = ", ".join(f"<code>{html.escape(m)}</code>" for m in models)
+    body = (f"<h1>stereolens report</h1><p>Models {listed} (the first is the primary). One page per study and model; "
             "every number comes from the files under <code>reports/</code> that the pipeline wrote.</p>"
-            f"<table><tr><th>study</th><th>headline</th><th>warnings</th></tr>{''.join(rows)}</table>")
+            + _profile_section(reports, params) + "<h2>Studies</h2>"
+            f"<table><tr><th>study</th><th>model</th><th>headline</th><th>warnings</th></tr>{''.join(rows)}</table>")
     return _page("stereolens report", body, _nav(studies, ""))
 
 
 def build_site(studies: list[str], params: dict[str, Any], reports: str | Path = "reports") -> list[Path]:
     """Write the index and every study's page; return the pages written."""
     reports = Path(reports)
-    found = [read_study_report(s, reports) for s in studies]
-    written = [write_text(reports / "index.html", index_page(found, params))]
+    found: list[StudyReport] = []
+    per_model: dict[str, list[StudyReport]] = {}
+    model_ids = list(params.get("models") or {}) or [str((params.get("model") or {}).get("id"))]
+    for study in studies:
+        measured = model_folders(study, model_ids, reports)
+        if measured:  # reports/<study>/<model_id>/: a page per model, and the study's page lists them
+            per_model[study] = [read_study_report(study, reports, model=m, model_ids=model_ids) for m in measured]
+            found += per_model[study]
+        else:
+            found.append(read_study_report(study, reports))
+    written = []
     for r in found:
-        written.append(write_text(reports / "site" / f"{r.name}.html", study_page(r, studies, params)))
-    return written
+        written.append(write_text(reports / "site" / r.page, study_page(r, studies, params)))
+    for study, model_reports in per_model.items():
+        written.append(write_text(reports / "site" / f"{study}.html", models_page(study, model_reports, studies, params)))
+    # the index last: its profile links to the per-model pages that now exist
+    return [write_text(reports / "index.html", index_page(found, params)), *written]

@@ -14,8 +14,10 @@ def report(args: argparse.Namespace) -> None:
     """reports/index.html and one page per study from what the studies wrote under reports/."""
     from stereolens.report.site import build_site
 
-    p = load_params("model", "study", path=args.params)
+    from stereolens.report.contract import model_folders
+
+    p = load_params("model", "models", "study", path=args.params)
     studies = sorted(p["study"])
-    pages = build_site(studies, {"model": p["model"], "study": p["study"]})
-    present = sum(1 for s in studies if Path("reports", s, "summary.json").is_file())
+    pages = build_site(studies, {"model": p["model"], "models": p["models"], "study": p["study"]})
+    present = sum(1 for s in studies if Path("reports", s, "summary.json").is_file() or model_folders(s, list(p["models"])))
     print(f"report: {len(pages)} page(s), {present} of {len(studies)} studies reported -> reports/index.html")

@@ -77,47 +77,23 @@ def run_causal(
         pad = device.type != "cpu"
     if workers is None:
         workers = 1
-    results: list[list[float]] = [[] for _ in items]
     batches = list(plan_batches(lengths, [1] * len(items), max(1, batch_tokens // max(1, workers)), pad=pad))
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(items), unit="seq", desc="causal", disable=None)  # None: quiet when not on a terminal
+    finished = _FinishedItems(len(items), on_item, progress)
     lock = threading.Lock()
-
-    def done(i: int, lps: list[float]) -> None:
-        results[i] = lps
-        if on_item is not None:
-            on_item(i, lps)
-        if bar is not None:
-            bar.update(1)
-
-    def ready(tag: object, lp: list[float]) -> None:
-        # called with the lock held
-        r = 0
-        for i, n in tag:  # type: ignore[attr-defined]
-            done(i, lp[r : r + n])
-            r += n
-
-    deferred = None
+    deferred, nodes = None, []
     if bh.projection is not None:
         nodes, n_prefixes = prefix_nodes(items)
-        deferred = DeferredLogprobs(bh.projection, ready, n_keys=n_prefixes)
+        deferred = DeferredLogprobs(bh.projection, finished.ready, n_keys=n_prefixes)
 
     def work(my_batches: Iterator[list[Segment]]) -> None:
         with torch.inference_mode():  # per thread: grad mode is thread-local
             for batch in my_batches:
                 members = [s.item for s in batch]
-                inputs, attention, scored, targets = _inputs(items, members, lengths, pad_token_id)
-                hidden = bh.body(inputs.to(device), attention.to(device) if attention is not None else None)
-                rows = hidden[scored.to(device)]  # row-major: item by item, left to right
-                target_ids = torch.tensor(targets, device=device)
-                tag = [(i, len(items[i].ids) - items[i].start) for i in members]
+                tag, rows, target_ids = _scored_rows(bh, items, members, lengths, pad_token_id, device)
                 if deferred is None:
                     lps = target_logprobs(bh.head, rows, target_ids, vocab_size).tolist()
                     with lock:
-                        ready(tag, lps)
+                        finished.ready(tag, lps)
                 else:
                     with lock:
                         deferred.add(tag, rows, target_ids, [node for i in members for node in nodes[i]])
@@ -128,9 +104,49 @@ def run_causal(
             with torch.inference_mode(), lock:
                 deferred.flush()
     finally:
-        if bar is not None:
-            bar.close()
-    return results
+        finished.close()
+    return finished.results
+
+
+class _FinishedItems:
+    """Where an item's log-probabilities go once all its positions are scored: the results, the
+    caller's ``on_item`` (the response cache) and the progress bar.  ``ready`` is called with the
+    scoring lock held."""
+
+    def __init__(self, n_items: int, on_item: Callable[[int, list[float]], None] | None, progress: bool) -> None:
+        self.results: list[list[float]] = [[] for _ in range(n_items)]
+        self.on_item = on_item
+        self.bar = None
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=n_items, unit="seq", desc="causal", disable=None)  # None: quiet when not on a terminal
+
+    def ready(self, tag: list[tuple[int, int]], lp: list[float]) -> None:
+        """``lp`` holds the log-probabilities of the items in ``tag`` ((item, count) pairs), in order."""
+        r = 0
+        for i, n in tag:
+            self.results[i] = lp[r : r + n]
+            if self.on_item is not None:
+                self.on_item(i, self.results[i])
+            if self.bar is not None:
+                self.bar.update(1)
+            r += n
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _scored_rows(bh: BodyHead, items: Sequence[CausalEncoding], members: list[int], lengths: list[int],
+                 pad_token_id: int, device: torch.device) -> tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor]:
+    """One forward pass of the model body over a batch: the (item, scored count) tag, the hidden
+    rows of the scored positions (item by item, left to right) and their target ids."""
+    inputs, attention, scored, targets = _inputs(items, members, lengths, pad_token_id)
+    hidden = bh.body(inputs.to(device), attention.to(device) if attention is not None else None)
+    rows = hidden[scored.to(device)]
+    target_ids = torch.tensor(targets, device=device)
+    return [(i, len(items[i].ids) - items[i].start) for i in members], rows, target_ids
 
 
 def _inputs(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 
 from stereolens.stages.registry import STAGES
 from stereolens.studies import study_modules
@@ -23,6 +24,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         definition = STAGES[name]
         stage_parser = sub.add_parser(name, help=definition.help)
         stage_parser.add_argument("--params", default="params.yaml", help="composed parameters (default: params.yaml)")
+        if definition.per_model:
+            stage_parser.add_argument(
+                "--model", default=None, metavar="ID",
+                help="the model to measure: a key of `models` in the params (default: the primary `model`)")
         if definition.configure:
             definition.configure(stage_parser)
-        stage_parser.set_defaults(func=lambda args, f=definition.func: f(args) or 0)
+        stage_parser.set_defaults(func=lambda args, f=definition.func, n=name: _run_stage(n, f, args))
+
+
+def _run_stage(name: str, func, args: argparse.Namespace) -> int:
+    """Run one stage with its name and options known to tracking, so that its MLflow runs log the data deps
+    dvc.yaml declares for it as their inputs."""
+    from stereolens.tracking.mlflow_run import invoked_stage
+
+    # under `dvc repro`, bad params are refused before the stage's persisted outputs are cleared (stages.guard)
+    if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):
+        from stereolens.stages.guard import check_then_clear
+
+        check_then_clear(os.environ["DVC_STAGE"], os.environ["DVC_ROOT"])
+    with invoked_stage(name, vars(args)):
+        return func(args) or 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,14 @@ def load_params(*keys: str, path: str | os.PathLike = "params.yaml") -> dict[str
     """Return ``{key: value}`` for dotted ``keys`` of the composed params file.
 
     Stages ask only for the keys they declare in ``dvc.yaml``, so a change to
-    any other key never invalidates them.
+    any other key never invalidates them; those keys are checked against their
+    groups' typed schemas (:mod:`stereolens.config.schema`) before the stage
+    does anything with them.
     """
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"params file not found: {path} (run `stereolens config compose`)")
-    with open(path, encoding="utf-8") as fh:
-        params = yaml.safe_load(fh) or {}
+    params = read_params_file(path)
     out: dict[str, Any] = {}
     for key in keys:
         node: Any = params
@@ -30,7 +32,29 @@ def load_params(*keys: str, path: str | os.PathLike = "params.yaml") -> dict[str
                 raise ConfigError(f"params key {key!r} not found in {path}")
             node = node[part]
         out[key] = node
+    from stereolens.config.schema import check_config
+
+    check_config(params, keys=keys, where=f" in {path}")
     return out
+
+
+def read_params_file(path: str | os.PathLike) -> dict[str, Any]:
+    """The parsed params file; a YAML syntax error is one line naming its line and column."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            params = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        place = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}{place}: not valid YAML ({problem})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from None
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: not a mapping of params (got a {type(params).__name__})")
+    return params
 
 
 def executor_config(path: str | os.PathLike = "params.yaml") -> dict[str, Any] | None:
@@ -63,3 +87,34 @@ def model_cache_dir() -> Path:
     from stereolens.io import project_path
 
     return project_path(os.environ.get(CACHE_ENV, DEFAULT_CACHE_DIR))
+
+
+def stage_model(args: Any) -> dict[str, Any]:
+    """The config of the model a per-model stage measures: ``models[args.model]``, or the primary
+    ``model`` when the stage runs without ``--model``."""
+    params_path = getattr(args, "params", "params.yaml")
+    model_id = getattr(args, "model", None)
+    if model_id is None:
+        return dict(load_params("model", path=params_path)["model"])
+    models = load_params("models", path=params_path)["models"] or {}
+    if model_id not in models:
+        raise ConfigError(f"--model {model_id}: not a model of this run (models in {params_path}: "
+                          f"{', '.join(models) or 'none'}; add one with compare_with=[...])")
+    return dict(models[model_id])
+
+
+def stage_params(args: Any, *keys: str) -> dict[str, Any]:
+    """``load_params`` for a per-model stage: ``model`` and ``model.<key>`` come from :func:`stage_model`,
+    every other key from the params file."""
+    model_keys = [k for k in keys if k == "model" or k.startswith("model.")]
+    out = load_params(*[k for k in keys if k not in model_keys], path=getattr(args, "params", "params.yaml"))
+    if model_keys:
+        model_cfg = stage_model(args)
+        for key in model_keys:
+            node: Any = model_cfg
+            for part in key.split(".")[1:]:
+                if not isinstance(node, Mapping) or part not in node:
+                    raise ConfigError(f"params key {key!r} not found for model {model_cfg.get('id')!r}")
+                node = node[part]
+            out[key] = node
+    return out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from stereolens.errors import DataError
 from stereolens.io import write_json
-from stereolens.stages.common import load_params
+from stereolens.stages.common import stage_model
 from stereolens.stages.registry import stage
 
 
@@ -36,15 +36,15 @@ def ingest(args: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------- prepare-model
-@stage("prepare-model")
+@stage("prepare-model", per_model=True)
 def prepare_model(args: argparse.Namespace) -> None:
-    """Materialise the configured model under models/<id>/ (GGUF converted once; hub models recorded)."""
-    model_cfg = load_params("model", path=args.params)["model"]
+    """Materialise a model of the run under models/<id>/ (a pinned package's GGUF converted once; hub models recorded)."""
+    model_cfg = stage_model(args)
     out = Path("models") / model_cfg["id"]
     if model_cfg.get("source"):
-        from stereolens.models.prepare import prepare_default_model
+        from stereolens.models.prepare import prepare_packaged_model
 
-        prepare_default_model(out, expected_version=model_cfg["source"].get("version"))
+        prepare_packaged_model(out, dict(model_cfg["source"]))
         print(f"model ready: {out}")
         return
     # hub and remote models are loaded by name at use; record exactly which one this run meant

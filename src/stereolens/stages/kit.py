@@ -60,9 +60,20 @@ def load_stage_model(
 
 
 def write_study_summary(path: str | os.PathLike, summary: Mapping[str, Any]) -> Path:
-    """Write a study's ``summary.json`` after checking it against the report contract."""
+    """Write a study's ``summary.json`` after checking it against the report contract, and beside it the
+    compact ``headline.json`` DVC compares across experiments (a study's top-level summary only)."""
     from stereolens.io import write_json
     from stereolens.report.contract import check_summary
+    from stereolens.tracking.headline import write_headline
 
     check_summary(summary, where=str(path))
-    return write_json(path, dict(summary))
+    written = write_json(path, dict(summary))
+    write_headline(path, summary)
+    return written
+
+
+def model_dir(root: str | os.PathLike, model_cfg_or_id: Mapping[str, Any] | str) -> Path:
+    """Where a per-model stage writes: ``<root>/<model id>`` (``data/processed/<study>/<model_id>``,
+    ``reports/<study>/<model_id>``), the layout the report site and the profile read."""
+    model_id = model_cfg_or_id if isinstance(model_cfg_or_id, str) else model_label(model_cfg_or_id)
+    return Path(root) / model_id

@@ -8,7 +8,9 @@ A stage module decorates plain functions::
         ...
 
 and DVC runs it as ``stereolens stage leakage-fit --language hi``.  Every stage
-gets ``--params`` (default ``params.yaml``).  Modules holding stages are listed
+gets ``--params`` (default ``params.yaml``); a stage registered with ``per_model=True`` (one that
+measures a model) also gets ``--model ID``, a key of the composed ``models`` mapping, which
+:func:`stereolens.stages.kit.stage_model` resolves.  Modules holding stages are listed
 in :data:`stereolens.stages.cli.STAGE_MODULES`.
 """
 
@@ -25,19 +27,21 @@ class StageDef:
     func: Callable[[argparse.Namespace], object]
     help: str
     configure: Callable[[argparse.ArgumentParser], None] | None
+    per_model: bool = False
 
 
 STAGES: dict[str, StageDef] = {}
 
 
 def stage(
-    name: str, *, help: str = "", configure: Callable[[argparse.ArgumentParser], None] | None = None
+    name: str, *, help: str = "", configure: Callable[[argparse.ArgumentParser], None] | None = None,
+    per_model: bool = False,
 ) -> Callable[[Callable[[argparse.Namespace], object]], Callable[[argparse.Namespace], object]]:
     def register(func: Callable[[argparse.Namespace], object]) -> Callable[[argparse.Namespace], object]:
         if name in STAGES and STAGES[name].func is not func:
             raise RuntimeError(f"stage {name!r} registered twice")
         summary = (func.__doc__ or "").strip().split("\n", 1)[0]
-        STAGES[name] = StageDef(name, func, help or summary, configure)
+        STAGES[name] = StageDef(name, func, help or summary, configure, per_model)
         return func
 
     return register

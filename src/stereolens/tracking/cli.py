@@ -1,9 +1,12 @@
-"""``stereolens compare``: the runs of one study as a table in the terminal."""
+"""``stereolens compare``: the runs of one study as a table in the terminal; ``stereolens ui``: the MLflow UI
+on the project's store, opened on the runs table."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import time
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -13,21 +16,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--stage", help="only runs of this stage (the `stage` tag, e.g. fit)")
     parser.add_argument("--csv", action="store_true", help="write CSV to stdout instead of a text table")
     parser.add_argument("--all", action="store_true", help="every run, not only the newest of each name")
+    parser.add_argument("--by-model", action="store_true",
+                        help="line the models up: one row per stage, language, variant and metric, one column per model")
     parser.add_argument("--tracking-uri", default=None, help="default: sqlite:///mlruns/mlflow.db")
     parser.add_argument("--experiment", default="stereolens")
     parser.set_defaults(func=_compare)
 
+    ui = subparsers.add_parser("ui", help="serve the MLflow UI for the project's runs on loopback and print the "
+                                          "address of the experiment's runs table")
+    ui.add_argument("--tracking-uri", default=None, help="default: sqlite:///mlruns/mlflow.db")
+    ui.add_argument("--experiment", default="stereolens")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=_ui)
+
 
 def _compare(args: argparse.Namespace) -> int:
-    from stereolens.tracking.compare import DEFAULT_TRACKING_URI, compare_runs
+    from stereolens.tracking.compare import DEFAULT_TRACKING_URI, compare_runs, models_side_by_side
 
     table = compare_runs(args.study, metric=args.metric, stage=args.stage,
                          tracking_uri=args.tracking_uri or DEFAULT_TRACKING_URI, experiment=args.experiment,
                          all_runs=args.all)
+    if args.by_model:
+        table = models_side_by_side(table)
     if args.csv:
         table.to_csv(sys.stdout, index=False)
+    elif args.by_model:
+        shown = table.loc[:, [c for c in table.columns if not (table[c].astype(str) == "").all()]]
+        print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     else:
         shown = table.drop(columns=["run_id", "start_time"])
         shown = shown.loc[:, [c for c in shown.columns if not (shown[c].astype(str) == "").all()]]
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from mlflow.tracking import MlflowClient
+
+    from stereolens.errors import ConfigError
+    from stereolens.tracking.compare import DEFAULT_TRACKING_URI
+    from stereolens.tracking.mlflow_run import experiment_url
+    from stereolens.tracking.ui import mlflow_server
+
+    uri = args.tracking_uri or DEFAULT_TRACKING_URI
+    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(args.experiment)
+    if found is None:
+        raise ConfigError(f"no MLflow experiment {args.experiment!r} in {uri} (run a tracked stage first)")
+    # a plain `kill` (SIGTERM) must stop the server too: leave through the context manager, not around it
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with mlflow_server(uri, port=args.port) as url:
+        print(f"MLflow UI: {experiment_url(url, found.experiment_id)}  (Ctrl-C stops it)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0

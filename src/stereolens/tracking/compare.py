@@ -29,6 +29,10 @@ def compare_runs(
     """The runs of ``study`` (optionally one ``stage``) with their metrics (or only ``metric``)."""
     from mlflow.tracking import MlflowClient
 
+    from stereolens.tracking.store import check_readable_store
+
+    if not check_readable_store(tracking_uri):  # opening it would create an empty store
+        raise ConfigError(f"no MLflow store at {tracking_uri} (run a tracked stage first, or check --tracking-uri)")
     client = MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -77,3 +81,21 @@ def compare_runs(
     metric_columns = sorted(c for c in table.columns if c not in ID_COLUMNS)
     return table[[*ID_COLUMNS, *metric_columns]].sort_values(["stage", "model", "language", "variant", "dvc_experiment"],
                                                             kind="stable", ignore_index=True)
+
+
+# what identifies one measurement across models: the same stage, language, variant and DVC experiment
+_LINE_UP_KEYS = ["stage", "language", "variant", "dvc_experiment"]
+
+
+def models_side_by_side(table: pd.DataFrame) -> pd.DataFrame:
+    """The compare table turned so that the models of a run stand side by side: one row per stage,
+    language, variant, DVC experiment and metric, one column per model (in the order the models first
+    appear), NaN where a model has no such run or metric. Run names differ only in the model, so a
+    row is one measurement taken on each model."""
+    metric_columns = [c for c in table.columns if c not in ID_COLUMNS]
+    if not metric_columns:
+        raise ConfigError("no metrics to line up")
+    long = table.melt(id_vars=[*_LINE_UP_KEYS, "model"], value_vars=metric_columns, var_name="metric").dropna(subset=["value"])
+    models = list(dict.fromkeys(table["model"]))
+    wide = long.pivot_table(index=[*_LINE_UP_KEYS, "metric"], columns="model", values="value", aggfunc="first", sort=True)
+    return wide.reindex(columns=models).reset_index().rename_axis(columns=None)

@@ -2,12 +2,21 @@
 
 Runs are named ``<study>/<stage>/<model>/<language>/<variant>`` (the parts that
 apply; ``variant`` tells apart runs of one stage that share model and language,
-such as the two methods of a leakage fit), carry the same name parts as tags,
+such as the two methods of a leakage fit; a model given as a hub id or a path is
+named by its last part, the whole one is the ``model`` tag), carry the same name parts as tags,
 the model id and language also as the params ``model_id`` and ``language`` (the
 UI's compare view plots params, not tags; ``model`` is the model config where a
 stage declares it), the params (a config mapping as one compact-JSON param), metrics, tables and
 figures as artifacts, and the datasets they read as inputs whose digest is the
 DVC md5 of the file, so a run in the UI points at the exact versioned artefact.
+The inputs need no call in the stage: a run opened inside ``stereolens stage NAME``
+logs the data deps (``data/``, ``reports/``) that ``dvc.yaml`` declares for that
+stage (:func:`stage_inputs`), so every measuring run carries them and they are the
+ones DVC tracks; a stage may log further tables with :meth:`StageRun.log_dataset`.
+The experiment is tagged ``mlflow.experimentKind = custom_model_development`` (how
+MLflow 3 records an experiment of model runs rather than GenAI traces); MLflow
+3.17's UI chooses its view from a ``workflowType`` instead, so
+:func:`experiment_url` is the address that opens the runs table.
 ``annotation_source`` is a tag wherever annotations feed the result (human / llm_panel / simulated).
 
 Comparable runs by construction: every stage that logs declares its run schema once
@@ -24,10 +33,13 @@ left out: MLflow stores NaN, the UI shows it, and the key set stays equal.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import itertools
 import json
 import math
 import os
+import shlex
 import string
 import subprocess
 import tempfile
@@ -46,6 +58,11 @@ ANNOTATION_SOURCES = ("human", "llm_panel", "simulated")
 RUN_AXIS_PARAMS = ("model_id", "language")
 # MLflow's limit on a param value; a longer one is cut here and logged whole as an artifact
 MAX_PARAM_LEN = 6000
+# The experiment tag MLflow 3 reads for an experiment's kind, and the kind of ours: model runs, not GenAI traces
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# dvc.yaml deps under these folders are a run's input datasets (the others are code and model folders)
+DATA_ROOTS = ("data/", "reports/")
 
 
 class RunSchemaError(Exception):
@@ -134,10 +151,12 @@ def dvc_md5(path: str | os.PathLike, lock_path: str | os.PathLike = "dvc.lock") 
         with open(lock, encoding="utf-8") as fh:
             stages = (yaml.safe_load(fh) or {}).get("stages", {})
         wanted = os.path.normpath(str(path))
-        for stage in stages.values():
-            for entry in stage.get("outs", []) + stage.get("deps", []):
-                if os.path.normpath(entry.get("path", "")) == wanted and entry.get("md5"):
-                    return entry["md5"]
+        # the producing stage's outs first: a consumer's deps record is the md5 of its own last run
+        entries = [e for stage in stages.values() for e in stage.get("outs", [])]
+        entries += [e for stage in stages.values() for e in stage.get("deps", [])]
+        for entry in entries:
+            if os.path.normpath(entry.get("path", "")) == wanted and entry.get("md5"):
+                return entry["md5"]
     return ""
 
 
@@ -164,6 +183,7 @@ class StageRun:
             schema.metric_names() if schema and not schema.axes else frozenset())
         self.logged_metrics: set[str] = set()
         self.logged_params: set[str] = set()
+        self.logged_inputs: set[Path] = set()
 
     @property
     def enabled(self) -> bool:
@@ -238,9 +258,10 @@ class StageRun:
             self._mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
     def log_dataset(self, path: str | os.PathLike, *, name: str | None = None, context: str = "evaluation") -> None:
-        """Log a table as a run input whose digest is its DVC md5."""
-        if not self._mlflow:
+        """Log a table (or a folder) as a run input whose digest is its DVC md5; once per path and run."""
+        if not self._mlflow or Path(path).resolve() in self.logged_inputs:
             return
+        self.logged_inputs.add(Path(path).resolve())
         import mlflow.data
         import pandas as pd
         from mlflow.data.meta_dataset import MetaDataset
@@ -292,7 +313,18 @@ def _configure_store(mlflow, uri: str, tracking_cfg: Mapping[str, Any]) -> str:
             experiment_id = mlflow.get_experiment_by_name(experiment_name).experiment_id
     else:
         experiment_id = experiment.experiment_id
+    if (experiment and experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        mlflow.MlflowClient().set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return experiment_id
+
+
+def experiment_url(server_url: str, experiment_id: str) -> str:
+    """The address at which an MLflow server's UI opens ``experiment_id`` on its runs table.
+
+    MLflow 3.17's UI picks the experiment page's view from ``workflowType`` (the address, else the
+    sidebar switch remembered by the browser, GenAI by default), not from the experiment's kind tag:
+    without it the page opens on an empty GenAI traces overview."""
+    return f"{server_url.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"
 
 
 SQLITE_BUSY_TIMEOUT_S = 120
@@ -313,7 +345,72 @@ def sqlite_with_busy_timeout(uri: str) -> str:
 def run_name(
     study: str, stage: str, model: str | None = None, language: str | None = None, variant: str | None = None
 ) -> str:
+    """Study and stage first, then what tells the runs of a stage apart; a model given as a hub id or a
+    path (``google/gemma-3-270m``, ``/models/x``) by its last part, so the name stays short and its parts
+    stay the ``/``-separated ones (the ``model`` tag keeps the whole id)."""
+    if model:
+        model = model.rstrip("/").rsplit("/", 1)[-1] or model
     return "/".join(part for part in (study, stage, model, language, variant) if part)
+
+
+# The `stereolens stage` command being run in this process (its name and parsed options), set by the stage CLI
+_INVOKED_STAGE: contextvars.ContextVar[tuple[str, dict[str, Any]] | None] = contextvars.ContextVar(
+    "stereolens_invoked_stage", default=None)
+
+
+@contextlib.contextmanager
+def invoked_stage(name: str, options: Mapping[str, Any]) -> Iterator[None]:
+    """Mark the runs opened inside as runs of ``stereolens stage name`` with these options (for :func:`stage_inputs`)."""
+    token = _INVOKED_STAGE.set((name, dict(options)))
+    try:
+        yield
+    finally:
+        _INVOKED_STAGE.reset(token)
+
+
+def _command_matches(cmd: str, name: str, options: Mapping[str, Any]) -> bool:
+    """Whether a dvc.yaml ``cmd`` runs stage ``name`` with these options (``--language hi`` as ``language='hi'``)."""
+    words = shlex.split(cmd if isinstance(cmd, str) else " ".join(cmd))
+    if "stage" not in words or words.index("stage") + 1 >= len(words) or words[words.index("stage") + 1] != name:
+        return False
+    rest = words[words.index("stage") + 2 :]
+    for flag, value in zip(rest, rest[1:] + [None]):
+        if flag.startswith("--") and value is not None and not value.startswith("--"):
+            if str(options.get(flag[2:].replace("-", "_"))) != value:
+                return False
+    return True
+
+
+def stage_inputs(root: str | os.PathLike = ".") -> list[str]:
+    """The data deps (under :data:`DATA_ROOTS`) that ``root``'s dvc.yaml declares for the stage command being run.
+
+    Empty outside ``stereolens stage`` or where no dvc.yaml stage (or more than one) runs that command with
+    these options: a stage run by hand in a scratch folder logs what it logs explicitly, nothing guessed."""
+    invoked = _INVOKED_STAGE.get()
+    if invoked is None or not (Path(root) / "dvc.yaml").is_file():
+        return []
+    name, options = invoked
+    matching = [(cmd, deps) for cmd, deps in _stage_deps(str(Path(root).resolve()), (Path(root) / "dvc.yaml").stat().st_mtime_ns)
+                if _command_matches(cmd, name, options)]
+    if len(matching) != 1:
+        return []
+    return [path for path in matching[0][1] if path.startswith(DATA_ROOTS)]
+
+
+@functools.lru_cache(maxsize=4)
+def _stage_deps(root: str, _dvc_yaml_mtime: int) -> tuple[tuple[Any, tuple[str, ...]], ...]:
+    """Every dvc.yaml stage's command and dep paths (read once per process and dvc.yaml version: a stage such
+    as the leakage fit opens several runs)."""
+    from dvc.exceptions import DvcException
+
+    from stereolens.errors import ConfigError
+    from stereolens.lineage.graph import load_stages
+
+    try:
+        records = load_stages(root)
+    except (ConfigError, DvcException):
+        return ()  # not a DVC project, or a dvc.yaml DVC itself cannot read: no stage to take inputs from
+    return tuple((record.cmd, tuple(dep.path for dep in record.deps)) for record in records)
 
 
 @contextlib.contextmanager
@@ -363,5 +460,7 @@ def stage_run(
         handle.set_tags(all_tags)
         handle.log_params(params or {})
         handle.log_run_axes(model=model, language=language)
+        for path in stage_inputs():
+            handle.log_dataset(path, name=path)
         yield handle
         handle.check_complete()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def scratch_pipeline(tmp_path_factory, tiny_causal_lm_dir, data_mirror):
     root = tmp_path_factory.mktemp("pipeline")
-    for name in ("dvc.yaml", "conf", "data/seed", "src"):
+    for name in ("dvc.yaml", "conf", "data/seed", "src", "hydra_plugins"):
         src = REPO / name
         dest = root / name
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -42,7 +43,7 @@ def scratch_pipeline(tmp_path_factory, tiny_causal_lm_dir, data_mirror):
     _run(["git", "init", "-q"], root, env)
     _run([sys.executable, "-m", "dvc", "init", "-q"], root, env)
     _run([sys.executable, "-m", "stereolens", "config", "compose", f"model.name={tiny_causal_lm_dir}",
-          "model.id=tiny-causal", "model.source=null", "study/crows=default", "study.crows.limit=40",
+          "model.id=tiny-causal", "model.source=null", "compare_with=[]", "study/crows=default", "study.crows.limit=40",
           "study.crows.bootstrap_resamples=200"], root, env)
     return root, env
 
@@ -51,12 +52,12 @@ def test_slice_runs_and_second_repro_is_a_no_op(scratch_pipeline):
     root, env = scratch_pipeline
     _run([sys.executable, "-m", "dvc", "repro", "crows_report"], root, env)
 
-    summary = json.loads((root / "reports/crows/summary.json").read_text())
+    summary = json.loads((root / "reports/crows/tiny-causal/summary.json").read_text())
     assert summary["n"] == 40 and summary["model"] == "tiny-causal" and summary["metric"] == "causal"
     assert 0.0 <= summary["ci_low"] <= summary["bias_score"] <= summary["ci_high"] <= 1.0
     for ext in ("png", "svg"):
-        assert (root / f"reports/crows/bias_by_type.{ext}").stat().st_size > 0
-    scoring = json.loads((root / "data/processed/crows/scoring.json").read_text())
+        assert (root / f"reports/crows/tiny-causal/bias_by_type.{ext}").stat().st_size > 0
+    scoring = json.loads((root / "data/processed/crows/tiny-causal/scoring.json").read_text())
     assert scoring["pairs"] == 40
 
     import mlflow
@@ -76,10 +77,17 @@ def test_slice_runs_and_second_repro_is_a_no_op(scratch_pipeline):
     assert "Running stage" not in second.stdout
     assert elapsed < 15, f"up-to-date repro took {elapsed:.1f}s"
 
-    # a forced rerun of the scoring stage is served entirely by the model cache
-    _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", "crows_score"], root, env)
-    rerun = json.loads((root / "data/processed/crows/scoring.json").read_text())
-    assert rerun["cache_misses"] == 0 and rerun["cache_hits"] > 0
+    # a forced rerun of the scoring stage is served entirely by the model cache and, the cache use being
+    # a run fact (printed, logged to MLflow) rather than an output, writes the cold run's bytes
+    outputs = [root / "data/processed/crows/tiny-causal" / name for name in ("scores.csv", "scoring.json")]
+    cold = [p.read_bytes() for p in outputs]
+    rerun = _run([sys.executable, "-m", "dvc", "repro", "-f", "-s", "crows_score@tiny-causal"], root, env)
+    assert re.search(r"cache hits [1-9]\d*, misses 0\)", rerun.stdout), rerun.stdout
+    assert [p.read_bytes() for p in outputs] == cold
+    score_runs = mlflow.search_runs(experiment_names=["stereolens"], output_format="list",
+                                    filter_string="attributes.run_name = 'crows/score/tiny-causal/en'")
+    misses = sorted(r.data.metrics["cache_misses"] for r in score_runs)
+    assert len(misses) == 2 and misses[0] == 0 < misses[1]
 
 
 def test_failed_run_loses_nothing_dvc_checkout_cannot_restore(scratch_pipeline):
@@ -93,7 +101,7 @@ def test_failed_run_loses_nothing_dvc_checkout_cannot_restore(scratch_pipeline):
     outputs = [p for folder in ("reports/crows", "data/processed/crows") for p in sorted((root / folder).rglob("*"))
                if p.is_file() and p.name != ".gitignore"]
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in outputs}
-    assert root / "reports/crows/summary.json" in before
+    assert root / "reports/crows/tiny-causal/summary.json" in before
     params = (root / "params.yaml").read_bytes()
     (root / "params.yaml").unlink()
     failed = subprocess.run([sys.executable, "-m", "dvc", "repro", "-s", "crows_report"], cwd=root, env=env,
@@ -102,7 +110,7 @@ def test_failed_run_loses_nothing_dvc_checkout_cannot_restore(scratch_pipeline):
     errors = [line for line in failed.stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1, failed.stderr
     (root / "params.yaml").write_bytes(params)
-    _run([sys.executable, "-m", "dvc", "checkout", "--force", "crows_score", "crows_report"], root, env)
+    _run([sys.executable, "-m", "dvc", "checkout", "--force", "crows_score@tiny-causal", "crows_report@tiny-causal"], root, env)
     after = {p: hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None for p in outputs}
     assert after == before
 
@@ -115,24 +123,24 @@ def test_lineage_and_report_of_the_slice(scratch_pipeline):
 
     root, env = scratch_pipeline
     _run([sys.executable, "-m", "dvc", "repro", "crows_report"], root, env)
-    info = trace(root / "reports/crows/bias_by_type.csv", root=root)
-    assert info["produced_by"] == "crows_report" and info["up_to_date"] is True
-    assert info["md5_recorded"] == md5_file(root / "reports/crows/bias_by_type.csv")
+    info = trace(root / "reports/crows/tiny-causal/bias_by_type.csv", root=root)
+    assert info["produced_by"] == "crows_report@tiny-causal" and info["up_to_date"] is True
+    assert info["md5_recorded"] == md5_file(root / "reports/crows/tiny-causal/bias_by_type.csv")
     names = [s["name"] for s in info["stages"]]
-    assert names[:2] == ["crows_report", "crows_score"] and "ingest@crows_pairs" in names
+    assert names[:2] == ["crows_report@tiny-causal", "crows_score@tiny-causal"] and "ingest@crows_pairs" in names
     score = info["stages"][1]
     assert score["params"]["study.crows.limit"] == 40
-    scores_out = next(o for o in score["outs"] if o["path"] == "data/processed/crows/scores.csv")
-    assert scores_out["md5"] == md5_file(root / "data/processed/crows/scores.csv")
+    scores_out = next(o for o in score["outs"] if o["path"] == "data/processed/crows/tiny-causal/scores.csv")
+    assert scores_out["md5"] == md5_file(root / "data/processed/crows/tiny-causal/scores.csv")
     (ingested,) = info["ingested"]
     assert ingested["dataset"] == "crows_pairs" and ingested["license"] == "CC BY-SA 4.0" and ingested["upstream_commit"]
-    model = next(m for m in info["models"] if m["stage"] == "crows_score")
+    model = next(m for m in info["models"] if m["stage"] == "crows_score@tiny-causal")
     assert model["id"] == "tiny-causal" and model["identities"], model
     runs = {r["run_name"] for r in info["mlflow_runs"]}
     assert {"crows/score/tiny-causal/en", "crows/report/tiny-causal/en"} <= runs
 
     _run([sys.executable, "-m", "stereolens", "stage", "report"], root, env)
-    page = (root / "reports/site/crows.html").read_text(encoding="utf-8")
+    page = (root / "reports/site/crows@tiny-causal.html").read_text(encoding="utf-8")
     assert "bias_by_type.png" in page and "tiny-causal" in page
     assert "No report yet" in (root / "reports/site/pcs.html").read_text(encoding="utf-8")
 
@@ -143,7 +151,7 @@ def test_dvc_exp_run_composes_overrides_through_hydra(scratch_pipeline, tiny_cau
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "baseline"], root, env)
     _run([sys.executable, "-m", "dvc", "config", "hydra.enabled", "True"], root, env)
-    overrides = [f"model.name={tiny_causal_lm_dir}", "model.id=tiny-causal", "model.source=null",
+    overrides = [f"model.name={tiny_causal_lm_dir}", "model.id=tiny-causal", "model.source=null", "compare_with=[]",
                  "study.crows.limit=20", "study.crows.bootstrap_resamples=200"]
     cmd = [sys.executable, "-m", "dvc", "exp", "run", "crows_report"]
     for override in overrides:
@@ -154,7 +162,7 @@ def test_dvc_exp_run_composes_overrides_through_hydra(scratch_pipeline, tiny_cau
 
     params = yaml.safe_load((root / "params.yaml").read_text())
     assert params["study"]["crows"]["limit"] == 20 and params["model"]["id"] == "tiny-causal"
-    summary = json.loads((root / "reports/crows/summary.json").read_text())
+    summary = json.loads((root / "reports/crows/tiny-causal/summary.json").read_text())
     assert summary["n"] == 20
 
     # a group choice (not just a key) goes through the same composition: tracking=disabled

@@ -16,7 +16,8 @@ def test_crows_counts_follow_limit_language_and_metric(repo_root, data_mirror, t
         (row,) = plan_requests(["crows"], list(overrides), config_dir=conf)
         return row["count"], row["request"]
 
-    assert count() == (2 * 1508, "sentence scores (one pass each)")
+    assert count() == (2 * 500, "sentence scores (one pass each)")  # the default's seeded sample
+    assert count("study/crows=paper") == (2 * 1508, "sentence scores (one pass each)")
     assert count("study.crows.limit=25") == (50, "sentence scores (one pass each)")
     assert count("study.crows.limit=25", "language=hi")[0] == 0
     assert count("model=mbert", "metric=pll_word_l2r", "study.crows.limit=3") == (

@@ -3,10 +3,9 @@ the model loads (issue 22: a test fraction of 1.5 used to be clamped silently, t
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import yaml
+from config_edit import with_value
 
 from stereolens.cli import main
 from stereolens.config.compose import compose_config
@@ -19,14 +18,7 @@ def heads_cfg(repo_root) -> dict:
     return compose_config((), config_dir=repo_root / "conf")["study"]["heads"]
 
 
-def _with(cfg: dict, dotted: str, value) -> dict:
-    out = copy.deepcopy(cfg)
-    *path, last = dotted.split(".")
-    node = out
-    for part in path:
-        node = node[part]
-    node[last] = value
-    return out
+_with = with_value
 
 
 BAD = [
@@ -71,9 +63,12 @@ def test_layers_out_of_the_models_range_are_refused(heads_cfg):
 ])
 def test_the_probe_stage_refuses_before_reading_instances_or_loading_the_model(
         override, key, tmp_path, monkeypatch, capsys, repo_root, tiny_causal_lm_dir):
-    # the instances file does not exist: a stage that read it first would fail on that instead
-    params = compose_config((override, f"model.name={tiny_causal_lm_dir}", "model.id=tiny-causal",
-                             "tracking=disabled"), config_dir=repo_root / "conf")
+    # the instances file does not exist: a stage that read it first would fail on that instead; the bad value is
+    # hand-edited into params.yaml (`config compose` itself refuses it)
+    params = compose_config((f"model.name={tiny_causal_lm_dir}", "model.id=tiny-causal", "tracking=disabled"),
+                            config_dir=repo_root / "conf")
+    dotted, _, raw = override.partition("=")
+    params = with_value(params, dotted, yaml.safe_load(raw))
     assert not (tmp_path / params["study"]["heads"]["instances"]).exists()
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     monkeypatch.chdir(tmp_path)

@@ -47,7 +47,7 @@ def test_no_nan_reaches_the_tables_the_summary_the_page_or_the_figure(tmp_path):
     shap = _shapley(VALUES)
     sweeps = pd.DataFrame([{"country": c, "direction": d, "step": k, "n_removed": 2 * k, "probe_value": 0.5,
                             "removed_this_step": ""} for c in VALUES for d in ("top_down", "bottom_up") for k in range(3)])
-    probe = {"instances": "x.csv", "instance_sources": ["test"], "seconds": 1.0,
+    probe = {"instances": "x.csv", "instance_sources": ["test"],
              "countries": [{"country": c, "n_train_instances": 4, "n_shapley_instances": 2, "n_pruning_instances": 2,
                             "train_accuracy": 1.0, "test_value_all_heads": 0.5, "pooling": "last"} for c in VALUES]}
     cfg = {"countries": None, "max_instances_per_country": None,

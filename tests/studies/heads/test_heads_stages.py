@@ -49,24 +49,24 @@ def test_probe_and_report_stages_write_every_output(tmp_path, monkeypatch, tiny_
     args = argparse.Namespace(params="params.yaml")
     heads_probe(args)
     heads_report(args)
-    shap = pd.read_csv("data/processed/heads/shapley.csv")
+    shap = pd.read_csv("data/processed/heads/tiny-causal/shapley.csv")
     assert len(shap) == 2 * 2 * 2  # two countries x (last two layers x two heads)
-    sweeps = pd.read_csv("data/processed/heads/sweeps.csv")
+    sweeps = pd.read_csv("data/processed/heads/tiny-causal/sweeps.csv")
     assert set(sweeps["direction"]) == {"top_down", "bottom_up"}
     assert sweeps.loc[sweeps["direction"] == "top_down", "ss"].notna().all()
-    summary = json.loads((tmp_path / "reports/heads/summary.json").read_text())
+    summary = json.loads((tmp_path / "reports/heads/tiny-causal/summary.json").read_text())
     assert summary["config"]["shapley"]["permutations"] == 4 and summary["instance_sources"] == ["test"]
     for stem in ("head_contributions", "country_correlation", "pruning_probe", "pruning_stereoset"):
         for ext in ("png", "svg"):
-            assert (tmp_path / f"reports/heads/{stem}.{ext}").stat().st_size > 0
-    report = (tmp_path / "reports/heads/report.md").read_text()
+            assert (tmp_path / f"reports/heads/tiny-causal/{stem}.{ext}").stat().st_size > 0
+    report = (tmp_path / "reports/heads/tiny-causal/report.md").read_text()
     assert "pooling auto (used: last)" in report
     # every choice of ours is named on the page
     for choice in ("value function", "encoder", "split", "probe set", "epochs", "optimiser", "players",
                    "permutations", "pruning step", "StereoSet items", "head removal"):
         assert f"- **{choice}**:" in report, choice
     assert "frozen; only the probe is trained" in report and "exact" not in report
-    probe = json.loads((tmp_path / "data/processed/heads/probe.json").read_text())
+    probe = json.loads((tmp_path / "data/processed/heads/tiny-causal/probe.json").read_text())
     instances = make_instances(12)
     for country in probe["countries"]:
         # 12 instances: 4 (round 3.6) valued, 2 (round 2.4) for pruning, 6 train the probe, recorded by id
@@ -78,3 +78,11 @@ def test_probe_and_report_stages_write_every_output(tmp_path, monkeypatch, tiny_
         # StereoSet during pruning: the pruning set's 2 instances, not the first 4 of the country
         part = sweeps[(sweeps["country"] == country["country"]) & (sweeps["direction"] == "top_down")]
         assert country["n_stereoset_items"] == 2 and (part["n_stereoset_items"] == 2).all()
+    # times are run facts (MLflow, the printed line), not outputs: a second run writes the same bytes
+    tables = sorted(p for folder in ("data/processed/heads/tiny-causal", "reports/heads/tiny-causal")
+                    for p in (tmp_path / folder).iterdir() if p.suffix in (".json", ".csv", ".md"))
+    first = {p.name: p.read_bytes() for p in tables}
+    assert "seconds" not in first["probe.json"].decode() and "seconds" not in first["summary.json"].decode()
+    heads_probe(args)
+    heads_report(args)
+    assert {p.name: p.read_bytes() for p in tables} == first

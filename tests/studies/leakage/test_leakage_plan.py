@@ -20,7 +20,10 @@ def test_default_design_counts_by_hand():
     # one template per language; 30 groups + the generic prior x 32 traits, one word each = 31 x 32;
     # matching design: 13 positive, 13 negative, 6 neutral traits paired once = 7 + 7 + 3 pairs, in both orders,
     # x 10 shared/shared groups = 340 queries, 3 options each (log-probability mode for a causal model)
+    # the default runs ILPS only for a causal model; `methods.causal` with choice adds the choice queries
     rows = plan_requests(["leakage"], ["language=en"])
+    assert _counts(rows) == {("en", "ilps: continuation scores"): 31 * 32}
+    rows = plan_requests(["leakage"], ["language=en", "study.leakage.methods.causal=[ilps,choice]"])
     assert _counts(rows) == {("en", "ilps: continuation scores"): 31 * 32,
                              ("en", "choice: continuation scores"): 3 * 10 * 17 * 2}
 

@@ -4,6 +4,7 @@ the hyperlocal gap, and ``stereolens pairs analyze`` on a hand-computed file."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,8 @@ from stereolens.cli import main
 from stereolens.errors import DataError
 from stereolens.stats.bias import bias_score, proportion_bca_interval
 from stereolens.studies.pairs.analysis import (
-    analyze_scores, bias_cell, fragmentation, fragmentation_correlations, identity_forms, pairs_headline,
+    analyze_scores, bias_cell, check_fragmentation, fragmentation, fragmentation_correlations, identity_forms,
+    pairs_headline,
 )
 from stereolens.studies.pairs.report import report_markdown
 
@@ -150,8 +152,9 @@ def test_analyze_cli_with_models_languages_and_fragmentation(tmp_path):
     frames = []
     for k, model in enumerate(("m1", "m2", "m3")):
         for language in ("en", "kok"):
-            frames.append(HAND.assign(model=model, language=language,
-                                      score_anti=HAND["score_anti"] + (k * 3 if language == "en" else 0)))
+            # both scores 10 lower: log-likelihoods stay negative, every comparison is the same
+            frames.append(HAND.assign(model=model, language=language, score_stereo=HAND["score_stereo"] - 10,
+                                      score_anti=HAND["score_anti"] - 10 + (k * 3 if language == "en" else 0)))
     pd.concat(frames).to_csv(tmp_path / "scores.csv", index=False)
     frag = pd.DataFrame({"model": ["m1", "m2", "m3"] * 2, "language": ["en"] * 3 + ["kok"] * 3,
                          "mean_tokens_per_term": [1.5, 2.0, 3.0, 2.0, 2.2, 4.0]})
@@ -270,3 +273,56 @@ def test_fragmentation_terms_are_the_forms_the_sentences_use():
         "sent_anti": ["Shudras are shrewd traders.", "The Gawda priest was strict.", "गावडे चड हुशार आसात."],
     })
     assert identity_forms(pairs) == {"en": ["Bamon", "Gawda", "Saraswats", "Shudras"], "kok": ["गावडे", "बामण"]}
+
+
+def test_each_set_says_who_judged_its_pairs(tmp_path):
+    """CrowS-Pairs was written and validated by crowd workers; the constructed set's tuples by the configured
+    annotators; the starter set was authored by the project and judged by no one (the model profile labels
+    each set's cells from this)."""
+    from stereolens.studies.pairs.report import empty_sets, report_sets
+
+    scores = pd.concat([HAND.assign(language="en", model="m", set="crows"),
+                        HAND.assign(language="en", model="m", set="starter", translation_status="authored")])
+    sets = report_sets(scores, pd.DataFrame(), model="m", metric="causal", annotation_source="simulated",
+                       n_resamples=200, seed=0, alpha=0.05, output=tmp_path)
+    assert sets["crows"].provenance["annotation_source"] == "human"
+    assert "annotation_source" not in sets["starter"].provenance
+    empty = empty_sets(sets, "simulated")
+    assert set(empty) == {"constructed"} and empty["constructed"]["provenance"]["annotation_source"] == "simulated"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.assign(score_anti=d["score_anti"].where(d.index != 1, 0.4)),
+     r"s.csv line 3, column score_anti: 0.4 is positive, but scores are log-likelihoods"),
+    (lambda d: d.assign(dimension=d["dimension"].where(d.index != 2, "All")),
+     r"s.csv line 4, column dimension: 'All' is the name of the overall row"),
+])
+def test_scores_that_cannot_be_log_likelihoods_or_a_dimension_named_all_are_refused(tmp_path, edit, message):
+    edit(HAND).to_csv(tmp_path / "s.csv", index=False)
+    with pytest.raises(DataError, match=message):
+        analyze_scores(pd.read_csv(tmp_path / "s.csv"), n_resamples=10, what=str(tmp_path / "s.csv"))
+
+
+@pytest.mark.parametrize("frag, message", [
+    ({"model": ["m"], "language": ["en"], "mean_tokens_per_term": [-1.5]}, r"line 2, column mean_tokens_per_term: "),
+    ({"model": [""], "language": ["en"], "mean_tokens_per_term": [1.5]}, r"line 2, column model: empty model"),
+    ({"model": ["other"], "language": ["en"], "mean_tokens_per_term": [1.5]}, r"no \(model, language\) in common"),
+])
+def test_a_fragmentation_table_that_cannot_be_matched_is_refused(frag, message):
+    cells = pd.DataFrame({"model": ["m"], "language": ["en"], "dimension": ["all"], "bias_score": [0.5]})
+    with pytest.raises(DataError, match=message):
+        check_fragmentation(pd.DataFrame(frag), cells, what="frag.csv")
+
+
+@pytest.mark.parametrize("extra_row, message", [
+    ("caste,Bamon,pan_regional,ours,again\n", r"gc.csv line 39, column group: duplicate value 'Bamon' \(first at line 2"),
+    ("caste,Newcomers,regional,ours,x\n", r"gc.csv line 39, column class: "),
+])
+def test_group_classes_refuse_a_second_row_for_a_group_and_an_unknown_class(tmp_path, extra_row, message):
+    from stereolens.studies.pairs.minimal_pairs import read_group_classes
+
+    seed = Path(__file__).resolve().parents[3] / "data/seed/pairs/group_classes.csv"
+    (tmp_path / "gc.csv").write_text(seed.read_text(encoding="utf-8") + extra_row, encoding="utf-8")
+    assert len(read_group_classes(seed)) == 37
+    with pytest.raises(DataError, match=message):
+        read_group_classes(tmp_path / "gc.csv")

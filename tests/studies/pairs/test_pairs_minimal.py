@@ -120,7 +120,7 @@ def _evaluated_ids(tmp_path, monkeypatch, repo_root, table: pd.DataFrame) -> lis
     monkeypatch.chdir(tmp_path)
     shutil.copytree(repo_root / "data" / "seed" / "pairs", tmp_path / "data" / "seed" / "pairs")
     write_csv(tmp_path / "data" / "processed" / "pairs" / "constructed.csv", table)
-    sets = evaluation_sets({"crows": False})
+    sets = evaluation_sets({"crows": False}, "tiny")
     return sorted(sets.loc[sets["set"] == "constructed", "id"])
 
 

@@ -120,7 +120,8 @@ def _review_first_pair(root) -> str:
 
 
 @pytest.mark.slow
-def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_causal_lm_dir, generator_server):
+def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, capsys, repo_root, tiny_causal_lm_dir,
+                                         generator_server):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
@@ -135,7 +136,7 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
     translation = json.loads((tmp_path / "reports/pairs/construction/translation.json").read_text())
     assert (translation["review_rows"], translation["review_rows_used"]) == (2, 1)
     assert translation["error_categories"]["literal_translation"] == 1 and translation["error_categories"]["other"] == 0
-    scores = pd.read_csv(tmp_path / "data/processed/pairs/scores.csv")
+    scores = pd.read_csv(tmp_path / "data/processed/pairs/tiny/scores.csv")
     reviewed = scores[scores["id"] == f"constructed:{pair_id}:kok"]
     assert reviewed["translation_status"].tolist() == ["reviewed"]
     attributes = pd.read_csv(tmp_path / "data/interim/pairs/attributes.csv")
@@ -153,10 +154,18 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
     built = pd.read_csv(tmp_path / "data/processed/pairs/constructed.csv")
     assert set(built["translation_status"]) == {"source", "machine", "reviewed"}
     assert built["shared_markers"].fillna("").str.contains("fish curry").any()
-    scoring = json.loads((tmp_path / "data/processed/pairs/scoring.json").read_text())
-    # the crows study scored these sentences already: a second scoring is all cache hits
-    assert scoring["sets"]["crows"] == {"pairs": 3, "cache_hits": 6, "cache_misses": 0}
-    summary = json.loads((tmp_path / "reports/pairs/summary.json").read_text())
+    scoring = json.loads((tmp_path / "data/processed/pairs/tiny/scoring.json").read_text())
+    # the crows study scored these sentences already: a second scoring is all cache hits, which the
+    # printed line says and scoring.json (a DVC output) does not
+    assert scoring["sets"]["crows"] == {"pairs": 3}
+    assert "CrowS-Pairs cache hits 6 misses 0" in capsys.readouterr().out
+    # a rerun served wholly from the cache writes the same bytes as the partly cold run above
+    outputs = sorted(p for p in (tmp_path / "data/processed/pairs/tiny").iterdir() if p.is_file())
+    before = {p.name: p.read_bytes() for p in outputs}
+    assert main(["stage", "pairs-evaluate"]) == 0
+    assert " misses 0" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in outputs} == before
+    summary = json.loads((tmp_path / "reports/pairs/tiny/summary.json").read_text())
     starter = {r["language"]: r for r in summary["sets"]["starter"]["runs"]}
     assert set(starter) == {"en", "kok"} and starter["en"]["n"] == starter["kok"]["n"] == 16
     assert set(starter["en"]["by_dimension"]) == {"age", "caste", "gender", "language", "nativity", "occupation",
@@ -170,5 +179,5 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, repo_root, tiny_
     assert validation["gate_passed"] == (validation["fleiss_kappa"] >= 0.41)
     for name in ("table3_bias_by_language", "table4_lms_by_language", "table5_6_dimensions_en",
                  "table5_6_dimensions_kok", "fragmentation"):
-        assert (tmp_path / "reports/pairs/starter/tables" / f"{name}.csv").exists(), name
-    assert (tmp_path / "reports/pairs/starter/figures/fragmentation_vs_bias.svg").exists()
+        assert (tmp_path / "reports/pairs/tiny/starter/tables" / f"{name}.csv").exists(), name
+    assert (tmp_path / "reports/pairs/tiny/starter/figures/fragmentation_vs_bias.svg").exists()

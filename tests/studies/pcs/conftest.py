@@ -11,10 +11,10 @@ from stereolens.io import write_json
 @pytest.fixture
 def analyze_stage(tmp_path, monkeypatch):
     """A folder (the working directory) where `stereolens stage pcs-analyze` can run on the scores a test writes
-    to data/interim/pcs/scores.csv: gates passed, tracking off, Hindi and Urdu.  Returns a function that rewrites
+    to data/interim/pcs/m/scores.csv: gates passed, tracking off, Hindi and Urdu.  Returns a function that rewrites
     params.yaml with another ``study.pcs.analysis`` block."""
     monkeypatch.chdir(tmp_path)
-    write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
+    write_json(tmp_path / "reports/pcs/m/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
 
     def write_params(analysis: dict | None = None) -> None:
         params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": {"enabled": False},

@@ -8,7 +8,7 @@ import pandas as pd
 import yaml
 
 from stereolens.cli import main
-from stereolens.io import write_csv
+from stereolens.io import fixed_precision, write_csv
 from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS
 
 # cell (language, scenario, feature) -> A, B, C; the 0.04 gap is below the default minimum gain, the 0.5 gap above it
@@ -35,16 +35,16 @@ def test_default_min_gain_is_the_configured_one(repo_root):
 
 
 def test_cli_and_stage_give_the_same_summary_on_the_same_file(tmp_path, analyze_stage):
-    write_csv(tmp_path / "data/interim/pcs/scores.csv", scores())
+    write_csv(tmp_path / "data/interim/pcs/m/scores.csv", scores())
     assert main(["stage", "pcs-analyze"]) == 0
-    assert main(["pcs", "analyze", "--scores", "data/interim/pcs/scores.csv", "--output", "cli",
+    assert main(["pcs", "analyze", "--scores", "data/interim/pcs/m/scores.csv", "--output", "cli",
                  "--rubrics", "/nonexistent-but-not-default.yaml"]) == 2  # a named rubrics file must exist
-    assert main(["pcs", "analyze", "--scores", "data/interim/pcs/scores.csv", "--output", "cli"]) == 0
-    stage = json.loads((tmp_path / "reports/pcs/summary.json").read_text())
+    assert main(["pcs", "analyze", "--scores", "data/interim/pcs/m/scores.csv", "--output", "cli"]) == 0
+    stage = json.loads((tmp_path / "reports/pcs/m/summary.json").read_text())
     cli = json.loads((tmp_path / "cli/summary.json").read_text())
     # the stage also knows the judge gates' outcome (gates.json); the CLI has no gates to report
     assert stage["headline"].pop("judge gates") == "passed" and cli["headline"].pop("judge gates") == "not run"
     assert cli == stage
     # known answer: the hi/s1 cell (gap 0.04) is excluded; PCS = mean(0.5, 0.75, 0.5)
     assert stage["n_excluded"] == 1
-    assert abs(stage["pcs"] - (0.5 + 0.75 + 0.5) / 3) < 1e-12
+    assert stage["pcs"] == fixed_precision((0.5 + 0.75 + 0.5) / 3)  # as written: seven significant digits

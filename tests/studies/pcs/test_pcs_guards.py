@@ -155,16 +155,16 @@ def test_analyze_stage_takes_validity_from_the_responses(tmp_path, analyze_stage
     """The stage joins responses.csv's invalid_reason onto the judged scores by response_id."""
     scores = _hindi_urdu(planted=1.0).drop(columns="invalid_reason")
     scores["response_id"] = (scores["language"] + "-" + scores["scenario_id"] + "-" + scores["condition"])
-    write_csv(tmp_path / "data/interim/pcs/scores.csv", scores)
+    write_csv(tmp_path / "data/interim/pcs/m/scores.csv", scores)
     responses = scores.drop_duplicates("response_id").assign(domain="workplace", translation_status="authored")
     responses["invalid_reason"] = np.where(responses["response_id"] == "hi-s6-A", "wrong_language", "")
-    write_csv(tmp_path / "data/interim/pcs/responses.csv", responses)
+    write_csv(tmp_path / "data/interim/pcs/m/responses.csv", responses)
     assert main(["stage", "pcs-analyze"]) == 0
-    stage = json.loads((tmp_path / "reports/pcs/summary.json").read_text())
+    stage = json.loads((tmp_path / "reports/pcs/m/summary.json").read_text())
     assert stage["hud"] == pytest.approx(pcs.analyze_scores(_hindi_urdu()).summary["hud"])
-    statistics = json.loads((tmp_path / "reports/pcs/statistics.json").read_text())
+    statistics = json.loads((tmp_path / "reports/pcs/m/statistics.json").read_text())
     assert statistics["n_responses_excluded_invalid"] == 1
-    report = (tmp_path / "reports/pcs/report.md").read_text()
+    report = (tmp_path / "reports/pcs/m/report.md").read_text()
     assert "## excluded_responses" in report and "## pcs_min_gain_sensitivity" in report
     # the renamed key is refused in one line, not silently ignored
     analyze_stage({"min_gap": 0.05})

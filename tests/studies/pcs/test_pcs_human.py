@@ -153,10 +153,10 @@ def test_stage_tags_mlflow_runs_with_the_preference_source(tmp_path, monkeypatch
     responses, scores = _data()
     meta = responses.set_index("response_id")[["model", "language", "scenario_id", "dimension", "condition", "sample"]]
     scores = scores.join(meta, on="response_id")
-    write_csv(tmp_path / "data/interim/pcs/responses.csv", responses.assign(domain="workplace", translation_status="authored",
+    write_csv(tmp_path / "data/interim/pcs/m/responses.csv", responses.assign(domain="workplace", translation_status="authored",
                                                                                   invalid_reason=""))
-    write_csv(tmp_path / "data/interim/pcs/scores.csv", scores)
-    write_json(tmp_path / "reports/pcs/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
+    write_csv(tmp_path / "data/interim/pcs/m/scores.csv", scores)
+    write_json(tmp_path / "reports/pcs/m/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
     tracking = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
                 "experiment": "t"}
     params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": tracking, "seed": 0,
@@ -171,4 +171,4 @@ def test_stage_tags_mlflow_runs_with_the_preference_source(tmp_path, monkeypatch
     tags = dict(zip(runs["tags.stage"], runs["tags.annotation_source"]))
     assert tags == {"human_validation": "simulated", "analyze": "simulated"}
     assert set(runs["tags.judge_source"].dropna()) == {"llm_panel"}
-    assert "SIMULATED" in (tmp_path / "reports/pcs/report.md").read_text()
+    assert "SIMULATED" in (tmp_path / "reports/pcs/m/report.md").read_text()

@@ -166,3 +166,10 @@ def test_generated_triples_through_the_model_layer(tmp_path, scripted_server):
         triples, raw = ins.generate_triples(server.model(tmp_path / "c"), prompts, validated, ins.InstantiationSettings())
     assert triples[["id", "source", "context"]].values.tolist() == [["MX-age-001-m1", "machine", "Don Pedro tiene 80 años."]]
     assert raw["n_triples"].tolist() == [1]
+
+
+def test_human_import_refuses_the_same_triple_twice(tmp_path):
+    rows = human_rows()
+    pd.DataFrame([*rows, rows[0]], columns=TRIPLE_COLUMNS).to_csv(tmp_path / "h.csv", index=False)
+    with pytest.raises(DataError, match=rf"h.csv line {len(rows) + 2}: the same triple .* as line 2"):
+        ins.import_human_triples(tmp_path / "h.csv", VALIDATED_MX, annotators_file(tmp_path / "a.csv"))

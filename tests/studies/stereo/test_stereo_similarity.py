@@ -153,7 +153,7 @@ def test_judge_on_the_loopback_server_gives_the_known_overlap(tmp_path, api_key)
 
 def test_build_similarity_checks_the_config(tmp_path):
     assert isinstance(build_similarity({}, model_cfg=None, cache=None), LexicalSimilarity)
-    with pytest.raises(ConfigError, match="must be one of lexical, embedding, judge"):
+    with pytest.raises(ConfigError, match="must be one of lexical, embedding, offline, judge"):
         build_similarity({"method": "cosine"}, model_cfg=None, cache=None)
     with pytest.raises(ConfigError, match="masked.*cannot answer as judge"):
         build_similarity({"method": "judge"}, model_cfg={"name": "m", "kind": "masked"}, cache=None)

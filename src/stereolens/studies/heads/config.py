@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from stereolens.config.schema import boolean, integer, list_of, number, one_of, section, text
 from stereolens.errors import ConfigError
 
 # keys relative to study.heads; a non-null default already fixes its key's type
@@ -20,6 +21,51 @@ VALUE_METRICS = ("accuracy", "loss")          # the Shapley value function: prob
 # StereoSet candidate scores under a head gate: the reference generative score needs the context sentence scored
 # alone, which the gated candidate scorer does not do
 GATED_SCORES = ("mean", "sum")
+
+
+# the typed schema of study.heads (stereolens.config.schema), checked at compose time and when a stage loads it
+SCHEMA = section(
+    instances=text(), countries=list_of(text(), min_items=1, unique=True, null=True), max_instances_per_country=integer(2, null=True),
+    threads=integer(1, null=True),
+    split=section(shapley_fraction=number(above=0, below=1), pruning_fraction=number(above=0, below=1),
+                  seed=integer(0)),
+    probe=section(pooling=one_of(("auto", *POOLINGS)), learning_rate=number(above=0), epochs=integer(1),
+                  batch_size=integer(1), weight_decay=number(0), finetune=boolean(), max_length=integer(1)),
+    shapley=section(layers=list_of(integer(), min_items=1, null=True, unique=True), permutations=integer(1),
+                    antithetic=boolean(), step=integer(1, null=True), max_rows=integer(1),
+                    value=one_of(VALUE_METRICS), seed=integer(0), reuse_prefix=boolean()),
+    pruning=section(step=integer(1), stereoset_items_per_country=integer(1, null=True),
+                    candidate_score=one_of(GATED_SCORES), batch_size=integer(1)),
+)
+
+
+def check(cfg: dict[str, Any], config: dict[str, Any], *, where: str = "") -> None:
+    """Names that must exist elsewhere: the player layers in the model (when its config.json is at hand) and
+    the cross-key rules of :func:`check_heads_config`."""
+    if isinstance(cfg.get("split"), dict) and isinstance(cfg.get("shapley"), dict) and "pruning" in cfg:
+        try:
+            check_heads_config(cfg, n_layers=_local_layer_count(config.get("model") or {}))
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{where}") from None
+
+
+def _local_layer_count(model_cfg: dict[str, Any]) -> int | None:
+    """The model's layer count from a config.json on disk (``models/<id>/`` once prepared), without
+    importing transformers; None when no such file is here."""
+    import json
+    from pathlib import Path
+
+    name = model_cfg.get("name")
+    config_file = Path(str(name)) / "config.json" if name else None
+    if config_file is None or not config_file.is_file():
+        return None
+    try:
+        data = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    data = data.get("text_config") or data
+    layers = data.get("num_hidden_layers") or data.get("n_layer") or data.get("num_layers")
+    return int(layers) if isinstance(layers, int) and layers > 0 else None
 
 
 def check_layers(layers: Sequence[int] | None, n_layers: int | None = None) -> None:

@@ -274,7 +274,7 @@ def study_summary(per_country: list[dict], corr: CountryCorrelations, probe: dic
     return {"model": model_id, "value": value, "countries": per_country, "metrics": metrics,
             "instance_sources": sources, "config": cfg, "headline": headline,
             "provenance": instance_provenance(sources), "correlation": corr.as_json(),
-            "correlation_undefined": corr.undefined_records(), "seconds": probe.get("seconds")}
+            "correlation_undefined": corr.undefined_records()}
 
 
 def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dict, cfg: dict, *, model_id: str) -> str:

@@ -6,7 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
-from stereolens.stages.common import load_params
+from stereolens.stages.common import stage_params
+from stereolens.stages.kit import model_dir
 from stereolens.stages.registry import stage
 from stereolens.studies.heads.config import check_heads_config
 from stereolens.tracking import declare_run
@@ -14,17 +15,19 @@ from stereolens.tracking import declare_run
 # the report's per-country StereoSet columns: present only when the pruning sweeps scored StereoSet
 PRUNING_STEREOSET = ("ss_before", "ss_all_pruned", "lms_before", "lms_all_pruned", "icat_before", "icat_all_pruned")
 PROBE_RUN = declare_run("heads", "probe", params=("model", "study"),
-                        metrics=("{country}.probe_test_{value}", "{country}.probe_train_accuracy", "seconds"))
+                        metrics=("{country}.probe_test_{value}", "{country}.probe_train_accuracy",
+                                 "{country}.shapley_seconds", "{country}.sweep_seconds", "seconds"))
 REPORT_RUN = declare_run("heads", "report", params=("study",),
                          metrics=("{country}.train_instances", "{country}.shapley_instances",
                                   "{country}.pruning_instances", "{country}.probe_train_acc", "{country}.probe_test_{value}",
                                   *(f"{{country}}.{k}" for k in PRUNING_STEREOSET)))
 
+# per model: <root>/<model_id>/ (dvc.yaml runs heads on the primary model only)
 OUT_DATA = Path("data/processed/heads")
 OUT_REPORT = Path("reports/heads")
 
 
-@stage("heads-probe")
+@stage("heads-probe", per_model=True)
 def heads_probe(args: argparse.Namespace) -> None:
     """Per country: train the stereotype-detection probe, Shapley value per head, pruning sweeps."""
     import torch
@@ -35,7 +38,8 @@ def heads_probe(args: argparse.Namespace) -> None:
     from stereolens.studies.heads.inputs import model_layer_count, read_instances
     from stereolens.tracking import stage_run
 
-    p = load_params("model", "study.heads", "tracking", "seed", path=args.params)
+    p = stage_params(args, "model", "study.heads", "tracking", "seed")
+    out_data = model_dir(OUT_DATA, p["model"])
     model_cfg, cfg, tracking = p["model"], p["study.heads"], p["tracking"]
     check_heads_config(cfg, n_layers=model_layer_count(model_cfg["name"]))
     instances_path = Path(cfg["instances"])
@@ -55,38 +59,43 @@ def heads_probe(args: argparse.Namespace) -> None:
         shap_table, sweep_table, summaries = analyse_countries(
             lm.model, lm.tokenizer, model_cfg["kind"], instances, study, probe_settings, shapley)
         elapsed = time.perf_counter() - start
-        write_csv(OUT_DATA / "shapley.csv", shap_table)
-        write_csv(OUT_DATA / "sweeps.csv", sweep_table)
-        write_json(OUT_DATA / "probe.json", {
+        # times say how the run went, not what was measured: MLflow and the printed line keep them,
+        # probe.json (a DVC output) does not, so a rerun elsewhere writes the same bytes
+        timings = [{key: s.pop(key) for key in ("shapley_seconds", "sweep_seconds")} for s in summaries]
+        write_csv(out_data / "shapley.csv", shap_table)
+        write_csv(out_data / "sweeps.csv", sweep_table)
+        write_json(out_data / "probe.json", {
             "model": model_label(model_cfg), "kind": model_cfg["kind"], "instances": str(instances_path),
-            "instance_sources": sources, "seconds": elapsed, "countries": summaries,
+            "instance_sources": sources, "countries": summaries,
         })
-        for s in summaries:
+        for s, timing in zip(summaries, timings):
             run.log_metrics({f"{s['country']}.probe_test_{shapley.value}": s["test_value_all_heads"],
-                             f"{s['country']}.probe_train_accuracy": s["train_accuracy"]})
+                             f"{s['country']}.probe_train_accuracy": s["train_accuracy"],
+                             **{f"{s['country']}.{key}": seconds for key, seconds in timing.items()}})
         run.log_metrics({"seconds": elapsed})
-        run.log_artifact(OUT_DATA / "shapley.csv")
-        run.log_artifact(OUT_DATA / "sweeps.csv")
+        run.log_artifact(out_data / "shapley.csv")
+        run.log_artifact(out_data / "sweeps.csv")
     print(f"heads-probe: {len(summaries)} countries, {shap_table.groupby('country').size().iloc[0]} heads each, "
           f"{shapley.permutations} permutations, {elapsed:.1f}s")
 
 
-@stage("heads-report")
+@stage("heads-report", per_model=True)
 def heads_report(args: argparse.Namespace) -> None:
     """Tables, Figures 2/F1-F6 shapes, summary.json and report.md of the heads study."""
     from stereolens.studies.heads.inputs import read_probe_outputs
     from stereolens.studies.heads.report import write_report
     from stereolens.tracking import stage_run
 
-    p = load_params("model.id", "study.heads", "tracking", path=args.params)
-    shap, sweeps, probe = read_probe_outputs(OUT_DATA)
-    summary = write_report(shap, sweeps, probe, p["study.heads"], OUT_REPORT, model_id=p["model.id"])
+    p = stage_params(args, "model.id", "study.heads", "tracking")
+    out_data, out_report = model_dir(OUT_DATA, p["model.id"]), model_dir(OUT_REPORT, p["model.id"])
+    shap, sweeps, probe = read_probe_outputs(out_data)
+    summary = write_report(shap, sweeps, probe, p["study.heads"], out_report, model_id=p["model.id"])
     countries = [c["country"] for c in probe["countries"]]
     with stage_run(p["tracking"], REPORT_RUN, model=p["model.id"], params={"study": p["study.heads"]},
                    axes={"country": countries, "value": [p["study.heads"]["shapley"]["value"]]},
                    tags={"instance_sources": ",".join(probe.get("instance_sources", []))}) as run:
-        run.log_dataset(OUT_DATA / "shapley.csv", name="heads_shapley")
+        run.log_dataset(out_data / "shapley.csv", name="heads_shapley")
         # the pruning StereoSet columns exist only when the sweeps scored StereoSet: NaN otherwise
         run.log_metrics({f"{c}.{k}": None for c in countries for k in PRUNING_STEREOSET} | summary["metrics"])
-        run.log_artifact(OUT_REPORT)
+        run.log_artifact(out_report)
     print(f"heads-report: {summary['headline']}")

@@ -23,7 +23,7 @@ import pandas as pd
 
 from stereolens.annotation.aggregate import pole_split_mean
 from stereolens.errors import DataError
-from stereolens.io import write_text
+from stereolens.io import write_csv
 
 
 LANGUAGE_FILES = {"EN": "english", "RU": "russian", "ZH": "chinese", "HI": "hindi"}
@@ -237,7 +237,7 @@ def write_matrix(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """H_<LANG>.csv layout: first column ``Traits``, one column per group, missing cells empty."""
     out = df.copy()
     out.index.name = "Traits"
-    return write_text(path, out.reset_index().to_csv(index=False, na_rep=""))
+    return write_csv(path, out.reset_index())
 
 
 def read_matrix(path: str | os.PathLike, *, missing_code: float | None = 999) -> pd.DataFrame:

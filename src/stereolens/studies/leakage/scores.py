@@ -19,9 +19,10 @@ from stereolens.studies.leakage.set_score import set_scores
 STUDY_KEY = "study.leakage"
 
 
-def model_configs(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The configured model first, then the study's extra models (each a model config mapping with an id)."""
-    models = [params["model"]] + list(params[STUDY_KEY].get("extra_models") or [])
+def model_configs(params: dict[str, Any], *, with_extra_models: bool = True) -> list[dict[str, Any]]:
+    """The configured model first, then (``with_extra_models``) the study's extra models (each a model config
+    mapping with an id)."""
+    models = [params["model"]] + (list(params[STUDY_KEY].get("extra_models") or []) if with_extra_models else [])
     ids = [m.get("id") for m in models]
     if any(not i for i in ids) or len(set(ids)) != len(ids):
         raise ConfigError(f"study.leakage.extra_models: every model needs a distinct id (got {ids})")

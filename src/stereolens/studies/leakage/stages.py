@@ -1,9 +1,11 @@
 """DVC stages of the leakage study (Cao et al. 2024): human matrices, model scores, fits, report.
 
     leakage-human                      data/raw/stereotype_leakage -> data/processed/leakage/human/H_<LANG>.csv
-    leakage-scores --language L        models -> data/processed/leakage/scores/<l>/<model>/<method>.csv
-    leakage-fit --language L           -> data/processed/leakage/fit/<l>/<model>/<method>/coefficients.csv ...
-    leakage-report                     -> reports/leakage/ (coefficients, edges, beta table, flow figure, ...)
+    leakage-scores --model M --language L  -> data/processed/leakage/<M>/scores/<l>/<model>/<method>.csv
+    leakage-fit --model M --language L     -> data/processed/leakage/<M>/fit/<l>/<model>/<method>/coefficients.csv ...
+    leakage-report --model M               -> reports/leakage/<M>/ (coefficients, edges, beta table, flow figure, ...)
+
+(<model> is M itself, plus study.leakage.extra_models in the primary model's tree.)
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import write_csv, write_json, write_text
-from stereolens.stages.common import languages_to_run, load_params
+from stereolens.stages.common import languages_to_run, load_params, stage_params
 from stereolens.stages.registry import stage
-from stereolens.stages.kit import load_stage_model, write_study_summary
+from stereolens.stages.kit import load_stage_model, model_dir, write_study_summary
 from stereolens.studies.leakage.methods import ALL_METHODS
 from stereolens.studies.leakage.report_inputs import read_human_provenance
 from stereolens.studies.leakage.scores import STUDY_KEY
@@ -33,9 +35,8 @@ FIT_RUN = declare_run("leakage", "fit", params=("fit", "method"),
                       metrics=("alpha_{term}", "p_{term}", "n_edges", "n_obs"))
 REPORT_RUN = declare_run("leakage", "report", params=("study",), metrics=("n_edges", "n_fits"))
 
-HUMAN_DIR = Path("data/processed/leakage/human")
-SCORES_DIR = Path("data/processed/leakage/scores")
-FIT_DIR = Path("data/processed/leakage/fit")
+PROCESSED = Path("data/processed/leakage")
+HUMAN_DIR = PROCESSED / "human"
 REPORT_DIR = Path("reports/leakage")
 # the leakage-human gate reports: a declared output of that stage (dvc.yaml), so `dvc checkout` restores them
 HUMAN_GATES_DIR = REPORT_DIR / "quality"
@@ -47,6 +48,14 @@ def _lang_arg(parser: argparse.ArgumentParser) -> None:
 
 def _study(args: argparse.Namespace, *extra: str) -> dict[str, Any]:
     return load_params(STUDY_KEY, *extra, path=args.params)
+
+
+def _scores_dir(model_id: str) -> Path:
+    return model_dir(PROCESSED, model_id) / "scores"
+
+
+def _fit_dir(model_id: str) -> Path:
+    return model_dir(PROCESSED, model_id) / "fit"
 
 
 # --------------------------------------------------------------------------- human matrices
@@ -214,7 +223,7 @@ def _write_judgement_matrices(survey_qc: Any, judg: dict[str, Any], run: Any) ->
 # --------------------------------------------------------------------------- model scores
 
 
-@stage("leakage-scores", configure=_lang_arg)
+@stage("leakage-scores", configure=_lang_arg, per_model=True)
 def leakage_scores(args: argparse.Namespace) -> None:
     """Association matrices (32 x 30) of every configured model for one language (+ the baseline if any)."""
     from stereolens.studies.leakage.lexicon import load_lexicon
@@ -222,10 +231,10 @@ def leakage_scores(args: argparse.Namespace) -> None:
     from stereolens.studies.leakage.scores import baseline_config, baseline_set_matrix, model_configs, score_model
     from stereolens.tracking import stage_run
 
-    p = _study(args, "model", "language", "tracking")
+    p = stage_params(args, STUDY_KEY, "model", "language", "tracking")
     study, tracking = p[STUDY_KEY], p["tracking"]
     language = args.language.lower()
-    out_root = SCORES_DIR / language
+    out_root = _scores_dir(p["model"]["id"]) / language
     if language not in languages_to_run([lang.lower() for lang in study["languages"]], p["language"]):
         write_json(out_root / "manifest.json", {"language": language, "skipped": "excluded by language.include"})
         print(f"leakage scores: {language} excluded by language.include; nothing scored")
@@ -233,7 +242,9 @@ def leakage_scores(args: argparse.Namespace) -> None:
     lex = load_lexicon(study["seed_dir"])
     manifest: dict[str, Any] = {"language": language, "models": {}, "baseline": None,
                                 "translation_status": lex.translation_status(language)}
-    for model_cfg in model_configs(p):
+    elapsed = 0.0
+    # the study's extra_models are scored once, beside the primary model (--model names a compared one otherwise)
+    for model_cfg in model_configs(p, with_extra_models=args.model is None or args.model == _primary_id(args)):
         methods = list((study.get("methods") or {}).get(model_cfg["kind"]) or methods_for_kind(model_cfg["kind"]))
         with stage_run(tracking, SCORES_RUN, model=model_cfg["id"], language=language,
                        params={"model": model_cfg, "study": study}, axes={"method": ALL_METHODS},
@@ -242,10 +253,13 @@ def leakage_scores(args: argparse.Namespace) -> None:
             lm = load_stage_model(model_cfg, params_path=args.params)
             out_dir = out_root / model_cfg["id"]
             done = score_model(lm, model_cfg["kind"], methods, lex, language, study, lm.cache, out_dir)
+            # times say how the run went, not what was scored: MLflow and the printed line keep them,
+            # manifest.json (a DVC output) does not, so a rerun from the cache writes the same bytes
+            method_seconds = {m: info.pop("seconds") for m, info in done.items()}
+            elapsed += time.time() - t0
             manifest["models"][model_cfg["id"]] = {"kind": model_cfg["kind"], "methods": done,
-                                                   "identity": getattr(lm, "identity", None),
-                                                   "seconds": round(time.time() - t0, 1)}
-            run.log_metrics({f"{m}_seconds": done[m]["seconds"] if m in done else None for m in ALL_METHODS})
+                                                   "identity": getattr(lm, "identity", None)}
+            run.log_metrics({f"{m}_seconds": method_seconds.get(m) for m in ALL_METHODS})
             for m in done:
                 run.log_artifact(out_dir / f"{m}.csv")
     baseline = (study.get("baselines") or {}).get(language)
@@ -257,39 +271,40 @@ def leakage_scores(args: argparse.Namespace) -> None:
     runs = [f"{m}/{method}" for m, info in manifest["models"].items() for method in info["methods"]]
     print(f"leakage-scores {language}: {len(runs)} matrices ({', '.join(runs)}"
           + (f", baseline {manifest['baseline']}" if manifest["baseline"] else "")
-          + f") in {sum(info['seconds'] for info in manifest['models'].values()):.0f}s -> {out_root}")
+          + f") in {elapsed:.0f}s -> {out_root}")
 
 
 # --------------------------------------------------------------------------- fits
 
 
-@stage("leakage-fit", configure=_lang_arg)
+@stage("leakage-fit", configure=_lang_arg, per_model=True)
 def leakage_fit(args: argparse.Namespace) -> None:
     """Mixed-effects leakage fit for every (model, method) scored in one target language."""
     from stereolens.studies.leakage.fit import check_missing_treatment, fit_missing_treatments, human_term
     from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
     from stereolens.tracking import stage_run
 
-    p = _study(args, "tracking")
+    p = stage_params(args, STUDY_KEY, "model.id", "tracking")
     study, tracking = p[STUDY_KEY], p["tracking"]
     fit_cfg = study.get("fit", {})
     language = args.language.lower()
-    manifest = json.loads((SCORES_DIR / language / "manifest.json").read_text(encoding="utf-8"))
-    out_root = FIT_DIR / language
+    scores_dir = _scores_dir(p["model.id"])
+    manifest = json.loads((scores_dir / language / "manifest.json").read_text(encoding="utf-8"))
+    out_root = _fit_dir(p["model.id"]) / language
     summary: dict[str, Any] = {"language": language, "fits": []}
     if manifest.get("skipped"):
         summary["skipped"] = manifest["skipped"]
         write_json(out_root / "summary.json", summary)
         return
     human, source = read_human_dir(HUMAN_DIR), _human_source(read_human_provenance(HUMAN_DIR))
-    baseline_path = SCORES_DIR / language / "baseline.csv"
+    baseline_path = scores_dir / language / "baseline.csv"
     baseline = read_score_matrix(baseline_path, "baseline matrix") if manifest.get("baseline") else None
     terms = [human_term(lang) for lang in sorted(study["languages"], key=str.upper)]
     missing = check_missing_treatment(fit_cfg.get("missing", "zero"))
     alpha = float(fit_cfg.get("alpha", 0.05))
     for model_id, info in manifest["models"].items():
         for method in [m for m in info["methods"] if m in (fit_cfg.get("methods") or [m])]:
-            target = read_score_matrix(SCORES_DIR / language / model_id / f"{method}.csv", "model score matrix")
+            target = read_score_matrix(scores_dir / language / model_id / f"{method}.csv", "model score matrix")
             with stage_run(tracking, FIT_RUN, model=model_id, language=language, variant=method,
                            params={"fit": fit_cfg, "method": method}, annotation_source=source,
                            axes={"term": terms}) as run:
@@ -313,6 +328,10 @@ def leakage_fit(args: argparse.Namespace) -> None:
           f"{sum(f['n_edges'] for f in summary['fits'])} edge(s) -> {out_root}")
 
 
+def _primary_id(args: argparse.Namespace) -> str:
+    return str(load_params("model.id", path=args.params)["model.id"])
+
+
 def _write_fits(fits: list[tuple[str, Any, list[dict[str, Any]]]], out: Path) -> dict[str, Any]:
     """Coefficients, edges and fit summary of each treatment (the first, configured one in ``out``, the other in
     ``out/alternative_missing``); the summary entry of the fit."""
@@ -333,7 +352,7 @@ def _write_fits(fits: list[tuple[str, Any, list[dict[str, Any]]]], out: Path) ->
 # --------------------------------------------------------------------------- report
 
 
-@stage("leakage-report")
+@stage("leakage-report", per_model=True)
 def leakage_report(args: argparse.Namespace) -> None:
     """Coefficient table, leakage edges, beta table, flow figure, qualitative table, report page."""
     from stereolens.studies.leakage.lexicon import load_lexicon
@@ -343,31 +362,32 @@ def leakage_report(args: argparse.Namespace) -> None:
     from stereolens.studies.leakage.report_inputs import collect_fits
     from stereolens.tracking import stage_run
 
-    p = _study(args, "model.id", "tracking")
+    p = stage_params(args, STUDY_KEY, "model.id", "tracking")
     study, tracking = p[STUDY_KEY], p["tracking"]
     languages = [lang.lower() for lang in study["languages"]]
+    scores_dir, report_dir = _scores_dir(p["model.id"]), model_dir(REPORT_DIR, p["model.id"])
     human_provenance = read_human_provenance(HUMAN_DIR)
     source = _human_source(human_provenance)
     report = build_report(
-        collect_fits(FIT_DIR, SCORES_DIR, languages), read_human_dir(HUMAN_DIR), load_lexicon(study["seed_dir"]),
-        languages, model_id=p["model.id"], scores_dir=SCORES_DIR, human_provenance=human_provenance,
+        collect_fits(_fit_dir(p["model.id"]), scores_dir, languages), read_human_dir(HUMAN_DIR), load_lexicon(study["seed_dir"]),
+        languages, model_id=p["model.id"], scores_dir=scores_dir, human_provenance=human_provenance,
         annotation_source=source, alpha=float((study.get("fit") or {}).get("alpha", 0.05)),
         top_k=int((study.get("report") or {}).get("qualitative_top_k", 20)))
     with stage_run(tracking, REPORT_RUN, model=p["model.id"], params={"study": study}, annotation_source=source) as run:
-        write_csv(REPORT_DIR / "coefficients.csv", report.coefficients)
-        write_json(REPORT_DIR / "edges.json", report.edges)
-        write_csv(REPORT_DIR / "beta_table.csv", report.beta)
-        write_csv(REPORT_DIR / "qualitative.csv", report.qualitative)
-        write_csv(REPORT_DIR / "choice_nonmatching.csv", report.nonmatching)
-        figs = flow_figure(report.reported, report.panels, languages, REPORT_DIR / "flow",
+        write_csv(report_dir / "coefficients.csv", report.coefficients)
+        write_json(report_dir / "edges.json", report.edges)
+        write_csv(report_dir / "beta_table.csv", report.beta)
+        write_csv(report_dir / "qualitative.csv", report.qualitative)
+        write_csv(report_dir / "choice_nonmatching.csv", report.nonmatching)
+        figs = flow_figure(report.reported, report.panels, languages, report_dir / "flow",
                            title=f"{report.label[0].upper()}{report.label[1:]} (human source language -> target language in the model)")
-        write_text(REPORT_DIR / "report.md", report.markdown)
-        write_study_summary(REPORT_DIR / "summary.json", report.summary)
+        write_text(report_dir / "report.md", report.markdown)
+        write_study_summary(report_dir / "summary.json", report.summary)
         run.log_metrics({"n_edges": report.summary["n_edges"], "n_fits": report.summary["n_fits"]})
         run.set_tags({"translation_status": "authored (unreviewed) for ru/zh/hi"})
-        for path in [REPORT_DIR / "coefficients.csv", REPORT_DIR / "report.md", *figs]:
+        for path in [report_dir / "coefficients.csv", report_dir / "report.md", *figs]:
             run.log_artifact(path)
     print(f"leakage report: {len(report.reported)} {report.label} over {report.summary['n_fits']} fit(s)"
           + (f" ({report.n_unconverged_edges} more from fits that did not converge, not reported)"
              if report.n_unconverged_edges else "")
-          + f" -> {REPORT_DIR}")
+          + f" -> {report_dir}")

@@ -37,9 +37,9 @@ from scipy import stats as sps
 from stereolens.errors import DataError
 from stereolens.stats.bias import bca_interval, bias_score
 from stereolens.stats.multiple import add_corrections, family_description
+from stereolens.studies.pairs.config import GROUP_CLASSES
 
 REQUIRED_COLUMNS = ("id", "dimension", "score_stereo", "score_anti")
-GROUP_CLASSES = ("hyperlocal", "pan_regional")
 ALL = "all"
 # the three evaluation sets, in report order
 EVALUATION_SETS = ("starter", "constructed", "crows")
@@ -73,10 +73,21 @@ def check_scores(scores: pd.DataFrame, *, what: str = "scored pairs") -> pd.Data
         if infinite.any():
             row = int(np.flatnonzero(infinite)[0])
             raise DataError(f"{what} line {row + 2}, column {col}: {out[col].iloc[row]!r} is not a finite score")
+        # a log-likelihood is never positive: positive scores are probabilities or another scale by mistake
+        positive = values.to_numpy(dtype=float) > 0
+        if positive.any():
+            row = int(np.flatnonzero(positive)[0])
+            raise DataError(f"{what} line {row + 2}, column {col}: {values.iloc[row]:g} is positive, but scores are "
+                            f"log-likelihoods (<= 0); were probabilities written instead?")
         out[col] = values
     if out["dimension"].isna().any():
         row = int(np.flatnonzero(out["dimension"].isna().to_numpy())[0])
         raise DataError(f"{what} line {row + 2}, column dimension: empty dimension")
+    overall_named = out["dimension"].astype(str).str.strip().str.lower() == ALL
+    if overall_named.any():
+        row = int(np.flatnonzero(overall_named.to_numpy())[0])
+        raise DataError(f"{what} line {row + 2}, column dimension: {out['dimension'].iloc[row]!r} is the name of the "
+                        f"overall row; rename the dimension")
     if "group_class" in out.columns:
         cls = out["group_class"].fillna("").astype(str)
         bad = ~cls.isin((*GROUP_CLASSES, ""))
@@ -422,6 +433,30 @@ def _skeleton(text: str) -> str:
 
 
 REFERENCE_LANGUAGE = "en"
+
+
+def check_fragmentation(frag: pd.DataFrame, cells: pd.DataFrame, *, what: str = "fragmentation table"
+                        ) -> pd.DataFrame:
+    """Model and language on every row, tokens per term a number of at least 1 (a term is one token or more),
+    and at least one (model, language) the scores also have; errors name the file, row and column."""
+    out = frag.copy()
+    for col in ("model", "language"):
+        blank = out[col].isna() | (out[col].astype(str).str.strip() == "")
+        if blank.any():
+            row = int(np.flatnonzero(blank.to_numpy())[0])
+            raise DataError(f"{what} line {row + 2}, column {col}: empty {col}")
+    values = pd.to_numeric(out["mean_tokens_per_term"], errors="coerce")
+    bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float)) | (values < 1)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DataError(f"{what} line {row + 2}, column mean_tokens_per_term: {out['mean_tokens_per_term'].iloc[row]!r} "
+                        f"is not a number of tokens per term (>= 1)")
+    out["mean_tokens_per_term"] = values
+    keys = set(zip(cells["model"].astype(str), cells["language"].astype(str)))
+    if not any((str(m), str(lang)) in keys for m, lang in zip(out["model"], out["language"])):
+        raise DataError(f"{what}: no (model, language) in common with the scores (fragmentation has "
+                        f"{sorted(set(out['model'].astype(str)))}, scores have {sorted({m for m, _ in keys})})")
+    return out
 
 
 def fragmentation_correlations(frag: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Any]:

@@ -39,14 +39,18 @@ def _analyze(args: argparse.Namespace) -> int:
     from stereolens.studies.pairs.analysis import REQUIRED_COLUMNS, analyze_scores
     from stereolens.studies.pairs.report import write_outputs
 
+    from stereolens.cli_support import check_count
+
+    check_count(args.resamples, "--resamples", minimum=1)  # the intervals and `borderline` need resamples
     scores = read_csv_checked(args.scores, REQUIRED_COLUMNS, what="scored pairs")
     analysis = analyze_scores(scores, n_resamples=args.resamples, seed=args.seed, what=str(args.scores))
     frag, frag_stats = None, None
     if args.fragmentation:
-        from stereolens.studies.pairs.analysis import fragmentation_correlations
+        from stereolens.studies.pairs.analysis import check_fragmentation, fragmentation_correlations
 
         frag = read_csv_checked(args.fragmentation, ("model", "language", "mean_tokens_per_term"),
                                 what="fragmentation table")
+        frag = check_fragmentation(frag, analysis.cells, what=f"fragmentation table {args.fragmentation}")
         if "lossy" not in frag.columns:
             frag["lossy"] = False
         frag_stats = fragmentation_correlations(frag, analysis.cells)

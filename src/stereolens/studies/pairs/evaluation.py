@@ -13,7 +13,7 @@ from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked
 SEED = Path("data/seed/pairs")
 CONSTRUCTED = Path("data/processed/pairs/constructed.csv")
-CROWS_SCORES = Path("data/processed/crows/scores.csv")
+CROWS = Path("data/processed/crows")  # per model: <model_id>/scores.csv, the CrowS-Pairs rows that model's crows run scored
 
 
 def pairs_metric(model_cfg: Mapping[str, Any]) -> str:
@@ -49,10 +49,10 @@ def _constructed() -> pd.DataFrame:
     return built.assign(set="constructed")
 
 
-def _crows(dataset: str) -> pd.DataFrame:
+def _crows(dataset: str, crows_scores: Path) -> pd.DataFrame:
     from stereolens.datasets.crows_pairs import crows_pairs_table
 
-    scored_ids = set(read_csv_checked(CROWS_SCORES, ["id"], what="CrowS scores")["id"])
+    scored_ids = set(read_csv_checked(crows_scores, ["id"], what="CrowS scores")["id"])
     crows = crows_pairs_table(Path("data/raw") / dataset / "crows_pairs_anonymized.csv")
     crows = crows[crows["id"].isin(scored_ids)]
     return crows.rename(columns={"id": "pair_id", "bias_type": "dimension"}).assign(
@@ -60,20 +60,24 @@ def _crows(dataset: str) -> pd.DataFrame:
         source="CrowS-Pairs", translation_status="source")
 
 
-def evaluation_sets(evaluation: Mapping[str, Any]) -> pd.DataFrame:
+def evaluation_sets(evaluation: Mapping[str, Any], model_id: str) -> pd.DataFrame:
     """The starter set, the constructed pairs and the CrowS-Pairs rows the crows study scored, as one
     table with ``set, id, language, dimension, group_class, sent_stereo, sent_anti, sent_control``.
 
     ``evaluation`` is ``study.pairs.evaluation`` (``starter_per_dimension``, ``crows``, ``crows_dataset``)."""
+    from stereolens.studies.pairs.minimal_pairs import read_group_classes
     from stereolens.studies.pairs.minimal_pairs import assign_controls
 
-    controls = read_csv_checked(SEED / "controls.csv", ["control_id", "language", "sentence"], what="control sentences")
-    classes = read_csv_checked(SEED / "group_classes.csv", ["group", "class"], what="group classes")
+    # header-only controls would drop every control (and LMS with them) without a word
+    controls = read_csv_checked(SEED / "controls.csv", ["control_id", "language", "sentence"], what="control sentences",
+                                allow_empty=False)
+    classes = read_group_classes(SEED / "group_classes.csv")
     frames = [assign_controls(_starter(classes, evaluation.get("starter_per_dimension")), controls)]
     if CONSTRUCTED.exists():
         frames.append(assign_controls(_constructed(), controls))
-    if evaluation.get("crows", True) and CROWS_SCORES.exists():
-        frames.append(_crows(evaluation.get("crows_dataset", "crows_pairs")))
+    crows_scores = CROWS / model_id / "scores.csv"
+    if evaluation.get("crows", True) and crows_scores.exists():
+        frames.append(_crows(evaluation.get("crows_dataset", "crows_pairs"), crows_scores))
     table = pd.concat(frames, ignore_index=True)
     table["id"] = table["set"] + ":" + table["pair_id"].astype(str) + ":" + table["language"]
     return table

@@ -152,9 +152,13 @@ def generate_in_chunks(lm, requests: list, what: str) -> list:
 
 
 def generate_attributes(lm, groups: Sequence[Any], *, region: Mapping[str, str], n: int, max_tokens: int,
-                        chat: bool, generator: str) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+                        generator: str) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Up to ``n`` stereotypical attributes per group from ``lm`` (AmchiBias appendix B): the
-    ``(group, attribute)`` tuples and, per group, the raw output with what was parsed and rejected."""
+    ``(group, attribute)`` tuples and, per group, the raw output with what was parsed and rejected.
+
+    A model with a chat format gets the prompt as a user message, a base model the prompt with
+    the list opened for it to continue."""
+    chat = lm.takes_chat_messages
     opening = "" if chat else COMPLETION_LIST_OPENING
     prompts = [ATTRIBUTE_PROMPT.format(region=region["name"], context=region["adjective"], group=g.name,
                                        dimension=g.dimension.capitalize(), n=n) + opening for g in groups]
@@ -176,8 +180,10 @@ def generate_attributes(lm, groups: Sequence[Any], *, region: Mapping[str, str],
 
 
 def generate_sentences(lm, tuples: pd.DataFrame, *, context: str, k: int, max_words: int, max_tokens: int,
-                       chat: bool, generator: str) -> pd.DataFrame:
-    """``k`` sentences per ``(group, attribute)`` tuple from ``lm`` (AmchiBias appendix A), one row each."""
+                       generator: str) -> pd.DataFrame:
+    """``k`` sentences per ``(group, attribute)`` tuple from ``lm`` (AmchiBias appendix A), one row each
+    (a user message for a model with a chat format, a completion prompt for a base model)."""
+    chat = lm.takes_chat_messages
     prompts = [SENTENCE_PROMPT.format(context=context, k=k, max_words=max_words, dimension=t.dimension.capitalize(),
                                       group=t.group, attribute=t.attribute) for t in tuples.itertuples()]
     answers = generate_in_chunks(lm, [generation_request(q, chat=chat, max_tokens=max_tokens) for q in prompts],

@@ -4,6 +4,7 @@ token-diff check that only identity-marking tokens change, and the control pairi
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import pandas as pd
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import read_csv_checked
 
+from stereolens.studies.pairs.config import GROUP_CLASSES
 from stereolens.studies.pairs.filters import WORD_CHAR
 
 _TOKEN = re.compile(rf"{WORD_CHAR}+(?:[-'’]{WORD_CHAR}+)*|[^\w\s]", re.U)
@@ -371,6 +373,18 @@ class Construction:
     refused: pd.DataFrame
     summary: dict[str, Any]
     table2: pd.DataFrame
+
+
+def read_group_classes(path: str | os.PathLike) -> pd.DataFrame:
+    """``group_classes.csv``: one row per group (a second row would make its class ambiguous), each class one of
+    :data:`GROUP_CLASSES`; errors name this file, its line and column."""
+    import pandera.pandas as pa
+
+    from stereolens.tables import choice_column, read_table, text_column
+
+    schema = pa.DataFrameSchema({"group": text_column(unique=True, what="group"),
+                                 "class": choice_column(GROUP_CLASSES, what="class")}, name="group classes")
+    return read_table(path, schema, what="group classes")
 
 
 def construct_pairs(sentences: pd.DataFrame, groups: Sequence[Group], contrast: Mapping[str, Mapping[str, str]],

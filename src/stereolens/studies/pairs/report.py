@@ -157,6 +157,12 @@ def set_provenance(annotation_source: str) -> dict[str, str]:
     }
 
 
+def set_annotation_source(name: str, annotation_source: str) -> str | None:
+    """Who judged an evaluation set's pairs: CrowS-Pairs' crowd workers, the configured annotators for
+    the constructed set's tuples; None for the starter set, which the project authored unjudged."""
+    return {"crows": "human", "constructed": annotation_source}.get(name)
+
+
 class SetReport(NamedTuple):
     """One evaluation set's analysis and where its pairs come from."""
 
@@ -176,6 +182,8 @@ def report_sets(scores: pd.DataFrame, fragmentation: pd.DataFrame, *, model: str
         status = sorted(set(part.get("translation_status", pd.Series(dtype=str)).dropna().astype(str)))
         provenance = {"set": name, "model": model, "metric": metric, "source": sources.get(name, name),
                       "translation_status": ", ".join(status)}
+        if set_annotation_source(name, annotation_source):
+            provenance["annotation_source"] = set_annotation_source(name, annotation_source)
         frag_set = fragmentation if name == "starter" else None
         frag_stats = fragmentation_correlations(fragmentation, analysis.cells) \
             if frag_set is not None and not fragmentation.empty else None
@@ -189,7 +197,9 @@ def empty_sets(reports: Mapping[str, SetReport], annotation_source: str) -> dict
     """The summary of every evaluation set with nothing scored (no pairs survived construction, or
     crows not scored): it says so rather than going missing."""
     sources = set_provenance(annotation_source)
-    return {name: {"n": 0, "note": f"no {name} pairs were scored", "provenance": {"source": sources[name]}}
+    return {name: {"n": 0, "note": f"no {name} pairs were scored",
+                   "provenance": {"source": sources[name], **({"annotation_source": judged} if (
+                       judged := set_annotation_source(name, annotation_source)) else {})}}
             for name in EVALUATION_SETS if name not in reports}
 
 

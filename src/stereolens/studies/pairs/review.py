@@ -14,8 +14,10 @@ from stereolens.errors import DataError
 
 REVIEW_SCALE = Scale("sentence_review", "nominal", options=("keep", "rewrite", "remove"))
 INSTRUCTIONS = ("Keep, rewrite or remove each sentence. Remove or rewrite sentences that are incoherent, culturally "
-                "inaccurate, template-like or restate the attribute; give the rewrite in column 'rewrite' and the "
-                "reason in column 'reason'.")
+                "inaccurate, template-like or restate the attribute; give the rewritten sentence under 'rewrite' and "
+                "your reason under 'reason'.")
+# the text boxes of the Label Studio config (control name -> prompt); the CSV task file has these columns
+REVIEW_FIELDS = {"rewrite": "Rewritten sentence (only when you choose rewrite)", "reason": "Reason (rewrite or remove)"}
 
 
 def export_review(sentences: pd.DataFrame, out_dir: str | os.PathLike):
@@ -23,16 +25,20 @@ def export_review(sentences: pd.DataFrame, out_dir: str | os.PathLike):
 
     items = sentences.assign(item_id=sentences["sentence_id"], text=sentences["sentence"])
     return export_tasks(items[["item_id", "text", "group", "attribute"]], REVIEW_SCALE, INSTRUCTIONS, out_dir,
-                        name="sentence_review")
+                        name="sentence_review", text_fields=REVIEW_FIELDS)
 
 
 def apply_review(sentences: pd.DataFrame, path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(kept, removed) after the decisions in ``path`` (``item_id, annotator_id, label[, rewrite, reason]``;
-    the last decision per sentence counts).  Sentences without a decision stay ``unreviewed``."""
+    """(kept, removed) after the decisions in ``path`` (``item_id, annotator_id, label[, rewrite, reason]``,
+    or a Label Studio export of the review tasks).  The last decision per sentence counts: the latest
+    ``timestamp`` (then the higher ``annotation_id``) where the file has them, else the last row.
+    Sentences without a decision stay ``unreviewed``."""
     from stereolens.annotation.tasks import import_judgements
 
     review = import_judgements(path, REVIEW_SCALE, known_items=sentences["sentence_id"], source="human")
-    decisions = review.drop_duplicates("item_id", keep="last").set_index("item_id")
+    latest = latest_decisions(review)
+    position = dict(zip(latest["item_id"], latest.index))
+    decisions = latest.set_index("item_id")
     out = sentences.copy()
     for column in ("rewrite", "reason"):
         if column not in decisions.columns:
@@ -46,11 +52,25 @@ def apply_review(sentences: pd.DataFrame, path: str | os.PathLike) -> tuple[pd.D
         if d["label"] == "rewrite":
             rewrite = "" if pd.isna(d["rewrite"]) else str(d["rewrite"]).strip()
             if not rewrite:
-                row = int(review.index[review["item_id"] == sid][-1]) + 2
-                raise DataError(f"{path} line {row}, column rewrite: sentence {sid} is marked rewrite but has no rewrite")
+                where = (f"annotation {int(d['annotation_id'])}" if "annotation_id" in decisions.columns
+                         else f"line {int(position[sid]) + 2}")
+                raise DataError(f"{path} {where}, column rewrite: sentence {sid} is marked rewrite but has no rewrite")
             out.loc[idx, "sentence"] = rewrite
     dropped = out["review_status"] == "reviewed:remove"
     return out[~dropped], out[dropped].assign(reason="review: remove")
+
+
+def latest_decisions(review: pd.DataFrame) -> pd.DataFrame:
+    """The last decision per item: ordered by ``timestamp`` then ``annotation_id`` where present (a stable
+    sort, so rows without either keep the file's order)."""
+    keys = [c for c in ("timestamp", "annotation_id") if c in review.columns]
+    ordered = review
+    if keys:
+        order = review.assign(_time=pd.to_datetime(review.get("timestamp"), utc=True, errors="coerce")
+                              if "timestamp" in review.columns else 0)
+        ordered = order.sort_values(["_time", *[k for k in keys if k != "timestamp"]], kind="mergesort",
+                                    na_position="first").drop(columns="_time")
+    return ordered.drop_duplicates("item_id", keep="last")
 
 
 def curate_sentences(generated: pd.DataFrame, *, max_words: int, min_words: int, near_duplicate_ratio: float,

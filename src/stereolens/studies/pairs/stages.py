@@ -17,7 +17,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import load_params
+from stereolens.stages.common import load_params, stage_params
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -85,7 +85,7 @@ def attributes(args: argparse.Namespace) -> None:
     generator = model_label(gen_cfg)
     start = time.perf_counter()
     table, raw = generate_attributes(lm, chosen, region=p["study.pairs.region"], n=n,
-                                     max_tokens=int(cfg.get("max_tokens", 96)), chat=gen_cfg.get("kind") == "chat",
+                                     max_tokens=int(cfg.get("max_tokens", 96)),
                                      generator=generator)
     write_csv(INTERIM / "attributes.csv", table)
     write_json(INTERIM / "attributes_raw.json", {"generator": generator, "n_requested": n, "outputs": raw})
@@ -154,7 +154,7 @@ def sentences(args: argparse.Namespace) -> None:
     generator = model_label(gen_cfg)
     region = p["study.pairs.region"]
     generated = generate_sentences(lm, tuples, context=region["adjective"], k=k, max_words=max_words,
-                                   max_tokens=int(cfg.get("max_tokens", 24 * k)), chat=gen_cfg.get("kind") == "chat",
+                                   max_tokens=int(cfg.get("max_tokens", 24 * k)),
                                    generator=generator)
     group_terms = {g.name: [*g.surface(), region["name"], region["adjective"]] for g in _all_groups(p)}
     review_path = cfg.get("review")
@@ -179,6 +179,7 @@ def sentences(args: argparse.Namespace) -> None:
 @stage("pairs-pairs")
 def pairs(args: argparse.Namespace) -> None:
     """Minimal pairs from the contrast map with the occupation-coupling lists and the token-diff check."""
+    from stereolens.studies.pairs.minimal_pairs import read_group_classes
     from stereolens.studies.pairs.minimal_pairs import Coupling, construct_pairs
     from stereolens.tracking import stage_run
 
@@ -188,7 +189,7 @@ def pairs(args: argparse.Namespace) -> None:
     contrast = p["study.pairs.contrast"]
     sents = read_csv_checked(INTERIM / "sentences.csv", ["sentence_id", "dimension", "group", "attribute", "sentence",
                                                          "review_status"], what="pairs sentences")
-    classes = read_csv_checked(SEED / "group_classes.csv", ["group", "class"], what="group classes")
+    classes = read_group_classes(SEED / "group_classes.csv")
     built = construct_pairs(sents, groups, contrast, Coupling.from_config(p["study.pairs.coupling"]), classes)
     write_csv(PROCESSED / "constructed_en.csv", built.pairs)
     write_csv(INTERIM / "pairs_refused.csv", built.refused)
@@ -219,7 +220,7 @@ def translate(args: argparse.Namespace) -> None:
     gen_cfg, lm = _generator(p, args.params)
     generator = model_label(gen_cfg)
     out, summary = translate_pairs(lm, en, targets=cfg["targets"], groups=_all_groups(p),
-                                   max_tokens=int(cfg.get("max_tokens", 48)), chat=gen_cfg.get("kind") == "chat",
+                                   max_tokens=int(cfg.get("max_tokens", 48)),
                                    generator=generator, reviewed_path=cfg.get("reviewed"))
     write_csv(PROCESSED / "constructed.csv", out)
     write_json(REPORTS / "construction" / "translation.json", summary)
@@ -235,27 +236,30 @@ def translate(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- 6. evaluation
 
 
-@stage("pairs-evaluate")
+@stage("pairs-evaluate", per_model=True)
 def evaluate(args: argparse.Namespace) -> None:
     """Score every pair and control with the configured model; identity-term fragmentation per language."""
-    from stereolens.stages.kit import load_stage_model, model_label
+    from stereolens.stages.kit import load_stage_model, model_dir, model_label
     from stereolens.studies.pairs.analysis import EVALUATION_SETS
     from stereolens.studies.pairs.evaluation import evaluation_sets, fragmentation_table, pairs_metric, score_sets
     from stereolens.tracking import stage_run
 
-    p = load_params("model", "metric", "study.pairs.evaluation", "study.pairs.groups", "tracking", path=args.params)
+    p = stage_params(args, "model", "metric", "study.pairs.evaluation", "study.pairs.groups", "tracking")
     model_cfg, model = p["model"], model_label(p["model"])
+    processed = model_dir(PROCESSED, model)
     metric = pairs_metric(model_cfg)
-    table = evaluation_sets(p["study.pairs.evaluation"])
+    table = evaluation_sets(p["study.pairs.evaluation"], model)
     lm = load_stage_model(model_cfg, params_path=args.params)
     start = time.perf_counter()
     scores, stats = score_sets(lm, table, metric, model=model, batch_tokens=int(p["metric"].get("batch_tokens", 8192)),
                                truncate=bool(p["metric"].get("truncate", False)))
-    write_csv(PROCESSED / "scores.csv", scores)
-    write_csv(PROCESSED / "fragmentation.csv", fragmentation_table(lm.tokenizer, table, model=model))
+    write_csv(processed / "scores.csv", scores)
+    write_csv(processed / "fragmentation.csv", fragmentation_table(lm.tokenizer, table, model=model))
     elapsed = time.perf_counter() - start
-    write_json(PROCESSED / "scoring.json", {"model": model, "identity": lm.identity, "metric": metric,
-                                           "seconds": elapsed, "sets": stats,
+    # time and cache use say how the run went, not what was scored: MLflow and the printed line keep them,
+    # scoring.json (a DVC output) keeps only each set's pair count, so a rerun from the cache writes the same bytes
+    write_json(processed / "scoring.json", {"model": model, "identity": lm.identity, "metric": metric,
+                                           "sets": {name: {"pairs": counts["pairs"]} for name, counts in stats.items()},
                                            "bias_score_uses": "summed log-likelihood" if metric == "causal"
                                            else "PLL-word-l2r summed over all words (AmchiBias Eq. 1)"})
     with stage_run(p["tracking"], EVALUATE_RUN, model=model, axes={"set": EVALUATION_SETS},
@@ -272,32 +276,34 @@ def evaluate(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- 7. report
 
 
-@stage("pairs-report")
+@stage("pairs-report", per_model=True)
 def report(args: argparse.Namespace) -> None:
     """Bias scores, BCa, binomial, LMS, hyperlocal gap, fragmentation; tables 3-6, figures, reports/pairs/."""
     from stereolens.studies.pairs.report import empty_sets, report_line, report_sets, study_summary, write_study_report
+    from stereolens.stages.kit import model_dir
 
-    p = load_params("model.id", "annotation.source", "study.pairs.evaluation", "tracking", "seed", path=args.params)
+    p = stage_params(args, "model.id", "annotation.source", "study.pairs.evaluation", "tracking", "seed")
     ev = p["study.pairs.evaluation"]
-    scores = read_csv_checked(PROCESSED / "scores.csv", ["set", "id", "dimension", "score_stereo", "score_anti"],
+    processed, reports_dir = model_dir(PROCESSED, p["model.id"]), model_dir(REPORTS, p["model.id"])
+    scores = read_csv_checked(processed / "scores.csv", ["set", "id", "dimension", "score_stereo", "score_anti"],
                               what="pairs scores")
-    frag = read_csv_checked(PROCESSED / "fragmentation.csv", [], what="fragmentation") \
-        if (PROCESSED / "fragmentation.csv").stat().st_size > 1 else pd.DataFrame()
-    scoring = json.loads((PROCESSED / "scoring.json").read_text(encoding="utf-8"))
+    frag = read_csv_checked(processed / "fragmentation.csv", [], what="fragmentation") \
+        if (processed / "fragmentation.csv").stat().st_size > 1 else pd.DataFrame()
+    scoring = json.loads((processed / "scoring.json").read_text(encoding="utf-8"))
     source = p["annotation.source"]
     reports = report_sets(scores, frag, model=p["model.id"], metric=scoring["metric"], annotation_source=source,
                           n_resamples=int(ev.get("bootstrap_resamples", 1000)), seed=int(p["seed"]),
-                          alpha=float(ev.get("alpha", 0.05)), output=REPORTS)
+                          alpha=float(ev.get("alpha", 0.05)), output=reports_dir)
     for name, part in scores.groupby("set", sort=False):
         _log_report_run(p["tracking"], reports[name], part, model=p["model.id"], evaluation=ev,
-                        annotation_source=source)
+                        annotation_source=source, output=reports_dir)
     summary = study_summary(reports, scores, model=p["model.id"], scoring=scoring, annotation_source=source)
-    write_study_report(summary, empty_sets(reports, source), REPORTS)
+    write_study_report(summary, empty_sets(reports, source), reports_dir)
     print("pairs-report: " + report_line(summary))
 
 
 def _log_report_run(tracking: dict[str, Any], set_report, part: pd.DataFrame, *, model: str,
-                    evaluation: dict[str, Any], annotation_source: str) -> None:
+                    evaluation: dict[str, Any], annotation_source: str, output: Path) -> None:
     """One run per evaluation set: every language x dimension cell, NaN where the set has none."""
     from stereolens.studies.pairs.analysis import ALL
     from stereolens.tracking import stage_run
@@ -318,4 +324,4 @@ def _log_report_run(tracking: dict[str, Any], set_report, part: pd.DataFrame, *,
                 r = cells.get(key, {})
                 run.log_metrics({f"bias_score.{key}": r.get("bias_score"), f"n.{key}": r.get("n"),
                                  f"lms.{key}": r.get("lms") if r.get("lms_n") else None})
-        run.log_artifact(REPORTS / name)
+        run.log_artifact(output / name)

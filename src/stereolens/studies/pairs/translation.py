@@ -21,14 +21,15 @@ REVIEW_COLUMNS = ("pair_id", "language", "sent_stereo", "sent_anti", "reviewer",
 
 
 def machine_translate(lm, pairs: pd.DataFrame, *, language: str, language_name: str, script: str,
-                      max_tokens: int = 48, chat: bool = False) -> pd.DataFrame:
-    """Both sentences of every pair translated by ``lm`` (one batched, cached call); the first
-    output line is the translation.  Rows are marked ``translation_status=machine``."""
+                      max_tokens: int = 48) -> pd.DataFrame:
+    """Both sentences of every pair translated by ``lm`` (one batched, cached call; a user message
+    for a model with a chat format, a completion prompt for a base model); the first output line is
+    the translation.  Rows are marked ``translation_status=machine``."""
     from stereolens.models.base import ChatMessage, GenerationRequest
 
     sentences = [*pairs["sent_stereo"], *pairs["sent_anti"]]
     prompts = [TRANSLATION_PROMPT.format(language_name=language_name, script=script, sentence=s) for s in sentences]
-    if chat:
+    if lm.takes_chat_messages:
         requests = [GenerationRequest(messages=(ChatMessage("user", q),), max_tokens=max_tokens) for q in prompts]
     else:
         requests = [GenerationRequest(prompt=q, max_tokens=max_tokens, stop=("\n",)) for q in prompts]
@@ -150,7 +151,7 @@ def _not_minimal(table: pd.DataFrame) -> pd.Series:
 
 
 def translate_pairs(lm, english: pd.DataFrame, *, targets: Sequence[Mapping[str, str]], groups: Sequence[Group],
-                    max_tokens: int, chat: bool, generator: str, reviewed_path: str | os.PathLike | None = None,
+                    max_tokens: int, generator: str, reviewed_path: str | os.PathLike | None = None,
                     ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The English pairs and their machine translations into every target (``language, name,
     script``), flagged when not minimal, with reviewed translations from ``reviewed_path`` merged
@@ -158,7 +159,7 @@ def translate_pairs(lm, english: pd.DataFrame, *, targets: Sequence[Mapping[str,
     frames = [english]
     for target in targets:
         machine = machine_translate(lm, english, language=target["language"], language_name=target["name"],
-                                    script=target["script"], max_tokens=max_tokens, chat=chat)
+                                    script=target["script"], max_tokens=max_tokens)
         machine = machine.assign(source=f"machine translation:{generator}")
         frames.append(flag_translations(machine, groups, language=target["language"]))
     out = pd.concat(frames, ignore_index=True)

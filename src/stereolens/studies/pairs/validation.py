@@ -87,7 +87,7 @@ def validate_tuples(tuples: pd.DataFrame, acfg, *, region: str, judgements_path:
     if acfg.source == "human":
         if not judgements_path or not Path(judgements_path).exists():
             raise ConfigError(f"annotation.source=human: study.pairs.validation.judgements ({judgements_path!r}) "
-                              f"is not a judgements CSV; the tasks are in {report_dir / 'tasks'}")
+                              f"is not a judgements file (CSV or Label Studio export); the tasks are in {report_dir / 'tasks'}")
         judgements = collect_judgements(acfg, items[["item_id"]], judgements_path=judgements_path)
     else:
         truth = simulated_truth(items[["item_id"]], valid_share=valid_share, seed=seed)

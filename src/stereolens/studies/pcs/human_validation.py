@@ -228,7 +228,7 @@ def human_validation_round(
         if not path or not Path(path).exists():
             raise ConfigError(
                 f"annotation.source=human: study.pcs.human_validation.judgements ({path!r}) is not a completed "
-                f"judgements CSV (item_id, annotator_id, label); the tasks to annotate are in {reports / 'tasks'}"
+                f"judgements CSV (item_id, annotator_id, label) or Label Studio export; the tasks to annotate are in {reports / 'tasks'}"
             )
         judgements = collect_judgements(acfg, items, judgements_path=path)
         judgements["language"] = judgements["item_id"].map(items.set_index("item_id")["language"])

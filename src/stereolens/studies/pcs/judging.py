@@ -139,6 +139,10 @@ def judgement_schema(features: Sequence[RubricFeature]) -> dict[str, Any]:
     }
 
 
+# appended to the completion-style feature prompt when it goes to a chat model as a user message
+CHAT_DIGIT_INSTRUCTION = "\nAnswer with the score only: one digit from 1 to 7."
+
+
 class JudgementInvalid(ValueError):
     """An answer that is not a judgement matching the schema."""
 
@@ -274,17 +278,25 @@ def judge_logprob(model: LanguageModel, spec: JudgeSpec, items: Sequence[JudgeIt
     pairs = [(item, f) for item in items for f in item.features]
     prompts = [feature_prompt(item, f, spec) for item, f in pairs]
     digit_lps: list[dict[int, float]] = []
+    # a model with a chat format is asked as the user, its answer's first token being the score; a base
+    # model continues the completion prompt
+    chat = model.takes_chat_messages
     if spec.logprob_method == "top_logprobs":
         answers = model.generate(
-            # the trailing space is its own token before a digit in SentencePiece vocabularies (Gemma: "▁", "5"),
-            # so the next position is the digit itself
-            [GenerationRequest(prompt=p + " ", max_tokens=1, temperature=0.0, top_logprobs=spec.top_logprobs) for p in prompts]
+            [GenerationRequest(messages=(ChatMessage("user", p + CHAT_DIGIT_INSTRUCTION),), max_tokens=1,
+                               temperature=0.0, top_logprobs=spec.top_logprobs) if chat
+             # the trailing space is its own token before a digit in SentencePiece vocabularies (Gemma: "▁", "5"),
+             # so the next position is the digit itself
+             else GenerationRequest(prompt=p + " ", max_tokens=1, temperature=0.0, top_logprobs=spec.top_logprobs)
+             for p in prompts]
         )
         for ans in answers:
             first = ans.top_logprobs[0] if ans.top_logprobs else {}
             digit_lps.append(digits_from_top_logprobs(first))
     else:
-        reqs = [LoglikelihoodRequest(context=p, continuation=f" {k}") for p in prompts for k in SCALE]
+        reqs = [LoglikelihoodRequest(context="", continuation=str(k),
+                                     messages=(ChatMessage("user", p + CHAT_DIGIT_INSTRUCTION),)) if chat
+                else LoglikelihoodRequest(context=p, continuation=f" {k}") for p in prompts for k in SCALE]
         lls = model.loglikelihood(reqs)
         for j in range(len(prompts)):
             digit_lps.append({k: lls[j * len(SCALE) + idx].logprob for idx, k in enumerate(SCALE)})

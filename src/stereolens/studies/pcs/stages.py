@@ -30,14 +30,16 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, GateFailed
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import languages_to_run, load_params
-from stereolens.stages.kit import load_stage_model, model_label
+from stereolens.stages.common import languages_to_run, load_params, stage_params
+from stereolens.stages.kit import load_stage_model, model_dir, model_label, require_generator
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
 STUDY = "pcs"
+# model-independent: INTERIM/calibration_set.csv; per model measured: INTERIM/<model_id>/, REPORTS/<model_id>/
 INTERIM = Path("data/interim/pcs")
 REPORTS = Path("reports/pcs")
+JUDGES_KEY = "study.pcs.judges.panel"
 PARAM_KEYS = ("model", "language", "tracking", "seed", "study.pcs")
 # the judge scores are annotations by a panel of models, whichever models they are
 JUDGE_SOURCE = "llm_panel"
@@ -73,8 +75,19 @@ def warn_sampling(collection: dict[str, Any]) -> str | None:
 
 
 def _params(args: argparse.Namespace) -> dict[str, Any]:
-    p = load_params(*PARAM_KEYS, path=args.params)
-    return {"model": p["model"], "language": p["language"], "tracking": p["tracking"], "seed": p["seed"], "cfg": p["study.pcs"]}
+    """The declared params; ``model`` is the model this run measures (``--model``, else the primary)."""
+    p = stage_params(args, *PARAM_KEYS)
+    return {"model": p["model"], "language": p["language"], "tracking": p["tracking"], "seed": p["seed"], "cfg": p["study.pcs"],
+            "compared": getattr(args, "model", None) is not None and args.model != _primary_id(args)}
+
+
+def _primary_id(args: argparse.Namespace) -> str:
+    return str(load_params("model.id", path=args.params)["model.id"])
+
+
+def _dirs(p: dict[str, Any]) -> tuple[Path, Path]:
+    """(data/interim/pcs/<model_id>, reports/pcs/<model_id>) of the model the stage measures."""
+    return model_dir(INTERIM, p["model"]), model_dir(REPORTS, p["model"])
 
 
 def _model_cfg(entry: dict[str, Any] | None, default_model: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +100,9 @@ def _model_cfg(entry: dict[str, Any] | None, default_model: dict[str, Any]) -> d
 
 
 def responders(p: dict[str, Any]) -> list[dict[str, Any]]:
-    entries = p["cfg"].get("responders") or [None]
+    """``study.pcs.responders`` (null: the measured model) in the primary model's run; a compared model's
+    run (``--model``) collects that model's responses alone."""
+    entries = (None if p.get("compared") else p["cfg"].get("responders")) or [None]
     return [_model_cfg(e, p["model"]) for e in entries]
 
 
@@ -186,7 +201,7 @@ def _tracking(p: dict[str, Any], schema: Any, *, annotation_source: str | None, 
 # ---------------------------------------------------------------- collect
 
 
-@stage("pcs-collect")
+@stage("pcs-collect", per_model=True)
 def collect(args: argparse.Namespace) -> None:
     """Collect triad responses through the model layer and check their validity."""
     from stereolens.studies.pcs.scenarios import review_summary, triad_prompts
@@ -199,6 +214,7 @@ def collect(args: argparse.Namespace) -> None:
     )
 
     p = _params(args)
+    interim, reports = _dirs(p)
     cfg = p["cfg"]
     # refuse an uncheckable language before any model is loaded
     vsettings = validity_settings_from_config(cfg.get("validity"), languages_to_run(list(cfg["languages"]), p["language"]))
@@ -225,9 +241,9 @@ def collect(args: argparse.Namespace) -> None:
     # whether an answer came from the cache says how the run went, not what was collected: a run resumed
     # after a kill must write the same bytes as an uninterrupted one (it is logged to MLflow above instead)
     responses = pd.concat(frames, ignore_index=True).drop(columns=["cached"])
-    write_csv(INTERIM / "responses.csv", responses)
-    write_csv(REPORTS / "validity.csv", validity_summary(responses))
-    write_csv(REPORTS / "translation_reviews.csv", review_summary(bank))
+    write_csv(interim / "responses.csv", responses)
+    write_csv(reports / "validity.csv", validity_summary(responses))
+    write_csv(reports / "translation_reviews.csv", review_summary(bank))
 
 
 # ---------------------------------------------------------------- calibration set
@@ -264,24 +280,30 @@ def calibration_set(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- judge
 
 
-@stage("pcs-judge")
+@stage("pcs-judge", per_model=True)
 def judge(args: argparse.Namespace) -> None:
     """Score every valid response and every calibration exemplar with every judge of the panel."""
     from stereolens.studies.pcs.judging import judge_calibration, judge_items, judge_items_for, scores_table
 
     p = _params(args)
+    panel = judge_panel(p)
+    for _, model_cfg in panel:
+        # a judge scores from the tokens it would generate: refuse a masked LM before anything is read or loaded
+        require_generator(model_cfg, key=JUDGES_KEY)
+    interim, _ = _dirs(p)
     bank = _bank(p)
-    responses = read_csv_checked(INTERIM / "responses.csv", ["response_id", "judged", "response"], what="pcs responses",
+    responses = read_csv_checked(interim / "responses.csv", ["response_id", "judged", "response"], what="pcs responses",
                                  keep_default_na=False)
     responses = responses.loc[responses["judged"].astype(str).str.lower() == "true"]
     calib = read_csv_checked(INTERIM / "calibration_set.csv", ["pair_id", "pole", "response"], what="calibration set",
                              keep_default_na=False)
     items = judge_items_for(responses, bank)
     score_frames, calib_frames = [], []
-    for spec, model_cfg in judge_panel(p):
+    for spec, model_cfg in panel:
         started = time.time()
-        with _tracking(p, JUDGE_RUN, model=spec.id, annotation_source=JUDGE_SOURCE) as run:
-            model = load_stage_model(model_cfg, params_path=args.params, key="study.pcs.judges.panel")
+        # named by the model whose responses are judged, then the judge
+        with _tracking(p, JUDGE_RUN, model=model_label(p["model"]), variant=spec.id, annotation_source=JUDGE_SOURCE) as run:
+            model = load_stage_model(model_cfg, params_path=args.params, key=JUDGES_KEY)
             scored = judge_items(model, spec, items)
             cal = judge_calibration(model, spec, calib, dict(bank.rubrics))
             run.log_metrics({
@@ -292,8 +314,8 @@ def judge(args: argparse.Namespace) -> None:
         print(f"pcs-judge: {spec.id}: {len(scored)} feature scores, {int((scored['status'] == 'failed').sum())} failed")
         score_frames.append(scored)
         calib_frames.append(cal)
-    write_csv(INTERIM / "scores.csv", scores_table(score_frames, responses))
-    write_csv(INTERIM / "calibration_scores.csv", pd.concat(calib_frames, ignore_index=True))
+    write_csv(interim / "scores.csv", scores_table(score_frames, responses))
+    write_csv(interim / "calibration_scores.csv", pd.concat(calib_frames, ignore_index=True))
 
 
 # ---------------------------------------------------------------- validate (gates)
@@ -311,27 +333,28 @@ def failing_gates(result: dict[str, Any]) -> str:
     return "; ".join(parts) or "none"
 
 
-@stage("pcs-validate")
+@stage("pcs-validate", per_model=True)
 def validate(args: argparse.Namespace) -> None:
     """Judge-panel gates: construct validity, inter-judge alpha, calibration accuracy."""
     from stereolens.quality.gates import Expectation, run_gate
     from stereolens.studies.pcs.gates import calibration_set_version, evaluate_gates
 
     p = _params(args)
+    interim, reports = _dirs(p)
     gates_cfg = p["cfg"].get("gates", {})
-    scores = read_csv_checked(INTERIM / "scores.csv", ["judge", "score"], what="pcs scores")
-    calib = read_csv_checked(INTERIM / "calibration_scores.csv", ["pair_id", "pole", "score"], what="calibration scores")
+    scores = read_csv_checked(interim / "scores.csv", ["judge", "score"], what="pcs scores")
+    calib = read_csv_checked(interim / "calibration_scores.csv", ["pair_id", "pole", "score"], what="calibration scores")
     result = evaluate_gates(scores, calib, gates_cfg)
     result["calibration_set"] = calibration_set_version(calib, INTERIM / "calibration_set.csv",
-                                                        INTERIM / "calibration_scores.csv")
-    write_json(REPORTS / "gates.json", result)
+                                                        interim / "calibration_scores.csv")
+    write_json(reports / "gates.json", result)
     row, expectations = {}, []
     for name, g in result["gates"].items():
         if g["passed"] is None:
             continue  # not computable here (e.g. alpha with one judge): recorded as not applicable
         row[name] = g["observed"]
         expectations.append(Expectation("expect_column_min_to_be_between", column=name, min_value=g["threshold"]))
-    with _tracking(p, VALIDATE_RUN, annotation_source=JUDGE_SOURCE, axes={"gate": list(result["gates"])}) as run:
+    with _tracking(p, VALIDATE_RUN, model=model_label(p["model"]), annotation_source=JUDGE_SOURCE, axes={"gate": list(result["gates"])}) as run:
         # a gate not computable here (alpha with one judge) is NaN, so every run has every gate's key
         run.log_metrics({f"gate_{k}": g["observed"] for k, g in result["gates"].items()})
         run.log_metrics({"gates_passed": float(result["all_passed"])})
@@ -339,15 +362,15 @@ def validate(args: argparse.Namespace) -> None:
         if expectations:
             # the GX report is written either way; the error below names every failing gate, the
             # not-computable ones included, which a GX failure message cannot
-            run_gate(pd.DataFrame([row]), expectations, study=STUDY, artefact=str(INTERIM / "scores.csv"),
-                     suite="pcs_judge_panel", report_dir="reports/quality", raise_on_failure=False)
+            run_gate(pd.DataFrame([row]), expectations, study=STUDY, artefact=str(interim / "scores.csv"),
+                     suite="pcs_judge_panel", report_dir=reports / "quality", raise_on_failure=False)
         else:
-            write_json(Path("reports/quality") / "pcs__pcs_judge_panel.json",
+            write_json(reports / "quality" / "pcs__pcs_judge_panel.json",
                        {"study": STUDY, "suite": "pcs_judge_panel", "success": None, "results": [],
                         "note": "no gate figure could be computed"})
         if result["enforced"] and not result["all_passed"]:
             raise GateFailed(f"[{STUDY}] judge panel gate(s) not passed: {failing_gates(result)}; "
-                             f"see {REPORTS / 'gates.json'} and reports/quality/pcs__pcs_judge_panel.json")
+                             f"see {reports / 'gates.json'} and {reports / 'quality' / 'pcs__pcs_judge_panel.json'}")
     status = "passed" if result["all_passed"] else ("FAILED (enforced)" if result["enforced"] else "FAILED (reported, not enforced)")
     print(f"pcs-validate: gates {status}: " + ", ".join(f"{k}={_short(g['observed'])}/{g['threshold']}" for k, g in result["gates"].items()))
 
@@ -358,38 +381,39 @@ def _short(v: Any) -> str:
 
 # ---------------------------------------------------------------- human validation
 
-HUMAN_INTERIM = INTERIM / "human_validation"
-HUMAN_REPORTS = REPORTS / "human_validation"
-HV_KEYS = ("annotation", "seed", "tracking", "study.pcs.human_validation")
+HUMAN_VALIDATION = "human_validation"  # a folder in each model's interim and reports folders
+HV_KEYS = ("model.id", "annotation", "seed", "tracking", "study.pcs.human_validation")
 
 
-@stage("pcs-human-validation")
+@stage("pcs-human-validation", per_model=True)
 def human_validation(args: argparse.Namespace) -> None:
     """Pairwise human-validation preferences (Fifteen Percent Fluency appendix J) from the annotation layer."""
     from stereolens.studies.pcs.analysis import human_validation as binomial_tests
     from stereolens.studies.pcs.human_validation import human_validation_round
 
-    p = load_params(*HV_KEYS, path=args.params)
+    p = stage_params(args, *HV_KEYS)
     hv = p["study.pcs.human_validation"] or {}
+    interim, reports = model_dir(INTERIM, p["model.id"]), model_dir(REPORTS, p["model.id"])
     source = (p["annotation"] or {}).get("source")
-    responses = read_csv_checked(INTERIM / "responses.csv", ["response_id", "response", "prompt"],
+    responses = read_csv_checked(interim / "responses.csv", ["response_id", "response", "prompt"],
                                  what="pcs responses", keep_default_na=False)
-    scores = read_csv_checked(INTERIM / "scores.csv", ["response_id", "feature", "score"], what="pcs scores")
+    scores = read_csv_checked(interim / "scores.csv", ["response_id", "feature", "score"], what="pcs scores")
     from stereolens.tracking import stage_run
 
-    with stage_run(p["tracking"], HUMAN_VALIDATION_RUN, annotation_source=source,
+    with stage_run(p["tracking"], HUMAN_VALIDATION_RUN, model=p["model.id"], annotation_source=source,
                    axes={"measure": AGREEMENT_MEASURES},
                    params={"annotation": p["annotation"], "human_validation": hv},
                    tags={"preferences_simulated": source == "simulated"}) as run:
         items, judgements, review, prefs = human_validation_round(responses, scores, p["annotation"], hv,
-                                                                  seed=int(p["seed"]), interim=HUMAN_INTERIM,
-                                                                  reports=HUMAN_REPORTS)
+                                                                  seed=int(p["seed"]), interim=interim / HUMAN_VALIDATION,
+                                                                  reports=reports / HUMAN_VALIDATION,
+                                                                  report_dir=reports / "quality")
         decided = prefs.loc[prefs["decided"]]
         _, tests = binomial_tests(decided) if len(decided) else (None, {})
         summary = {"source": source, "n_items": int(len(items)), "n_judgements": int(len(judgements)),
                    "n_decided": int(len(decided)), "n_undecided": int((~prefs["decided"]).sum()),
                    "metrics": review.metrics(), "binomial_tests": tests}
-        write_json(HUMAN_REPORTS / "summary.json", summary)
+        write_json(reports / HUMAN_VALIDATION / "summary.json", summary)
         # a measure the scale does not define (kappa on an open scale) and an absent count are NaN
         run.log_metrics({m: None for m in AGREEMENT_MEASURES} | {f"{m}_ci_{end}": None for m in AGREEMENT_MEASURES
                                                                  for end in ("low", "high")}
@@ -397,13 +421,13 @@ def human_validation(args: argparse.Namespace) -> None:
         run.log_metrics({"n_decided": summary["n_decided"], "n_undecided": summary["n_undecided"]})
     alpha = review.agreement.get("krippendorff_alpha")
     print(f"pcs-human-validation: {source}: {len(items)} pairs, {len(judgements)} judgements, "
-          f"alpha {_short(alpha.value if alpha else None)}, {summary['n_decided']} decided -> {HUMAN_INTERIM / 'preferences.csv'}")
+          f"alpha {_short(alpha.value if alpha else None)}, {summary['n_decided']} decided -> {interim / HUMAN_VALIDATION / 'preferences.csv'}")
 
 
 # ---------------------------------------------------------------- analyze
 
 
-@stage("pcs-analyze")
+@stage("pcs-analyze", per_model=True)
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of Fifteen Percent Fluency from the judged scores."""
     from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
@@ -417,23 +441,24 @@ def analyze(args: argparse.Namespace) -> None:
     from stereolens.studies.pcs.outputs import write_analysis
 
     p = _params(args)
+    interim, reports = _dirs(p)
     cfg = p["cfg"]
     acfg = cfg.get("analysis", {})
     if "min_gap" in acfg:
         raise ConfigError("study.pcs.analysis.min_gap is replaced by min_gain_steps (the minimum B - A in steps of the "
                           "judges' scale, B - A at or below it excluded): rename the key")
-    gates = json.loads((REPORTS / "gates.json").read_text(encoding="utf-8"))
+    gates = json.loads((reports / "gates.json").read_text(encoding="utf-8"))
     if gates["enforced"] and not gates["all_passed"]:
         raise GateFailed(f"pcs-analyze: judge panel gate(s) not passed: {failing_gates(gates)} "
-                         f"(see {REPORTS / 'gates.json'})")
-    scores = read_csv_checked(INTERIM / "scores.csv", ["score"], what="pcs scores")
-    validate_scores(scores, what=f"pcs scores {INTERIM / 'scores.csv'}")
+                         f"(see {reports / 'gates.json'})")
+    scores = read_csv_checked(interim / "scores.csv", ["score"], what="pcs scores")
+    validate_scores(scores, what=f"pcs scores {interim / 'scores.csv'}")
     if acfg.get("human_preferences"):
         raise ConfigError("study.pcs.analysis.human_preferences is replaced by the pcs_human_validation stage: "
                           "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
-    human, human_source = read_preferences(HUMAN_INTERIM / "preferences.csv")
-    validity = pd.read_csv(REPORTS / "validity.csv") if (REPORTS / "validity.csv").exists() else None
-    responses = read_responses(INTERIM / "responses.csv")
+    human, human_source = read_preferences(interim / HUMAN_VALIDATION / "preferences.csv")
+    validity = pd.read_csv(reports / "validity.csv") if (reports / "validity.csv").exists() else None
+    responses = read_responses(interim / "responses.csv")
     if responses is None:
         configuration = configuration_label(p, scores)
     else:
@@ -451,9 +476,9 @@ def analyze(args: argparse.Namespace) -> None:
     # the run is tagged with the latter's source, so a simulated round is never mistaken for a human one
     source = human_source if human_source in ("human", "llm_panel", "simulated") else JUDGE_SOURCE
     dimensions = sorted(set(scores["dimension"].astype(str))) if "dimension" in scores else ["all"]
-    with _tracking(p, ANALYZE_RUN, annotation_source=source, tags=tags, axes={"dimension": dimensions}) as run:
+    with _tracking(p, ANALYZE_RUN, model=model_label(p["model"]), annotation_source=source, tags=tags, axes={"dimension": dimensions}) as run:
         analysis, files = write_analysis(
-            scores, REPORTS, min_gain_steps=float(acfg.get("min_gain_steps", DEFAULT_MIN_GAIN_STEPS)),
+            scores, reports, min_gain_steps=float(acfg.get("min_gain_steps", DEFAULT_MIN_GAIN_STEPS)),
             hindi=acfg.get("hindi", "hi"),
             urdu=acfg.get("urdu", "ur"), human=human, configuration=configuration, gates=gates, validity=validity,
             waterfall_cell=acfg.get("waterfall"),
@@ -463,9 +488,9 @@ def analyze(args: argparse.Namespace) -> None:
         metrics["validity_rate"] = (float(validity.loc[validity["model"] == "all", "validity_rate"].iloc[0])
                                     if validity is not None else None)
         run.log_metrics(metrics)
-        run.log_dataset(INTERIM / "scores.csv", name="pcs_scores", context="evaluation")
+        run.log_dataset(interim / "scores.csv", name="pcs_scores", context="evaluation")
         for f in files:
             run.log_artifact(f)
     print(f"pcs-analyze: PCS {_short(analysis.summary['pcs'])}, cap util "
           f"{_short(analysis.summary['cap_util']) if analysis.summary['cap_util'] is not None else 'undefined'}, "
-          f"gates {'passed' if gates['all_passed'] else 'FAILED'} -> {REPORTS}")
+          f"gates {'passed' if gates['all_passed'] else 'FAILED'} -> {reports}")

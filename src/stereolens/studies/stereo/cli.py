@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--output", required=True, help="output directory")
     ev.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples over items for the intervals (0 = none)")
     # the spelling before the CLIs agreed on --resamples; kept working, not advertised
-    ev.add_argument("--bootstrap", dest="resamples", type=int, help=argparse.SUPPRESS)
+    ev.add_argument("--bootstrap", dest="bootstrap", type=int, help=argparse.SUPPRESS)
     ev.add_argument("--seed", type=int, default=0)
     ev.set_defaults(func=_evaluate)
 
@@ -61,9 +61,12 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from stereolens.cli_support import check_count
     from stereolens.studies.stereo.evaluation import evaluate_file
 
-    s = evaluate_file(args.scores, args.output, n_resamples=args.resamples, seed=args.seed)
+    option = "--bootstrap" if args.bootstrap is not None else "--resamples"
+    resamples = check_count(args.bootstrap if args.bootstrap is not None else args.resamples, option, minimum=0)
+    s = evaluate_file(args.scores, args.output, n_resamples=resamples, seed=args.seed)
     countries = ", ".join(f"{c} {v['ss']:.1f}" for c, v in s["by_country"].items())
     print(f"ss {s['ss']:.1f}  lms {s['lms']:.1f}  icat {s['icat']:.1f}  (n={s['n']}; ss by country: {countries}) -> {args.output}")
     return 0

@@ -153,6 +153,15 @@ def import_human_triples(path: str | Path, stereotypes: pd.DataFrame, annotators
         for col in ("context", "sent_stereo", "sent_anti"):
             if not isinstance(row[col], str) or not row[col].strip():
                 raise DataError(f"{path} line {line}, column {col}: empty sentence")
+    # the same triple submitted twice would count (and be evaluated) twice
+    triple = ["stereotype_id", "context", "sent_stereo", "sent_anti"]
+    normalised = df[triple].apply(lambda col: col.str.strip())
+    repeated = normalised.duplicated()
+    if repeated.any():
+        pos = int(repeated.to_numpy().nonzero()[0][0])
+        first = int((normalised == normalised.iloc[pos]).all(axis=1).to_numpy().nonzero()[0][0])
+        raise DataError(f"{path} line {pos + 2}: the same triple (stereotype_id, context, sent_stereo, sent_anti) "
+                        f"as line {first + 2}")
     annotators = load_instantiation_annotators(path, df, annotators_path)
     country_of = annotators.set_index("annotator_id")["country"]
     for pos, row in df.iterrows():

@@ -59,13 +59,16 @@ def _extraction_line(ext: dict[str, Any]) -> str:
     return "rule-based (first plural noun phrase after los/las; the statement is the sentence naming it)."
 
 
-def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
-    """reports/stereo/report.md: the provenance banner, then one section per stage from what it wrote."""
+def write_report(reports: Path, cfg: dict[str, Any], model_reports: Path | None = None) -> Path:
+    """``model_reports``/report.md (reports/stereo/<model_id>/): the provenance banner, then one section per stage
+    from what it wrote; the model-independent stages' outputs are read from ``reports``, the evaluation from
+    ``model_reports`` (``reports`` itself when None)."""
+    model_reports = reports if model_reports is None else model_reports
     ret = _read_json(reports / "retrieval" / "summary.json") or {}
     val = _read_json(reports / "validation" / "summary.json") or {}
     ins = _read_json(reports / "instantiation" / "summary.json") or {}
     ovl = _read_json(reports / "overlap" / "summary.json") or {}
-    ev = _read_json(reports / "summary.json") or {}
+    ev = _read_json(model_reports / "summary.json") or {}
     source = val.get("annotation_source", "?")
     caveat = _validator_caveat(source, val)
     lines = [
@@ -84,9 +87,9 @@ def write_report(reports: Path, cfg: dict[str, Any]) -> Path:
         *_validation_section(reports, val, source, caveat),
         *_instantiation_section(reports, ins),
         *_overlap_section(reports, ovl),
-        *_evaluation_section(reports, ev),
+        *_evaluation_section(model_reports, ev),
     ]
-    path = reports / "report.md"
+    path = model_reports / "report.md"
     write_text(path, "\n".join(lines) + "\n")
     return path
 
@@ -103,7 +106,7 @@ def _retrieval_section(ret: dict[str, Any]) -> list[str]:
     return [
         "## Retrieval",
         "",
-        f"{ret.get('n_requests')} generator responses ({ret.get('cached_responses')} from the cache), {ret.get('n_refusals')} refusals, "
+        f"{ret.get('n_requests')} generator responses, {ret.get('n_refusals')} refusals, "
         f"{ret.get('n_stereotypes')} distinct stereotypes after normalisation and near-duplicate merging "
         f"({ret.get('n_without_target')} without an identifiable target group: kept, as the generator wrote them); saturation rule "
         f"k={rule.get('k')}, m={rule.get('m')}, cap {rule.get('max_rounds')} rounds: "
@@ -152,6 +155,15 @@ def _instantiation_section(reports: Path, ins: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _calibration_line(cal: dict[str, Any]) -> str:
+    if "precision" not in cal:
+        return f"Threshold calibration: {cal.get('status', 'none')}."
+    return (f"Threshold calibration ({'picked on' if cal.get('threshold_from') == 'calibration' else 'set in params, measured on'} "
+            f"the labelled calibration set, reports/stereo/calibration; rule: {cal.get('rule')}): precision "
+            f"{cal['precision']:.3f}, recall {cal['recall']:.3f}, F1 {cal['f1']:.3f} on {cal['n_pairs']} pairs "
+            "(pcs translations and same-dimension scenarios in en, de, hi, ne, ur; CrowS-Pairs near-misses in English).")
+
+
 def _overlap_section(reports: Path, ovl: dict[str, Any]) -> list[str]:
     method = ovl.get("method", {})
     sim = method.get("similarity", {})
@@ -163,7 +175,8 @@ def _overlap_section(reports: Path, ovl: dict[str, Any]) -> list[str]:
              f"{threshold if threshold is not None else 'none (the judge answers yes or no)'}; target-class threshold "
              f"{sim.get('target_threshold')}."
              + (f" Judge answers: {answers} (unparseable answers and refusals count as not present)." if answers else "")
-             + f" Adjudication file: {method.get('adjudication') or 'none'} ({method.get('n_adjudicated', 0)} decisions).", ""]
+             + f" Adjudication file: {method.get('adjudication') or 'none'} ({method.get('n_adjudicated', 0)} decisions).", "",
+             _calibration_line(method.get("calibration") or {}), ""]
     bc = reports / "overlap" / "tables1_5_between_countries.csv"
     if bc.exists():
         t = pd.read_csv(bc)

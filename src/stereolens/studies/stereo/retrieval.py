@@ -434,7 +434,6 @@ def retrieval_summary(result: RetrievalResult, s: RetrievalSettings, *, generato
             # cells whose every round was refused: no evidence of saturation either way
             "refused_cells": int((curve["stop"] == "refused").sum()), "mode": s.mode,
             "rule": {"k": s.rule.k, "m": s.rule.m, "max_rounds": s.rule.max_rounds},
-            "cached_responses": int(responses["cached"].sum()),
             # the extraction step is ours (the paper does not describe it)
             "extraction": {"method": s.extraction, "posts_read": len(ext),
                            "model_answers_parsed": int((ext["extraction"] == "model").sum()),

