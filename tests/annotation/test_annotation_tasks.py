@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from stereolens.annotation.scales import LIKERT5, SLIDER_50, YES_NO, scale_from_config
-from stereolens.annotation.tasks import export_tasks, import_judgements, import_label_studio
+from stereolens.annotation.tasks import export_tasks, import_judgements
 from stereolens.errors import ConfigError, DataError
 
 ITEMS = pd.DataFrame({"item_id": ["t1", "t2", "t3"], "text": ["(Bhatkars, rich)", "(Kharvis, fishermen)", "(Render, toddy)"],
@@ -91,7 +91,7 @@ def test_import_label_studio_export(tmp_path):
         ]},
     ]
     path = write(tmp_path, json.dumps(tasks), "export.json")
-    df = import_label_studio(path, YES_NO, known_items=ITEMS["item_id"])
+    df = import_judgements(path, YES_NO, known_items=ITEMS["item_id"])
     assert df[["item_id", "annotator_id", "label"]].values.tolist() == [["t1", "7", "yes"], ["t2", "7", "no"]]
 
 

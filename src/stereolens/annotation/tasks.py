@@ -182,35 +182,22 @@ def import_judgements(
 
     ``path`` is a long-format CSV or a Label Studio export (JSON, JSON-MIN or CSV, told apart by
     :func:`~stereolens.annotation.label_studio.export_format`); ``annotator_map`` turns Label Studio
-    users into the team's annotator ids."""
+    users into the team's annotator ids, ``text_fields`` names an export's free-text answers."""
     from stereolens.annotation.label_studio import export_format, map_annotators, read_label_studio
 
-    if export_format(path) != "long":
-        return import_label_studio(path, scale, known_items=known_items, source=source,
-                                   annotator_map=annotator_map, text_fields=text_fields)
-    # columns are checked by validate_judgements, which also names offending rows
-    df = read_csv_checked(path, [], what="judgements", dtype={"item_id": str, "annotator_id": str})
-    if annotator_map:
-        df["annotator_id"] = map_annotators(df["annotator_id"], annotator_map, where=str(path))
-    df = validate_judgements(df, scale, known_items=known_items, where=str(path))
-    if "source" not in df.columns:
+    long_csv = export_format(path) == "long"
+    if long_csv:
+        # columns are checked by validate_judgements, which also names offending rows
+        df = read_csv_checked(path, [], what="judgements", dtype={"item_id": str, "annotator_id": str})
+        if annotator_map:
+            df["annotator_id"] = map_annotators(df["annotator_id"], annotator_map, where=str(path))
+        where, row_offset = str(path), 2  # CSV line numbers, the header being line 1
+    else:
+        df = read_label_studio(path, scale, text_fields=text_fields, annotator_map=annotator_map)
+        where, row_offset = f"{path} annotation", 1  # an export's annotations, counted from 1
+    df = validate_judgements(df, scale, known_items=known_items, where=where, row_offset=row_offset)
+    # a long CSV may carry each row's own provenance (a file merged from several sources); every
+    # judgement of a Label Studio export comes from the annotators of that project
+    if not long_csv or "source" not in df.columns:
         df["source"] = source
-    return df
-
-
-def import_label_studio(
-    path: str | os.PathLike,
-    scale: Scale,
-    *,
-    known_items: Iterable[Any] | None = None,
-    source: str = "human",
-    annotator_map: Mapping[str, str] | None = None,
-    text_fields: Sequence[str] = ("rewrite", "reason"),
-) -> pd.DataFrame:
-    """Read a Label Studio export (JSON, JSON-MIN or CSV) into long format and validate it."""
-    from stereolens.annotation.label_studio import read_label_studio
-
-    df = read_label_studio(path, scale, text_fields=text_fields, annotator_map=annotator_map)
-    df = validate_judgements(df, scale, known_items=known_items, where=f"{path} annotation", row_offset=1)
-    df["source"] = source
     return df
