@@ -18,16 +18,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--all", action="store_true", help="every run, not only the newest of each name")
     parser.add_argument("--by-model", action="store_true",
                         help="line the models up: one row per stage, language, variant and metric, one column per model")
-    parser.add_argument("--tracking-uri", default=None, help="default: sqlite:///mlruns/mlflow.db")
-    parser.add_argument("--experiment", default="stereolens")
+    _store_options(parser)
     parser.set_defaults(func=_compare)
 
     ui = subparsers.add_parser("ui", help="serve the MLflow UI for the project's runs on loopback and print the "
                                           "address of the experiment's runs table")
-    ui.add_argument("--tracking-uri", default=None, help="default: sqlite:///mlruns/mlflow.db")
-    ui.add_argument("--experiment", default="stereolens")
+    _store_options(ui)
     ui.add_argument("--port", type=int, default=5000)
     ui.set_defaults(func=_ui)
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    """Which MLflow store and experiment a command reads: the same two options for every command here."""
+    parser.add_argument("--tracking-uri", default=None, help="default: sqlite:///mlruns/mlflow.db")
+    parser.add_argument("--experiment", default="stereolens")
 
 
 def _compare(args: argparse.Namespace) -> int:
