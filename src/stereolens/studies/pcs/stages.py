@@ -427,17 +427,24 @@ def human_validation(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- analyze
 
 
+def _with_responses(p: dict[str, Any], scores: pd.DataFrame, responses_csv: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The scores with each response's invalidity reason, and the report's configuration lines (domains and the
+    prompts' translation status come from the responses); without responses.csv, the scores as they are."""
+    from stereolens.studies.pcs.inputs import read_responses, translation_status_line, with_domains, with_invalid_reasons
+
+    responses = read_responses(responses_csv)
+    if responses is None:
+        return scores, configuration_label(p, scores)
+    configuration = configuration_label(p, with_domains(scores, responses))
+    configuration["prompt translation status"] = translation_status_line(responses)
+    return with_invalid_reasons(scores, responses), configuration
+
+
 @stage("pcs-analyze", per_model=True)
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of Fifteen Percent Fluency from the judged scores."""
     from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
-    from stereolens.studies.pcs.inputs import (
-        read_preferences,
-        read_responses,
-        translation_status_line,
-        with_domains,
-        with_invalid_reasons,
-    )
+    from stereolens.studies.pcs.inputs import read_preferences
     from stereolens.studies.pcs.outputs import write_analysis
 
     p = _params(args)
@@ -458,13 +465,7 @@ def analyze(args: argparse.Namespace) -> None:
                           "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
     human, human_source = read_preferences(interim / HUMAN_VALIDATION / "preferences.csv")
     validity = pd.read_csv(reports / "validity.csv") if (reports / "validity.csv").exists() else None
-    responses = read_responses(interim / "responses.csv")
-    if responses is None:
-        configuration = configuration_label(p, scores)
-    else:
-        configuration = configuration_label(p, with_domains(scores, responses))
-        scores = with_invalid_reasons(scores, responses)
-        configuration["prompt translation status"] = translation_status_line(responses)
+    scores, configuration = _with_responses(p, scores, interim / "responses.csv")
     if human_source:
         configuration["human-validation preferences"] = (
             f"{human_source}" + (" (NOT human judgements)" if human_source != "human" else "")
