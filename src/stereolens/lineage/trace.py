@@ -136,13 +136,9 @@ def check_answerable(stages: list[StageRecord], target: str, given: str | os.Pat
         raise DataError(f"{given}: no such file or folder")
 
 
-def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_uri: str | None = None,
-          stages: list[StageRecord] | None = None) -> dict[str, Any]:
-    """Everything recorded about how ``path`` came to be (see the module docstring of the CLI)."""
-    root = Path(root).resolve()
-    target = _relative(path, root)
-    stages = load_stages(root) if stages is None else stages
-    check_answerable(stages, target, path, root)
+def _walk_back(stages: list[StageRecord], target: str) -> tuple[list[StageRecord], dict[str, str | None]]:
+    """The stages that made ``target``, from it back to the sources (each once, in the order reached), and
+    every dep no stage produces (data and code) with its recorded md5."""
     chain: list[StageRecord] = []
     sources: dict[str, str | None] = {}
     pending, visited = [target], set()
@@ -152,10 +148,8 @@ def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_ur
             continue
         visited.add(wanted)
         made = producer(stages, wanted)
-        inside = producers_within(stages, wanted) if made is None else []
-        if made is None and not inside:
-            continue
-        for record, _ in ([made] if made else inside):
+        # a folder no single stage writes is made by every stage writing inside it
+        for record, _ in ([made] if made else producers_within(stages, wanted)):
             if record in chain:
                 continue
             chain.append(record)
@@ -164,24 +158,24 @@ def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_ur
                     pending.append(dep.path)
                 else:
                     sources[dep.path] = dep.md5
-    produced = producer(stages, target)
-    recorded_md5 = produced[1].md5 if produced and produced[1].path == target else None
-    absolute = root / target
-    current_md5 = md5_file(absolute) if absolute.is_file() else None
+    return chain, sources
+
+
+def _written_by(chain: list[StageRecord], path: str) -> str | None:
+    """The stage of ``chain`` that wrote ``path``, or for a folder gathering several stages' outputs, all of them."""
     made_by = {out.path: r.name for r in chain for out in r.outs}
+    exact = next((name for out, name in made_by.items() if contains(out, path)), None)
+    return exact or ", ".join(sorted({name for out, name in made_by.items() if contains(path, out)})) or None
 
-    def made(path: str) -> str | None:
-        """The stage that wrote ``path``, or for a folder gathering several stages' outputs, all of them."""
-        exact = next((name for out, name in made_by.items() if contains(out, path)), None)
-        return exact or ", ".join(sorted({name for out, name in made_by.items() if contains(path, out)})) or None
 
-    data_sources = {p: m for p, m in sources.items() if not p.startswith("src/")}
-    templates = []
+def _prompt_templates(chain: list[StageRecord], root: Path) -> list[dict[str, Any]]:
+    """The seed files a model-calling stage of the chain reads whose names say they are put before a model."""
+    templates: list[dict[str, Any]] = []
     for record in chain:
         if not _calls_a_model(record):
             continue
         for dep in record.deps:
-            if dep.path.startswith("src/") or made(dep.path):
+            if dep.path.startswith("src/") or _written_by(chain, dep.path):
                 continue
             dep_path = root / dep.path
             files = [dep_path] if dep_path.is_file() else sorted(p for p in dep_path.rglob("*") if p.is_file())
@@ -189,14 +183,28 @@ def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_ur
                 rel = _relative(f, root)
                 if _TEMPLATE_NAME.search(rel) and rel not in [t["path"] for t in templates]:
                     templates.append({"path": rel, "md5": md5_file(f), "stage": record.name})
-    ingested = [rec for p in list(sources) + [o.path for r in chain for o in r.outs]
-                if p.startswith("data/raw") for rec in ingest_records(root / p)]
-    unique_ingested = list({rec["record"]: rec for rec in ingested}.values())
+    return templates
+
+
+def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_uri: str | None = None,
+          stages: list[StageRecord] | None = None) -> dict[str, Any]:
+    """Everything recorded about how ``path`` came to be (see the module docstring of the CLI)."""
+    root = Path(root).resolve()
+    target = _relative(path, root)
+    stages = load_stages(root) if stages is None else stages
+    check_answerable(stages, target, path, root)
+    chain, sources = _walk_back(stages, target)
+    produced = producer(stages, target)
+    recorded_md5 = produced[1].md5 if produced and produced[1].path == target else None
+    absolute = root / target
+    current_md5 = md5_file(absolute) if absolute.is_file() else None
+    data_sources = {p: m for p, m in sources.items() if not p.startswith("src/")}
+    outputs = [o.path for r in chain for o in r.outs]
+    ingested = [rec for p in [*sources, *outputs] if p.startswith("data/raw") for rec in ingest_records(root / p)]
     tables = {}
-    for candidate in [target, *[o.path for r in chain for o in r.outs], *data_sources]:
+    for candidate in [target, *outputs, *data_sources]:
         for table, counts in provenance_of(root / candidate).items():
             tables.setdefault(_relative(table, root), counts)
-    uri = tracking_uri or DEFAULT_TRACKING_URI
     return {
         "artefact": target,
         "exists": absolute.exists(),
@@ -205,17 +213,17 @@ def trace(path: str | os.PathLike, *, root: str | os.PathLike = ".", tracking_ur
         "md5_now": current_md5,
         "up_to_date": (recorded_md5 == current_md5) if recorded_md5 and current_md5 else None,
         "stages": [{"name": r.name, "cmd": r.cmd,
-                    "deps": [{"path": d.path, "md5": d.md5, "produced_by": made(d.path)} for d in r.deps],
+                    "deps": [{"path": d.path, "md5": d.md5, "produced_by": _written_by(chain, d.path)} for d in r.deps],
                     "outs": [{"path": o.path, "md5": o.md5} for o in r.outs],
                     "params": r.params} for r in chain],
         "inputs": [{"path": p, "md5": m} for p, m in sorted(data_sources.items())],
         "code": [{"path": p, "md5": m} for p, m in sorted(sources.items()) if p.startswith("src/")],
-        "ingested": unique_ingested,
+        "ingested": list({rec["record"]: rec for rec in ingested}.values()),  # each ingest record once
         "models": [m for r in chain for m in _models(r, root)],
-        "prompt_templates": templates,
+        "prompt_templates": _prompt_templates(chain, root),
         "provenance": {"artefact": provenance_of(absolute) and {_relative(k, root): v for k, v in provenance_of(absolute).items()},
                        "chain": tables},
-        "mlflow_runs": mlflow_runs(chain, uri, root),
+        "mlflow_runs": mlflow_runs(chain, tracking_uri or DEFAULT_TRACKING_URI, root),
     }
 
 
