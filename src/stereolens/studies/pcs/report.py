@@ -160,6 +160,15 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def gates_table(gates: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per judge gate: its observed figure, its threshold and whether it passed (``None``: the figure
+    cannot be computed here, such as alpha with one judge)."""
+    rows = [{"gate": name, "observed": g.get("observed"), "threshold": g.get("threshold"),
+             "passed": "yes" if g.get("passed") else ("not applicable" if g.get("passed") is None else "**NO**")}
+            for name, g in gates.get("gates", {}).items()]
+    return pd.DataFrame(rows, columns=["gate", "observed", "threshold", "passed"])
+
+
 def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, Any], statistics: Mapping[str, Any],
                     gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
                     figures: list[str], human_source: str | None = None) -> str:
@@ -179,12 +188,7 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
         enforce = gates.get("enforced")
         lines.append(f"Gates {'are enforced (a failing gate stops the analysis)' if enforce else 'are reported, not enforced, in this configuration'}.")
         lines.append("")
-        lines.append("| gate | observed | threshold | passed |")
-        lines.append("|---|---|---|---|")
-        for name, g in gates.get("gates", {}).items():
-            passed = g.get("passed")
-            lines.append(f"| {name} | {_fmt(g.get('observed'))} | {_fmt(g.get('threshold'))} | "
-                         f"{'yes' if passed else ('not applicable' if passed is None else '**NO**')} |")
+        lines += markdown_table(gates_table(gates)).splitlines()
         if not gates.get("all_passed", False):
             lines += ["", "**At least one gate did not pass: the numbers below are not validated measurements.**"]
     lines += ["", "## Headline", ""]
