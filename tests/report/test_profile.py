@@ -5,14 +5,16 @@ cell is empty.  The expected texts are written by hand from the numbers in the f
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from stereolens.cli import main
-from stereolens.report.markdown import format_estimate
-from stereolens.report.profile import build_profile, profile_frame, profile_text, provenance_label
+from stereolens.report.markdown import MISSING, format_estimate
+from stereolens.report.profile import (PROVENANCE_WORDS, build_profile, profile_frame, profile_text,
+                                       provenance_label)
 
 CLM, CHAT = "alpha-clm", "beta-chat"
 CHAT_SKIP = "CrowS-Pairs needs sentence log-likelihoods, which a chat model does not give"
@@ -151,19 +153,23 @@ EXPECTED = {
 }
 
 
+def _cells(profile) -> dict:
+    """(model, study, measure) -> (text, provenance, link) of every cell of ``profile``."""
+    return {(model, study, measure): (c.text, c.provenance, c.link) for model in profile.models
+            for study, measure in profile.columns() for c in [profile.cell(model, study, measure)]}
+
+
 def test_every_cell_of_two_models_profile(reports):
     profile = build_profile(reports, models=[CLM, CHAT])
     assert profile.models == [CLM, CHAT]  # the per-set pairs/starter/summary.json is not a model
-    frame = profile_frame(profile)
-    got = {(r.model, r.study, r.measure): (r.text, r.provenance, r.link) for r in frame.itertuples()}
-    assert got == EXPECTED
+    assert _cells(profile) == EXPECTED
     # numbers stay numbers beside their text, with the interval in the study's own scale
-    crows = frame[(frame.model == CLM) & (frame.study == "crows")].iloc[0]
+    crows = profile.cell(CLM, "crows", "bias score")
     assert (crows.value, crows.low, crows.high, crows.unit) == (0.576, 0.551, 0.6, "share")
-    icat = frame[(frame.model == CLM) & (frame.measure == "icat")].iloc[0]
+    icat = profile.cell(CLM, "stereo", "icat")
     assert (icat.value, icat.low, icat.high) == (29.74, 16.37, 45.98)
-    chat_crows = frame[(frame.model == CHAT) & (frame.study == "crows")].iloc[0]
-    assert chat_crows.reason == f"skipped: {CHAT_SKIP}" and pd.isna(chat_crows.value)
+    chat_crows = profile.cell(CHAT, "crows", "bias score")
+    assert chat_crows.reason == f"skipped: {CHAT_SKIP}" and chat_crows.value is None
     # the column groups come in the profile's study order
     assert list(dict.fromkeys(study for study, _ in profile.columns())) == ["crows", "leakage", "pairs", "stereo",
                                                                            "pcs", "heads"]
@@ -174,8 +180,65 @@ def test_models_are_found_without_being_named(reports):
     # crows, pairs, stereo and heads gave
     profile = build_profile(reports)
     assert profile.models == [CLM, CHAT]
-    got = {(r.model, r.study, r.measure): (r.text, r.provenance, r.link) for r in profile_frame(profile).itertuples()}
-    assert got == EXPECTED
+    assert _cells(profile) == EXPECTED
+
+
+def _csv_field(row, study: str, measure: str, field: str):
+    """A cell's ``field`` from a wide CSV row: its own column, else its study's (provenance, link)."""
+    own = f"{study}.{measure}.{field}"
+    value = row[own] if own in row.index else row[f"{study}.{field}"]
+    return "" if pd.isna(value) else value
+
+
+def test_the_csv_is_a_row_per_model_with_every_cell_in_its_columns(reports, tmp_path):
+    from stereolens.io import write_csv
+
+    profile = build_profile(reports, models=[CLM, CHAT])
+    write_csv(tmp_path / "profile.csv", profile_frame(profile))
+    table = pd.read_csv(tmp_path / "profile.csv")
+    assert list(table.model) == [CLM, CHAT]
+    rows = table.set_index("model")
+    # a column group per study, in the profile's order; the interval, verdict and reason only where a cell has one
+    assert list(table.columns[:7]) == ["model", "crows.bias score", "crows.bias score.low", "crows.bias score.high",
+                                       "crows.bias score.reason", "crows.provenance", "crows.link"]
+    assert [c for c in table.columns if c.startswith("stereo.")] == [
+        "stereo.ss", "stereo.ss.low", "stereo.ss.high", "stereo.lms", "stereo.lms.low", "stereo.lms.high",
+        "stereo.icat", "stereo.icat.low", "stereo.icat.high", "stereo.provenance", "stereo.link"]
+    # pairs' sets rest on different data: a provenance per cell, not one for the study
+    assert "pairs.provenance" not in table.columns and "pairs.bias (crows, en).provenance" in table.columns
+    # numbers stay numbers, the interval in its own columns, in the study's own scale
+    assert table["crows.bias score"].dtype.kind == "f" and table["stereo.ss"].dtype.kind == "f"
+    assert tuple(rows.loc[CLM, ["crows.bias score", "crows.bias score.low", "crows.bias score.high"]]) == \
+        (0.576, 0.551, 0.6)
+    assert tuple(rows.loc[CLM, ["stereo.icat", "stereo.icat.low", "stereo.icat.high"]]) == (29.74, 16.37, 45.98)
+    assert pd.isna(rows.loc[CHAT, "crows.bias score"])
+    assert rows.loc[CHAT, "crows.bias score.reason"] == f"skipped: {CHAT_SKIP}"
+    assert (rows.loc[CHAT, "pcs.PCS"], rows.loc[CHAT, "pcs.provenance"], rows.loc[CHAT, "pcs.link"]) == \
+        (0.138, "llm_panel, simulated, authored translation", "site/pcs.html")
+    assert (rows.loc[CLM, "pcs.gate construct_validity"], rows.loc[CLM, "pcs.gate construct_validity.verdict"]) == \
+        (0.1875, "FAILED (threshold 0.8, not enforced)")
+    assert (rows.loc[CLM, "leakage.edges out of EN"], rows.loc[CLM, "leakage.edges out of EN.verdict"]) == \
+        (1, "(EN->HI 0.0218 [0.0056, 0.038] (ilps))")
+    # every cell of the profile is in the CSV, with its provenance and link
+    for (model, study, measure), (_, provenance, link) in EXPECTED.items():
+        cell, row = profile.cell(model, study, measure), rows.loc[model]
+        value = row[f"{study}.{measure}"]
+        # the CSV writer keeps seven significant digits (io.SIGNIFICANT_DIGITS)
+        assert (cell.value is None and pd.isna(value)) or value == (
+            pytest.approx(cell.value, rel=1e-6) if isinstance(cell.value, float) else cell.value), (model, study, measure)
+        for field in ("low", "high"):
+            got = _csv_field(row, study, measure, field) if f"{study}.{measure}.{field}" in row.index else ""
+            assert got == ("" if getattr(cell, field) is None else pytest.approx(getattr(cell, field), rel=1e-6)), \
+                (model, study, measure)
+        for field in ("verdict", "reason"):
+            got = _csv_field(row, study, measure, field) if f"{study}.{measure}.{field}" in row.index else ""
+            assert got == getattr(cell, field), (model, study, measure, field)
+        if f"{study}.{measure}.provenance" not in row.index:
+            # one column for the study: the provenance of this model's measured cells, which a cell the
+            # model lacks (no value, so no provenance of its own) shares
+            provenance = next((p for (m, s, _), (_, p, _) in EXPECTED.items() if (m, s) == (model, study) and p), "")
+        assert (_csv_field(row, study, measure, "provenance"), _csv_field(row, study, measure, "link")) == \
+            (provenance, link), (model, study, measure)
 
 
 def test_a_study_never_run_and_the_single_model_layout(tmp_path):
@@ -236,15 +299,23 @@ def test_profile_command_writes_the_csv(reports, tmp_path, capsys):
     params.write_text(f"model:\n  id: {CLM}\nmodels:\n  {CLM}: {{}}\n  {CHAT}: {{}}\n", encoding="utf-8")
     assert main(["profile", "--reports", str(reports), "--params", str(params), "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "57.6% [55.1, 60.0]" in printed and f"n/a: skipped: {CHAT_SKIP}" in printed
+    assert "57.6% [55.1, 60.0]" in printed and f"[1] skipped: {CHAT_SKIP}" in printed
+    assert f"profile: 2 model(s) x {len(EXPECTED) // 2} cell(s) -> {out}" in printed
     table = pd.read_csv(out)
-    assert list(table.columns) == ["model", "study", "measure", "text", "value", "low", "high", "unit", "detail",
-                                   "provenance", "reason", "link"]
-    assert len(table) == len(EXPECTED)
-    assert list(dict.fromkeys(table.model)) == [CLM, CHAT]
-    row = table[(table.model == CHAT) & (table.measure == "PCS")].iloc[0]
-    assert (float(row.value), row.text, row.provenance, row.link) == (0.138, "13.8%", "llm_panel, simulated, authored translation",
-                                                               "site/pcs.html")
+    assert list(table.model) == [CLM, CHAT]
+    row = table[table.model == CHAT].iloc[0]
+    assert (row["pcs.PCS"], row["pcs.provenance"], row["pcs.link"]) == \
+        (0.138, "llm_panel, simulated, authored translation", "site/pcs.html")
+
+
+def test_profile_command_refuses_a_broken_params_file_in_one_line(reports, tmp_path, capsys):
+    params = tmp_path / "params.yaml"
+    params.write_text(f"model:\n  id: {CLM}\nmodels: [unclosed\n", encoding="utf-8")
+    assert main(["profile", "--reports", str(reports), "--params", str(params)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith(f"stereolens: error: {params} line 4, column 1: not valid YAML") and "\n" not in err
+    assert captured.out == ""  # refused before any table is printed
 
 
 def test_profile_command_refuses_a_missing_reports_folder(tmp_path, capsys):
@@ -266,10 +337,48 @@ def test_a_broken_study_file_is_one_line_naming_it(reports, capsys, where, conte
     assert "\n" not in err and str(reports / where) in err and message in err
 
 
-def test_terminal_table_lines_models_up(reports):
-    text = profile_text(build_profile(reports, studies=["stereo"], models=[CLM, CHAT]))
+def _terminal_cells(text: str) -> dict:
+    """(model, study, measure) -> what the terminal shows, with an ``n/a [k]`` cell replaced by ``n/a: `` and
+    note k of its block: the terminal read back cell by cell."""
+    cells, study, header, notes, pending = {}, None, None, {}, []
+    for line in text.splitlines():
+        if not line.strip():
+            cells.update({key: f"{MISSING}: {notes[k]}" if k else shown for key, shown, k in pending})
+            study, header, notes, pending = None, None, {}, []
+        elif study is None:
+            study = line.split()[0]
+        elif re.match(r"  \[\d+\] ", line):
+            number, reason = re.match(r"  \[(\d+)\] (.*)", line).groups()
+            notes[number] = reason
+        elif line.startswith("      ") and notes:  # a wrapped note goes on
+            notes[max(notes, key=int)] += " " + line.strip()
+        elif line.startswith("  model  "):
+            header = re.split(r"\s{2,}", line.strip())[1:]
+        elif header is not None and line.startswith("  ") and not line.startswith("    "):
+            model, *shown = re.split(r"\s{2,}", line.strip())
+            for measure, value in zip(header, shown, strict=True):
+                number = re.fullmatch(rf"{MISSING} \[(\d+)\]", value)
+                pending.append(((model, study, measure), value, number.group(1) if number else None))
+    return cells
+
+
+def test_terminal_shows_a_row_per_model_in_each_studys_column_group(reports):
+    text = profile_text(build_profile(reports, models=[CLM, CHAT]))
     lines = text.splitlines()
-    assert lines[0] == "stereo  [provenance: authored]  site/stereo.html"
-    assert lines[1].split() == ["measure", CLM, CHAT]
-    assert lines[2].split() == ["ss", "27.2%", "[15.2,", "39.4]", "60.0%"]
-    assert lines[-1].startswith("provenance: human = written or judged by people")
+    assert max(len(line) for line in lines) <= 100
+    start = lines.index("stereo  (provenance: authored; pages: site/stereo.html)")
+    assert [re.split(r"\s{2,}", line.strip()) for line in lines[start + 1:start + 4]] == [
+        ["model", "ss", "lms", "icat"],
+        [CLM, "27.2% [15.2, 39.4]", "54.7% [45.3, 66.7]", "29.7 [16.4, 46]"],
+        [CHAT, "60.0%", "80.0%", "64"]]
+    start = lines.index("crows  (provenance: human; pages: site/crows.html)")
+    assert lines[start + 1:start + 5] == ["  model      bias score", f"  {CLM}  57.6% [55.1, 60.0]",
+                                          f"  {CHAT}  n/a [1]", f"  [1] skipped: {CHAT_SKIP}"]
+    # pairs has more measures than 100 columns hold: its group is cut into tables, each with every model
+    pairs = lines[lines.index(next(x for x in lines if x.startswith("pairs  "))):]
+    pairs = pairs[:pairs.index("")]
+    assert sum(line.startswith("  model  ") for line in pairs) >= 2
+    # every cell is shown, with the reason of every empty one
+    assert _terminal_cells(text) == {key: text for key, (text, _, _) in EXPECTED.items()}
+    assert lines[-len(PROVENANCE_WORDS) - 1] == "provenance words:"
+    assert lines[-len(PROVENANCE_WORDS)].startswith("  human: written or judged by people")

@@ -9,10 +9,15 @@ from typing import Any
 _DESCRIPTION = """\
 One row per model, a column group per study (crows, leakage, pairs, stereo, pcs, heads),
 read from reports/<study>/<model_id>/summary.json, or reports/<study>/summary.json where a
-study has no per-model folders.  Every cell shows its value and interval; the CSV adds its
-provenance (human, authored, simulated, llm_panel, machine, authored translation), the
-study page it links to (relative to the reports folder) and, for a cell without a value,
-why (study not run, skipped for this model, undefined for this run)."""
+study has no per-model folders.  The terminal shows a block per study, a row per model and
+a column per measure (cut to 100 columns); every cell shows its value and interval, and a
+cell without a value shows n/a [k], note k under the block saying why (study not run,
+skipped for this model, undefined for this run).  The CSV (--csv) has one row per model:
+a column <study>.<measure> per cell holding the number in the study's own scale (shares
+0-1; stereo's ss and lms in percent), its interval, verdict and reason in columns
+<study>.<measure>.low / .high / .verdict / .reason, and the provenance (human, authored,
+simulated, llm_panel, machine, authored translation) and study page (relative to the
+reports folder) in <study>.provenance and <study>.link."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reports", default="reports", help="the reports folder the studies wrote (default: reports)")
     parser.add_argument("--csv", metavar="FILE", default=None,
-                        help="also write the profile as CSV, one row per model and cell, numbers kept as numbers")
+                        help="also write the profile as CSV: one row per model, a column <study>.<measure> per cell "
+                             "(numbers kept as numbers) with its interval, verdict, reason, provenance and link "
+                             "in columns of their own")
     parser.add_argument("--params", default="params.yaml",
                         help="composed parameters naming the run's models, primary first (default: params.yaml; "
                              "optional: without it the models are the ones found under --reports)")
@@ -30,11 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_models(params_path: str | Path) -> tuple[list[str], str | None]:
-    """The models a composed params.yaml names (``models``, primary first, else ``model``) and its primary."""
-    import yaml
+    """The models a composed params.yaml names (``models``, primary first, else ``model``) and its primary;
+    none when the file is absent.  A file that is not YAML is refused in one line naming its line and column."""
+    from stereolens.stages.common import read_params_file
 
     path = Path(params_path)
-    params: dict[str, Any] = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
+    params: dict[str, Any] = read_params_file(path) if path.is_file() else {}
     primary = (params.get("model") or {}).get("id") if isinstance(params.get("model"), dict) else None
     models = list(params["models"]) if isinstance(params.get("models"), dict) else []
     return list(dict.fromkeys([*([primary] if primary else []), *models])), primary

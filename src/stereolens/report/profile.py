@@ -374,38 +374,104 @@ def build_profile(reports: str | Path = "reports", *, studies: Sequence[str] = P
 # ---------------------------------------------------------------- showing it
 
 
-def profile_frame(profile: Profile) -> pd.DataFrame:
-    """One row per model and cell (the ``--csv`` form): numbers stay numbers, with their text,
-    interval, unit, provenance, link and reason beside them."""
-    rows = []
+# the columns a cell may fill beside its value in the CSV, each written only where some model fills it
+CELL_FIELDS = ("low", "high", "verdict", "reason")
+TERMINAL_WIDTH = 100
+
+
+def _shared(profile: Profile, study: str, field_name: str) -> bool:
+    """Whether every model's cells of ``study`` agree on ``field_name`` (provenance, link), ignoring the
+    empty value of a cell without one: then the CSV gives it once per study, not once per cell."""
     for model in profile.models:
-        for study, measure in profile.columns():
-            c = profile.cell(model, study, measure)
-            rows.append({"model": model, "study": study, "measure": measure, "text": c.text,
-                         "value": c.value, "low": c.low, "high": c.high, "unit": c.unit, "detail": c.detail,
-                         "provenance": c.provenance, "reason": c.reason, "link": c.link})
-    return pd.DataFrame(rows, columns=["model", "study", "measure", "text", "value", "low", "high", "unit",
-                                       "detail", "provenance", "reason", "link"])
+        values = {getattr(c, field_name) for c in profile.cells.get(model, []) if c.study == study}
+        if len(values - {""}) > 1:
+            return False
+    return True
 
 
-def profile_text(profile: Profile) -> str:
-    """The profile for a terminal: a block per study, a line per measure, a column per model
-    (models side by side read better than a row per model when each study has many measures)."""
-    if not profile.models:
-        return "no model has a study summary under the reports folder"
-    lines = []
+def profile_frame(profile: Profile) -> pd.DataFrame:
+    """The ``--csv`` form: one row per model; per cell a column ``<study>.<measure>`` holding the value as the
+    study reports it (a number stays a number: shares 0-1, stereo's ss and lms in percent), and, where any
+    model has them, ``<study>.<measure>.low`` / ``.high`` (its interval), ``.verdict`` (a gate's result, a
+    leakage count's edges) and ``.reason`` (why a cell has no value); then ``<study>.provenance`` and
+    ``<study>.link`` (the study page, relative to the reports folder), or ``<study>.<measure>.provenance``
+    where one study's cells rest on different data (pairs' evaluation sets)."""
+    columns: list[str] = ["model"]
+    getters: list[tuple[str, str, str | None, str]] = []  # (column, study, measure or None for the group, field)
     for study in profile.studies:
         measures = [m for s, m in profile.columns() if s == study]
-        rows = {m: {model: profile.cell(model, study, m) for model in profile.models} for m in measures}
-        prov = sorted({c.provenance for r in rows.values() for c in r.values() if c and c.provenance})
-        links = sorted({c.link for r in rows.values() for c in r.values() if c and c.link})
-        lines.append(f"{study}  [provenance: {'; '.join(prov) or 'n/a'}]  {' '.join(links)}")
-        grid = [["measure", *profile.models]] + [[m, *(c.text if c else MISSING for c in r.values())]
-                                                  for m, r in rows.items()]
-        widths = [max(len(row[i]) for row in grid) for i in range(len(grid[0]))]
-        lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in grid]
+        per_cell = [f for f in ("provenance", "link") if not _shared(profile, study, f)]
+        for measure in measures:
+            cells = [profile.cell(model, study, measure) for model in profile.models]
+            fields = ["value", *(f for f in CELL_FIELDS if any(getattr(c, f) not in (None, "") for c in cells)),
+                      *per_cell]
+            for f in fields:
+                column = f"{study}.{measure}" if f == "value" else f"{study}.{measure}.{f}"
+                columns.append(column)
+                getters.append((column, study, measure, f))
+        for f in ("provenance", "link"):
+            if f not in per_cell:
+                columns.append(f"{study}.{f}")
+                getters.append((f"{study}.{f}", study, None, f))
+    rows = []
+    for model in profile.models:
+        row: dict[str, Any] = {"model": model}
+        for column, study, measure, f in getters:
+            if measure is None:
+                found = {getattr(c, f) for c in profile.cells.get(model, []) if c.study == study} - {""}
+                row[column] = found.pop() if found else ""
+            else:
+                value = getattr(profile.cell(model, study, measure), f)
+                row[column] = value if f in ("value", "low", "high") else (value or "")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` in lines of at most ``width``, the first starting with ``first``, the others with ``rest``."""
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
+
+
+def profile_text(profile: Profile, width: int = TERMINAL_WIDTH) -> str:
+    """The profile for a terminal: a block per study (its column group) whose rows are the models and
+    whose columns are the study's measures, cut into several tables where one would be wider than
+    ``width``; a cell without a value shows ``n/a [k]``, its reason in the numbered notes under the block."""
+    if not profile.models:
+        return "no model has a study summary under the reports folder"
+    lines: list[str] = []
+    for study in profile.studies:
+        measures = [m for s, m in profile.columns() if s == study]
+        cells = {model: [profile.cell(model, study, m) for m in measures] for model in profile.models}
+        prov = sorted({c.provenance for row in cells.values() for c in row if c.provenance})
+        links = sorted({c.link for row in cells.values() for c in row if c.link})
+        lines += _wrapped(f"{study}  (provenance: {'; '.join(prov) or 'n/a'}; pages: {', '.join(links)})",
+                          width, "", "  ")
+        notes: dict[str, int] = {}
+        shown = {model: [f"{MISSING} [{notes.setdefault(c.reason, len(notes) + 1)}]"
+                         if c.value is None and c.reason else c.text for c in row] for model, row in cells.items()}
+        model_width = max(len("model"), *(len(m) for m in profile.models))
+        chunks: list[list[int]] = [[]]
+        used = 2 + model_width
+        for i, measure in enumerate(measures):
+            column_width = max(len(measure), *(len(shown[m][i]) for m in profile.models))
+            if chunks[-1] and used + 2 + column_width > width:
+                chunks.append([])
+                used = 2 + model_width
+            chunks[-1].append(i)
+            used += 2 + column_width
+        for chunk in chunks:
+            grid = [["model", *(measures[i] for i in chunk)]] + [[m, *(shown[m][i] for i in chunk)]
+                                                                  for m in profile.models]
+            widths = [max(len(row[k]) for row in grid) for k in range(len(grid[0]))]
+            lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in grid]
+        for reason, number in notes.items():
+            lines += _wrapped(reason, width, f"  [{number}] ", " " * len(f"  [{number}] "))
         lines.append("")
-    lines += ["provenance: " + "; ".join(f"{k} = {v}" for k, v in PROVENANCE_WORDS.items())]
+    lines.append("provenance words:")
+    for word, meaning in PROVENANCE_WORDS.items():
+        lines += _wrapped(f"{word}: {meaning}", width, "  ", "    ")
     return "\n".join(lines)
 
 
