@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pandas as pd
 import pytest
 
 from stereolens.figures import save_figure
-from stereolens.report.site import build_site
+from stereolens.report.site import build_site, headline_items
 
 sys.path.insert(0, str(Path(__file__).parent))
 from chromium import open_browser  # noqa: E402
@@ -131,6 +132,39 @@ def test_index_opens_on_the_model_profile_with_links_that_resolve(site, browser,
                           for study in ("crows", "stereo") for model in ("tiny-clm", "tiny-chat"))}
     for link in links:
         assert (site / link).is_file(), link
+
+
+def test_headlines_are_numbers_for_a_person_not_key_value_strings(site, browser, tmp_path):
+    """The index's Studies table and a per-model study page show each headline figure as its label in words
+    and its number as the profile formats it (percentages, intervals in brackets), never ``key = value``."""
+    index = (site / "index.html").read_text(encoding="utf-8")
+    studies = index[index.index("<h2>Studies</h2>"):]
+    crows = (site / "site" / "crows.html").read_text(encoding="utf-8")
+    for page in (studies, crows):
+        assert not re.search(r"\S = \S", page), re.findall(r".{30}\S = \S.{30}", page)
+    text = browser.check((site / "index.html").resolve().as_uri(), tmp_path / "index.png")["text"]
+    studies_text = text[text.index("\nStudies\n"):]
+    # profiled studies: the profile's cells; others: their headline, labels in words
+    assert "bias score 57.6% [55.1, 60.0]" in studies_text
+    assert "ss 60.0% [50.0, 70.0]\nlms 80.0%\nicat 64" in studies_text
+    assert "n/a: skipped: a chat model gives no sentence log-likelihoods" in studies_text
+    assert "score 0.625\nitems 8" in studies_text and "bias score 0.5\nn 10" in studies_text
+    text = browser.check((site / "site" / "crows.html").resolve().as_uri(), tmp_path / "crows.png")["text"]
+    assert "tiny-clm\tbias score 57.6% [55.1, 60.0]" in text
+    assert "tiny-chat\tbias score n/a: skipped: a chat model gives no sentence log-likelihoods" in text
+
+
+@pytest.mark.parametrize("headline, items", [
+    ({"bias score": 0.5755968, "95% BCa low": 0.5503979, "95% BCa high": 0.6001326, "pairs": 1508},
+     [("bias score", "0.576 [0.55, 0.6]"), ("pairs", "1508")]),
+    ({"ss": 27.18, "ss_ci_low": 15.2, "ss_ci_high": 39.37, "n_instances": 40},
+     [("ss", "27.2 [15.2, 39.4]"), ("n instances", "40")]),
+    ({"PCS": None, "judge gates": "FAILED", "passed": False, "by_language": {"hi": 0.25, "ur": None}},
+     [("PCS", "n/a"), ("judge gates", "FAILED"), ("passed", "no"), ("by language", "hi 0.25, ur n/a")]),
+    ({"low": 0.1, "high": 0.2}, [("low", "0.1"), ("high", "0.2")]),  # bounds with no number before them
+])
+def test_headline_items(headline, items):
+    assert headline_items(headline) == items
 
 
 def test_index_lists_every_study_with_its_warnings(site):

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import html
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import yaml
 
 from stereolens.io import write_text
 from stereolens.report.contract import StudyReport, model_folders, read_study_report
+from stereolens.report.markdown import MISSING, format_estimate
+
+if TYPE_CHECKING:
+    from stereolens.report.profile import Profile
 
 _ROWS_SHOWN = 25
 _STYLE = """
@@ -155,13 +161,69 @@ def _model_config(params: dict[str, Any], model_id: str | None) -> dict[str, Any
     return params.get("model") or {}
 
 
-def models_page(study: str, reports: list[StudyReport], studies: list[str], params: dict[str, Any]) -> str:
+_BOUND = re.compile(r"(^|[\s_])(ci[\s_])?(?P<end>low|high)(er)?$", re.IGNORECASE)
+_FIGURES_SHOWN = 4
+
+
+def headline_items(headline: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A study's ``headline`` (the report contract's ``{label: number or text}``) as a person reads it:
+    labels in words (``bias_score`` -> ``bias score``), numbers as :func:`format_estimate` prints them,
+    and a ``... low`` / ``... high`` pair right after a number as that number's interval in brackets."""
+    keys, items, i = list(headline), [], 0
+    while i < len(keys):
+        value = headline[keys[i]]
+        bounds = keys[i + 1:i + 3]
+        ends = [found.group("end").lower() if (found := _BOUND.search(str(k))) else "" for k in bounds]
+        if ends == ["low", "high"] and isinstance(value, (int, float)) and not isinstance(value, bool):
+            text, step = format_estimate(value, headline[bounds[0]], headline[bounds[1]]), 3
+        elif isinstance(value, Mapping):
+            text, step = ", ".join(f"{str(k).replace('_', ' ')} {format_estimate(v)}" for k, v in value.items()), 1
+        elif isinstance(value, (list, tuple)):
+            text, step = ", ".join(format_estimate(v) for v in value), 1
+        elif isinstance(value, bool):
+            text, step = "yes" if value else "no", 1
+        else:
+            text, step = format_estimate(value), 1
+        items.append((str(keys[i]).replace("_", " "), text or MISSING))
+        i += step
+    return items
+
+
+def _profiled_items(profile: Profile | None, report: StudyReport, primary: str | None) -> list[tuple[str, str, str]] | None:
+    """(label, text, detail) of ``report``'s model in the model profile, the cells with a value first; None
+    where the profile does not cover this study (its headline is shown instead)."""
+    if profile is None or report.name not in profile.studies:
+        return None
+    model = report.model or (report.summary or {}).get("model") or primary
+    cells = [c for c in profile.cells.get(str(model), []) if c.study == report.name]
+    if not cells:
+        return None
+    valued = [c for c in cells if c.value is not None]
+    return [(c.measure, c.text, "; ".join(x for x in (c.detail, c.provenance) if x)) for c in (valued or cells[:1])]
+
+
+def _figures_html(report: StudyReport, profile: Profile | None, primary: str | None) -> str:
+    """A report's first few headline figures, a line each: its label in words, then the number as the
+    profile formats it (``bias score 57.6% [55.1, 60.0]``), never ``key = value``."""
+    items = _profiled_items(profile, report, primary)
+    if items is None:
+        items = [(label, text, "") for label, text in headline_items(report.headline())]
+    shown = "<br>".join(f'<span class="muted">{html.escape(label)}</span> '
+                        f'<span title="{html.escape(detail)}">{html.escape(text)}</span>'
+                        for label, text, detail in items[:_FIGURES_SHOWN])
+    more = len(items) - _FIGURES_SHOWN
+    return shown + (f'<br><span class="muted">and {more} more on the study page</span>' if more > 0 else "")
+
+
+def models_page(study: str, reports: list[StudyReport], studies: list[str], params: dict[str, Any],
+                profile: Profile | None = None) -> str:
     """A study measured per model: one line per model, linking to its page."""
     run_models = list(params.get("models") or {}) or [str((params.get("model") or {}).get("id"))]
+    primary = (params.get("model") or {}).get("id")
     rows = []
     for r in reports:
-        figures = ", ".join(f"{html.escape(str(k))} = {_fmt(v)}" for k, v in list(r.headline().items())[:4])
-        rows.append(f'<tr><td><a href="{html.escape(r.page)}">{html.escape(str(r.model))}</a></td><td>{figures}</td></tr>')
+        rows.append(f'<tr><td><a href="{html.escape(r.page)}">{html.escape(str(r.model))}</a></td>'
+                    f"<td>{_figures_html(r, profile, primary)}</td></tr>")
     missing = [m for m in run_models if m not in {r.model for r in reports}]
     note = (f'<p class="muted">Not run for {", ".join(html.escape(m) for m in missing)} (no '
             f"<code>reports/{html.escape(study)}/&lt;model&gt;/summary.json</code>).</p>") if missing else ""
@@ -170,24 +232,33 @@ def models_page(study: str, reports: list[StudyReport], studies: list[str], para
     return _page(f"{study}: stereolens report", body, _nav(studies, "../"))
 
 
-def _profile_section(reports: list[StudyReport], params: dict[str, Any]) -> str:
+def model_profile(reports: list[StudyReport], params: dict[str, Any]) -> Profile | None:
     """The cross-study model profile (report/profile.py) of the studies it knows, read from the same folder."""
-    from stereolens.report.profile import PROFILE_STUDIES, build_profile, profile_html
+    from stereolens.report.profile import PROFILE_STUDIES, build_profile
 
     profiled = list(dict.fromkeys(r.name for r in reports if r.name in PROFILE_STUDIES))
     if not profiled:
-        return ""
-    root = _reports_root(reports[0])
+        return None
     primary = (params.get("model") or {}).get("id")
     models = [*([primary] if primary else []), *(params.get("models") or {})]
-    profile = build_profile(root, studies=profiled, models=list(dict.fromkeys(models)), default_model=primary)
+    return build_profile(_reports_root(reports[0]), studies=profiled, models=list(dict.fromkeys(models)),
+                         default_model=primary)
+
+
+def _profile_section(profile: Profile | None) -> str:
+    from stereolens.report.profile import profile_html
+
+    if profile is None:
+        return ""
     return ("<h2>Model profile</h2><p>Every model across every study: hover a cell for its detail or the reason it "
             "is empty, click it for the study page; the small line under each value is its provenance.</p>"
             + profile_html(profile))
 
 
-def index_page(reports: list[StudyReport], params: dict[str, Any]) -> str:
+def index_page(reports: list[StudyReport], params: dict[str, Any], profile: Profile | None = None) -> str:
     studies = list(dict.fromkeys(r.name for r in reports))
+    profile = profile if profile is not None else model_profile(reports, params)
+    primary = (params.get("model") or {}).get("id")
     rows = []
     for r in reports:
         if not r.present:
@@ -195,14 +266,14 @@ def index_page(reports: list[StudyReport], params: dict[str, Any]) -> str:
         else:
             notes = r.banner + r.gate_warnings
             state = ('<span class="bad">' + html.escape("; ".join(notes)) + "</span>") if notes else '<span class="ok">no warnings</span>'
-            figures = ", ".join(f"{html.escape(str(k))} = {_fmt(v)}" for k, v in list(r.headline().items())[:4])
+            figures = _figures_html(r, profile, primary)
         rows.append(f'<tr><td><a href="site/{html.escape(r.page)}">{html.escape(r.name)}</a></td>'
                     f'<td>{html.escape(r.model) if r.model else ""}</td><td>{figures}</td><td>{state}</td></tr>')
     models = list(params.get("models") or {}) or [str((params.get("model") or {}).get("id", "?"))]
     listed = ", ".join(f"<code>{html.escape(m)}</code>" for m in models)
     body = (f"<h1>stereolens report</h1><p>Models {listed} (the first is the primary). One page per study and model; "
             "every number comes from the files under <code>reports/</code> that the pipeline wrote.</p>"
-            + _profile_section(reports, params) + "<h2>Studies</h2>"
+            + _profile_section(profile) + "<h2>Studies</h2>"
             f"<table><tr><th>study</th><th>model</th><th>headline</th><th>warnings</th></tr>{''.join(rows)}</table>")
     return _page("stereolens report", body, _nav(studies, ""))
 
@@ -223,7 +294,9 @@ def build_site(studies: list[str], params: dict[str, Any], reports: str | Path =
     written = []
     for r in found:
         written.append(write_text(reports / "site" / r.page, study_page(r, studies, params)))
+    # after the per-model pages: the profile links to the pages that exist
+    profile = model_profile(found, params)
     for study, model_reports in per_model.items():
-        written.append(write_text(reports / "site" / f"{study}.html", models_page(study, model_reports, studies, params)))
-    # the index last: its profile links to the per-model pages that now exist
-    return [write_text(reports / "index.html", index_page(found, params)), *written]
+        written.append(write_text(reports / "site" / f"{study}.html",
+                                  models_page(study, model_reports, studies, params, profile)))
+    return [write_text(reports / "index.html", index_page(found, params, profile)), *written]
