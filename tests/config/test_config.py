@@ -138,3 +138,57 @@ def test_dvc_composes_models_through_its_own_hydra(tmp_path):
                    check=True, env={**os.environ, "PYTHONPATH": str(CONF.parent / "src")})
     params = yaml.safe_load(out.read_text(encoding="utf-8"))
     assert params["model_ids"] == ["gemma3-270m"] and params["models"]["gemma3-270m"]["id"] == "gemma3-270m"
+
+
+@pytest.mark.parametrize("argv,noted", [
+    (["exp", "run", "-S", "model=mbert"], True),
+    (["exp", "run", "--queue", "--set-param", "model.dtype=bfloat16"], True),
+    (["exp", "run", "-S", "model=mbert", "crows_report"], False),  # a target: only its studies rerun
+    (["exp", "run", "-S", "metric=pll_word_l2r"], False),
+    (["exp", "run", "--no-hydra", "-S", "model=mbert"], False),  # DVC does not compose conf/
+    (["exp", "run", "-S", "other.yaml:model=mbert"], False),  # a params file DVC does not compose
+    (["exp", "show"], False),
+    (["-q", "tests/config", "-k", "run"], False),  # another program's command line: no usage printed either
+])
+def test_dvc_exp_run_note_is_for_a_model_override_without_a_target(argv, noted, capsys):
+    from stereolens.config.compose import dvc_exp_run_note
+
+    note = dvc_exp_run_note(argv)
+    assert (note is not None) == noted and capsys.readouterr().err == ""
+    if noted:
+        assert note.startswith("note: the model is a param of every measuring stage") and "\n" not in note
+        assert f"e.g. `dvc exp run -S {argv[-1]} crows_report`" in note
+
+
+def test_dvc_exp_run_prints_the_note_through_the_hydra_plugin(tmp_path):
+    """The real `dvc exp run` (dry) in a repository with conf/ and hydra_plugins/: the note without a target,
+    none with one."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(CONF, tmp_path / "conf")
+    shutil.copytree(CONF.parent / "hydra_plugins", tmp_path / "hydra_plugins",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    stages = {"crows_report": {"cmd": "echo crows", "params": ["model"]}, "other": {"cmd": "echo other", "params": ["seed"]}}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(CONF.parent / "src"), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def run(*args: str) -> str:
+        done = subprocess.run(list(args), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stderr
+
+    assert main(["config", "compose", "--config-dir", str(tmp_path / "conf"), "--output", str(tmp_path / "params.yaml")]) == 0
+    run("git", "init", "-q")
+    run(sys.executable, "-m", "dvc", "init", "-q")
+    run(sys.executable, "-m", "dvc", "config", "hydra.enabled", "true")
+    run(sys.executable, "-m", "dvc", "config", "core.analytics", "false")
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "init")
+    notes = [line for line in run(sys.executable, "-m", "dvc", "exp", "run", "--dry", "-S", "model=mbert").splitlines()
+             if line.startswith("note:")]
+    assert len(notes) == 1 and "`dvc exp run -S model=mbert crows_report`" in notes[0]
+    run("git", "checkout", "-q", "params.yaml")
+    assert "note:" not in run(sys.executable, "-m", "dvc", "exp", "run", "--dry", "-S", "model=mbert", "crows_report")

@@ -150,6 +150,42 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def sets_the_model(overrides: Sequence[str]) -> bool:
+    """Whether an override replaces the primary model or one of its fields (``model=mbert``, ``model.dtype=...``)."""
+    return any(override_key(o) == "model" or override_key(o).startswith("model.") for o in overrides)
+
+
+def dvc_exp_run_note(argv: Sequence[str]) -> str | None:
+    """The one-line note for a ``dvc exp run`` command line (``argv`` without the program, read by DVC's own
+    parser) that sets the model with ``-S`` and names no stage: the model is a param of every measuring stage,
+    so every study reruns. None for any other command line, a target named, or ``--no-hydra``.
+
+    ``hydra_plugins/`` prints it: DVC imports that folder once, while composing the experiment's params."""
+    if "exp" not in argv or "run" not in argv:  # not a DVC experiment: nothing to parse
+        return None
+    import contextlib
+    import io
+    import shlex
+
+    from dvc.cli.parser import get_main_parser
+    from dvc.commands.experiments.run import CmdExperimentsRun
+    from dvc.utils.cli_parse import to_path_overrides
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # a command line that is not DVC's prints no usage
+            args = get_main_parser().parse_args(list(argv))
+    except SystemExit:
+        return None
+    if getattr(args, "func", None) is not CmdExperimentsRun or args.targets or args.no_hydra:
+        return None
+    # DVC composes conf/ into params.yaml only: overrides aimed at another params file do not compose
+    if not sets_the_model(to_path_overrides(args.set_param or []).get("params.yaml", [])):
+        return None
+    example = shlex.join(["dvc", "exp", "run", *(w for o in args.set_param for w in ("-S", o)), "crows_report"])
+    return ("note: the model is a param of every measuring stage, so `dvc exp run` without a target reruns all the "
+            f"studies; to run one, name its last stage (e.g. `{example}`)")
+
+
 def to_yaml(config: dict[str, Any]) -> str:
     from omegaconf import OmegaConf
 
