@@ -90,6 +90,30 @@ def test_run_names_are_study_and_stage_first_and_name_a_hub_model_by_its_last_pa
     assert run_name("leakage", "fit", "/tmp/models/tiny/", "hi", "ilps") == "leakage/fit/tiny/hi/ilps"
 
 
+@pytest.mark.parametrize("where", ["nowhere/mlflow.db", "mlruns"])
+def test_ui_refuses_a_store_that_does_not_exist_and_creates_none(tmp_path, capsys, where):
+    from stereolens.cli import main
+
+    uri = f"sqlite:///{tmp_path / where}" if where.endswith(".db") else str(tmp_path / where)
+    assert main(["ui", "--tracking-uri", uri, "--port", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"stereolens: error: no MLflow store at {uri} (run a tracked stage first, or check --tracking-uri)"
+    assert list(tmp_path.iterdir()) == []  # no database, no folder left behind
+
+
+def test_ui_refuses_a_store_without_the_experiment(tmp_path, capsys, monkeypatch):
+    from stereolens.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with stage_run(_tracking(tmp_path), SCORE_RUN, model="m") as run:
+        run.log_metrics({"bias_score": 0.5})
+    uri = _tracking(tmp_path)["tracking_uri"]
+    capsys.readouterr()  # MLflow's own lines while the run above created the store
+    assert main(["ui", "--tracking-uri", uri, "--experiment", "other", "--port", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (f"stereolens: error: no MLflow experiment 'other' in {uri} "
+                                               "(run a tracked stage first)")
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     b = open_browser(tmp_path_factory.mktemp("profile"))

@@ -55,17 +55,13 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _ui(args: argparse.Namespace) -> int:
-    from mlflow.tracking import MlflowClient
-
-    from stereolens.errors import ConfigError
     from stereolens.tracking.compare import DEFAULT_TRACKING_URI
     from stereolens.tracking.mlflow_run import experiment_url
+    from stereolens.tracking.store import open_experiment
     from stereolens.tracking.ui import mlflow_server
 
     uri = args.tracking_uri or DEFAULT_TRACKING_URI
-    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(args.experiment)
-    if found is None:
-        raise ConfigError(f"no MLflow experiment {args.experiment!r} in {uri} (run a tracked stage first)")
+    _, found = open_experiment(uri, args.experiment)  # refuses a store that does not exist, creating none
     # a plain `kill` (SIGTERM) must stop the server too: leave through the context manager, not around it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with mlflow_server(uri, port=args.port) as url:

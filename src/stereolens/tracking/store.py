@@ -44,3 +44,18 @@ def check_readable_store(uri: str, root: str | Path = ".") -> bool:
     if head != SQLITE_MAGIC and db.stat().st_size:
         raise ConfigError(f"tracking URI {uri}: {db} is not an SQLite database")
     return True
+
+
+def open_experiment(uri: str, experiment: str, root: str | Path = "."):
+    """``(client, experiment)`` of a store a reading command opens, refused in one line where the store does not
+    exist (opening it would create an empty one: a mistyped ``--tracking-uri`` would leave a new database behind)
+    or holds no such experiment."""
+    from mlflow.tracking import MlflowClient
+
+    if not check_readable_store(uri, root):
+        raise ConfigError(f"no MLflow store at {uri} (run a tracked stage first, or check --tracking-uri)")
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ConfigError(f"no MLflow experiment {experiment!r} in {uri} (run a tracked stage first)")
+    return client, found
