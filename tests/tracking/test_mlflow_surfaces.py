@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from stereolens.tracking import declare_run, stage_run
 from stereolens.tracking.mlflow_run import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, experiment_url, invoked_stage,
                                             run_name, stage_inputs)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "report"))
 from chromium import open_browser  # noqa: E402
 
 SCORE_RUN = declare_run("uitest", "score", metrics=("bias_score",))
@@ -114,6 +116,12 @@ def test_ui_refuses_a_store_without_the_experiment(tmp_path, capsys, monkeypatch
                                                "(run a tracked stage first)")
 
 
+def _matching(text: str) -> int | None:
+    """The runs table's count, ``N matching runs`` under the table."""
+    found = re.search(r"(?<!\d)(\d+) matching runs?\b", text)
+    return int(found.group(1)) if found else None
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     b = open_browser(tmp_path_factory.mktemp("profile"))
@@ -124,7 +132,8 @@ def browser(tmp_path_factory):
 @pytest.mark.slow
 def test_the_ui_opens_the_experiment_on_its_runs_table_with_both_models(tmp_path, monkeypatch, browser):
     """`stereolens ui`'s server and address, as a researcher opens them: the runs table (not the GenAI
-    traces overview), listing the runs of both models by their short names."""
+    traces overview), listing the runs of both models by their short names; filtered to one model, that
+    model's run only."""
     from stereolens.tracking.ui import mlflow_server
 
     monkeypatch.chdir(tmp_path)
@@ -137,6 +146,68 @@ def test_the_ui_opens_the_experiment_on_its_runs_table_with_both_models(tmp_path
         text = browser.text_when(experiment_url(url, experiment.experiment_id),
                                  lambda t: all(name in t for name in names), timeout=90,
                                  screenshot=tmp_path / "runs.png")
-    assert all(name in text for name in names), text[-2000:]
-    assert "Run Name" in text and "2 matching runs" in text
-    assert "Token Usage" not in text  # the GenAI overview's panel
+        assert all(name in text for name in names), text[-2000:]
+        assert "Run Name" in text and _matching(text) == 2
+        assert "Token Usage" not in text  # the GenAI overview's panel
+        one = browser.text_when(experiment_url(url, experiment.experiment_id, f"params.model_id = '{MODELS[1]}'"),
+                                lambda t: _matching(t) == 1, timeout=60)
+        assert _matching(one) == 1 and names[1] in one and names[0] not in one, one[-2000:]
+
+
+@pytest.mark.slow
+def test_a_plain_experiment_address_still_opens_on_genai_in_this_mlflow(tmp_path, monkeypatch):
+    """Why `stereolens ui` prints its own address (docs/running.md, 'The MLflow UI'): MLflow 3.17's UI
+    opens `#/experiments/<id>` (what a plain `mlflow ui` reaches) on the empty GenAI overview in a new
+    browser, whatever the store says: the experiment carries `mlflow.experimentKind =
+    custom_model_development`, and the page still reads its view from the browser's GenAI / Model
+    training switch.  When this fails, MLflow reads the store again: make the plain address the one
+    documented."""
+    from stereolens.tracking.ui import mlflow_server
+
+    monkeypatch.chdir(tmp_path)
+    for model in MODELS:
+        with stage_run(_tracking(tmp_path), SCORE_RUN, model=model, language="en") as run:
+            run.log_metrics({"bias_score": 0.5})
+    _, experiment = _client(tmp_path)
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    names = [run_name("uitest", "score", model, "en") for model in MODELS]
+    fresh = open_browser(tmp_path / "new-browser")  # no switch remembered: as a first visit
+    try:
+        with mlflow_server(_tracking(tmp_path)["tracking_uri"]) as url:
+            text = fresh.text_when(f"{url}/#/experiments/{experiment.experiment_id}",
+                                   lambda t: "Token Usage" in t or all(name in t for name in names), timeout=90,
+                                   screenshot=tmp_path / "plain.png")
+    finally:
+        fresh.close()
+    assert "Token Usage" in text and not any(name in text for name in names), text[-2000:]
+
+
+DEFAULT_STORE = ROOT / "mlruns" / "mlflow.db"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DEFAULT_STORE.is_file(),
+                    reason="no default MLflow store (mlruns/mlflow.db): a clean clone has none; `make run` writes it")
+def test_the_default_stores_runs_table_shows_the_runs_of_every_model_of_the_run(browser, tmp_path):
+    """The store `make run` leaves, opened as `stereolens ui` opens it: for each model of params.yaml's
+    `models`, the runs table filtered to that model shows as many runs as the store holds for it, the
+    newest first.  Reads the store only."""
+    from stereolens.tracking.store import open_experiment
+    from stereolens.tracking.ui import mlflow_server
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    models = list(params["models"])
+    assert len(models) >= 2, models
+    uri = f"sqlite:///{DEFAULT_STORE}"
+    client, experiment = open_experiment(uri, params["tracking"]["experiment"])
+    runs = {m: client.search_runs([experiment.experiment_id], f"params.model_id = '{m}'", max_results=100,
+                                  order_by=["attributes.start_time DESC"]) for m in models}
+    assert all(runs.values()), {m: len(r) for m, r in runs.items()}
+    with mlflow_server(uri) as url:
+        for model, found in runs.items():
+            newest = found[0].info.run_name
+            text = browser.text_when(experiment_url(url, experiment.experiment_id, f"params.model_id = '{model}'"),
+                                     lambda t: _matching(t) == len(found) and newest in t,  # noqa: B023
+                                     timeout=90, screenshot=tmp_path / f"{model}.png")
+            assert _matching(text) == len(found) and newest in text, (model, len(found), newest, text[-2000:])
+            assert "Token Usage" not in text

@@ -14,9 +14,10 @@ logs the data deps (``data/``, ``reports/``) that ``dvc.yaml`` declares for that
 stage (:func:`stage_inputs`), so every measuring run carries them and they are the
 ones DVC tracks; a stage may log further tables with :meth:`StageRun.log_dataset`.
 The experiment is tagged ``mlflow.experimentKind = custom_model_development`` (how
-MLflow 3 records an experiment of model runs rather than GenAI traces); MLflow
-3.17's UI chooses its view from a ``workflowType`` instead, so
-:func:`experiment_url` is the address that opens the runs table.
+MLflow 3 records an experiment of model runs rather than GenAI traces, and what the
+tracking API and older UIs read); MLflow 3.17's UI chooses its view from a
+``workflowType`` in the address or the browser's local storage instead, never from the
+store, so :func:`experiment_url` is the address that opens the runs table.
 ``annotation_source`` is a tag wherever annotations feed the result (human / llm_panel / simulated).
 
 Comparable runs by construction: every stage that logs declares its run schema once
@@ -318,13 +319,20 @@ def _configure_store(mlflow, uri: str, tracking_cfg: Mapping[str, Any]) -> str:
     return experiment_id
 
 
-def experiment_url(server_url: str, experiment_id: str) -> str:
-    """The address at which an MLflow server's UI opens ``experiment_id`` on its runs table.
+def experiment_url(server_url: str, experiment_id: str, search: str | None = None) -> str:
+    """The address at which an MLflow server's UI opens ``experiment_id`` on its runs table, filtered by the
+    search expression ``search`` (``params.model_id = 'smollm2-135m'``) when one is given.
 
     MLflow 3.17's UI picks the experiment page's view from ``workflowType`` (the address, else the
-    sidebar switch remembered by the browser, GenAI by default), not from the experiment's kind tag:
-    without it the page opens on an empty GenAI traces overview."""
-    return f"{server_url.rstrip('/')}/#/experiments/{experiment_id}?workflowType=machine_learning"
+    GenAI / Model training switch remembered by the browser, GenAI by default), not from the experiment's
+    kind tag (the bundle's experiment-kind hook reads the tag only behind a feature flag compiled to true,
+    which makes it read ``workflowType`` instead): without it the page opens on an empty GenAI traces
+    overview.  The address names the runs tab itself: the experiment page's redirect to its tab keeps
+    only ``workflowType``, the workspace and the time range, so a ``searchFilter`` given to it is dropped."""
+    from urllib.parse import quote, urlencode
+
+    query = {"workflowType": "machine_learning", **({"searchFilter": search} if search else {})}
+    return f"{server_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query, quote_via=quote)}"
 
 
 SQLITE_BUSY_TIMEOUT_S = 120
