@@ -241,6 +241,64 @@ def read_csv_checked(
     return df
 
 
+def cell_text(value: Any) -> str:
+    """A cell as an error line shows it: text quoted as written, a number plainly (``inf``, ``7``, not
+    ``np.float64(inf)`` or ``np.int64(7)``)."""
+    import numbers
+
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
+    return repr(value)
+
+
+def score_column(cells: pd.Series, *, where: str, column: str, log_likelihood: bool = True,
+                 allow_empty: bool = False) -> pd.Series:
+    """``cells`` (one score column, read as text or as numbers) as floats, else one line naming ``where``, the line
+    (header = line 1) and ``column``: every cell a finite number (``allow_empty``: or empty, kept as NaN), and for
+    ``log_likelihood`` scores none positive, since a log-likelihood never is (a column of probabilities written
+    by mistake would otherwise be analysed as if it were one)."""
+    import numpy as np
+    import pandas as pd
+
+    text = cells.astype(object)
+    blank = text.isna().to_numpy() | np.array([isinstance(v, str) and not v.strip() for v in text], dtype=bool)
+    values = pd.to_numeric(text.where(~blank, None).map(lambda v: v.strip() if isinstance(v, str) else v),
+                           errors="coerce").astype(float)
+    raw = values.to_numpy()
+    bad = ((blank & (not allow_empty)) | (~blank & ~np.isfinite(raw))
+           | ((raw > 0) if log_likelihood else np.zeros(len(raw), dtype=bool)))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        cell = cell_text(text.iat[row])
+        if blank[row]:
+            message = "empty"
+        elif np.isnan(raw[row]):
+            message = f"{cell} is not a number"
+        elif np.isinf(raw[row]):
+            # an infinite score would win (or lose) every comparison it enters: a scoring failure, not a preference
+            message = f"{cell} is not a finite number"
+        else:
+            message = f"{raw[row]:g} is positive, but scores are log-likelihoods (<= 0); were probabilities written instead?"
+        raise DataError(f"{where} line {row + 2}, column {column}: {message}")
+    return pd.Series(raw, index=cells.index, name=cells.name)
+
+
+def refuse_unjudged(items: Iterable[Any], judged: Iterable[Any], *, where: str, shown: int = 5) -> None:
+    """Refuse judgements (``where``: their file) that leave some of ``items`` (ids) unjudged, in one line with how
+    many and the first ``shown`` in ``items``' order: an item nobody judged would otherwise be counted as rejected."""
+    have = {str(i) for i in judged}
+    absent = [i for i in dict.fromkeys(str(i) for i in items) if i not in have]
+    if absent:
+        listed = ", ".join(repr(i) for i in absent[:shown]) + (f" and {len(absent) - shown} more" if len(absent) > shown else "")
+        raise DataError(f"{where}: {len(absent)} item(s) nobody judged, which would count as rejected: {listed} (a Label "
+                        "Studio task with no submitted annotation, or only skipped ones, is unjudged); judge them, "
+                        "then import again")
+
+
 def project_path(path: str | os.PathLike) -> Path:
     """``path`` with a relative path anchored at the DVC project root when DVC runs the stage.
 

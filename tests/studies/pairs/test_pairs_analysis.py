@@ -222,7 +222,7 @@ def test_non_finite_scores_and_duplicate_ids_are_refused_with_their_line(tmp_pat
     bad.loc[3, "score_stereo"] = np.inf
     path = tmp_path / "inf.csv"
     bad.to_csv(path, index=False)
-    with pytest.raises(DataError, match=r"inf.csv line 5, column score_stereo: .*not a finite score"):
+    with pytest.raises(DataError, match=r"inf.csv line 5, column score_stereo: inf is not a finite number"):
         analyze_scores(pd.read_csv(path), what=str(path))
     dup = pd.concat([HAND, HAND.iloc[[2]]], ignore_index=True)
     with pytest.raises(DataError, match=r"line 14, column id: 'c3' appears twice"):
@@ -296,6 +296,12 @@ def test_each_set_says_who_judged_its_pairs(tmp_path):
      r"s.csv line 3, column score_anti: 0.4 is positive, but scores are log-likelihoods"),
     (lambda d: d.assign(dimension=d["dimension"].where(d.index != 2, "All")),
      r"s.csv line 4, column dimension: 'All' is the name of the overall row"),
+    # a row without its model would fall out of every cell (groupby drops it), the file's n one short
+    (lambda d: d.assign(model=["m"] * 5 + [""] + ["m"] * 6),
+     r"s.csv line 7, column model: empty model \(the row would fall out of every model x language cell\)"),
+    (lambda d: d.assign(model="m", language=["en"] * 11 + [None]), r"s.csv line 13, column language: empty language"),
+    (lambda d: d.assign(score_stereo=d["score_stereo"].astype(object).where(d.index != 4, "")),
+     r"s.csv line 6, column score_stereo: empty$"),
 ])
 def test_scores_that_cannot_be_log_likelihoods_or_a_dimension_named_all_are_refused(tmp_path, edit, message):
     edit(HAND).to_csv(tmp_path / "s.csv", index=False)

@@ -295,3 +295,24 @@ def test_evaluate_cli_takes_the_resample_count_as_resamples(tmp_path):
     assert summaries["--resamples", "20"] == summaries["--bootstrap", "20"]
     assert "--bootstrap" not in subprocess.run(["stereolens", "stereo", "evaluate", "--help"], capture_output=True,
                                                text=True, check=True).stdout
+
+
+def test_stereo_evaluate_refuses_probabilities_for_log_likelihoods(tmp_path, capsys):
+    """Scores between 0 and 1 are probabilities written by mistake: refused at their cell, as `pairs analyze` does.
+    StereoSet's generative score is a ratio of two negative means, positive by construction: `--score
+    stereoset_generative` says so, and the same file is then evaluated (stereo wins item 1, loses item 2: ss 50)."""
+    _scores_file(tmp_path / "s.csv", score_stereo=["0.5", "0.2"], score_anti=["0.3", "0.4"], score_unrelated=["0.1", "0.1"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "s.csv line 2, column score_stereo: 0.5 is positive, but scores are log-likelihoods (<= 0)" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o"),
+                 "--score", "stereoset_generative", "--resamples", "0"]) == 0
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["ss"] == pytest.approx(50.0)
+
+
+def test_stereo_evaluate_names_a_nan_cell_as_written(tmp_path, capsys):
+    _scores_file(tmp_path / "s.csv", score_unrelated=["-3.0", "nan"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "s.csv line 3, column score_unrelated: 'nan' is not a number" in err and "np.float64" not in err

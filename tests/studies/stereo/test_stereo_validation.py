@@ -112,8 +112,20 @@ def test_import_refuses_an_annotator_of_another_panel(tmp_path, prompts):
     with pytest.raises(DataError, match="line 2"):
         v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
     pd.DataFrame({"item_id": ["Mexico-age-0"], "annotator_id": ["h1"], "label": [4]}).to_csv(tmp_path / "j.csv", index=False)
-    j, a = v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
+    j, a = v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items[items["panel"] == "Mexico/age"])
     assert j["source"].tolist() == ["human"] and a["source"].tolist() == ["human"]
+
+
+def test_import_refuses_items_nobody_judged(tmp_path, prompts):
+    """An item without a single judgement has no median: left out, it would count as a rejected stereotype."""
+    items = v.questionnaire(stereotypes(1), prompts)  # Mexico and Spain x age and gender, one each
+    scale = v.likert_scale(prompts.likert_display)
+    demo = {c: v.DEMOGRAPHIC_VALUES[c][0] for c in v.DEMOGRAPHIC_COLUMNS}
+    pd.DataFrame([{"annotator_id": "h1", "panel": "Mexico/age", **demo}]).to_csv(tmp_path / "ann.csv", index=False)
+    pd.DataFrame({"item_id": ["Mexico-age-0"], "annotator_id": ["h1"], "label": [4]}).to_csv(tmp_path / "j.csv", index=False)
+    with pytest.raises(DataError, match=r"j.csv: 3 item\(s\) nobody judged, which would count as rejected: "
+                                        r"'Mexico-gender-0', 'Spain-age-0', 'Spain-gender-0' \(a Label Studio task"):
+        v.import_panels(tmp_path / "j.csv", tmp_path / "ann.csv", scale, items)
 
 
 # three panel members on the loopback server; answers per (model, stereotype): medians 4, 2 and 2.5 (one reply unreadable)

@@ -35,6 +35,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from stereolens.errors import DataError
+from stereolens.io import cell_text, score_column
 from stereolens.stats.bias import bca_interval, bias_score
 from stereolens.stats.multiple import add_corrections, family_description
 from stereolens.studies.pairs.config import GROUP_CLASSES
@@ -60,26 +61,9 @@ def check_scores(scores: pd.DataFrame, *, what: str = "scored pairs") -> pd.Data
         raise DataError(f"{what}: missing column(s) {', '.join(missing)} (has: {', '.join(map(str, scores.columns))})")
     out = scores.copy()
     for col in ("score_stereo", "score_anti", "score_control", "score_stereo_mean", "score_anti_mean"):
-        if col not in out.columns:
-            continue
-        values = pd.to_numeric(out[col], errors="coerce")
-        # score_control may be empty (an item without a control), but not text
-        bad = values.isna() & (out[col].notna() if col == "score_control" else True)
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(f"{what} line {row + 2}, column {col}: {out[col].iloc[row]!r} is not a number")
-        # an infinite log-likelihood would win (or lose) every comparison it enters
-        infinite = np.isinf(values.to_numpy(dtype=float))
-        if infinite.any():
-            row = int(np.flatnonzero(infinite)[0])
-            raise DataError(f"{what} line {row + 2}, column {col}: {out[col].iloc[row]!r} is not a finite score")
-        # a log-likelihood is never positive: positive scores are probabilities or another scale by mistake
-        positive = values.to_numpy(dtype=float) > 0
-        if positive.any():
-            row = int(np.flatnonzero(positive)[0])
-            raise DataError(f"{what} line {row + 2}, column {col}: {values.iloc[row]:g} is positive, but scores are "
-                            f"log-likelihoods (<= 0); were probabilities written instead?")
-        out[col] = values
+        if col in out.columns:
+            # score_control may be empty (an item without a control), but not text
+            out[col] = score_column(out[col], where=what, column=col, allow_empty=col == "score_control")
     if out["dimension"].isna().any():
         row = int(np.flatnonzero(out["dimension"].isna().to_numpy())[0])
         raise DataError(f"{what} line {row + 2}, column dimension: empty dimension")
@@ -98,12 +82,19 @@ def check_scores(scores: pd.DataFrame, *, what: str = "scored pairs") -> pd.Data
     for col in ("model", "language"):
         if col not in out.columns:
             out[col] = NO_LABEL
+            continue
+        # a row with a blank model or language falls out of every model x language cell without a word
+        blank = out[col].isna() | (out[col].astype(str).str.strip() == "")
+        if blank.any():
+            row = int(np.flatnonzero(blank.to_numpy())[0])
+            raise DataError(f"{what} line {row + 2}, column {col}: empty {col} (the row would fall out of every "
+                            f"model x language cell)")
     # a pair counted twice would weigh double in its cell
     duplicated = out.duplicated(["model", "language", "id"])
     if duplicated.any():
         row = int(np.flatnonzero(duplicated.to_numpy())[0])
-        raise DataError(f"{what} line {row + 2}, column id: {out['id'].iloc[row]!r} appears twice for model "
-                        f"{out['model'].iloc[row]!r}, language {out['language'].iloc[row]!r}")
+        raise DataError(f"{what} line {row + 2}, column id: {cell_text(out['id'].iloc[row])} appears twice for model "
+                        f"{cell_text(out['model'].iloc[row])}, language {cell_text(out['language'].iloc[row])}")
     out["dimension"] = out["dimension"].astype(str)
     return out
 
@@ -449,8 +440,8 @@ def check_fragmentation(frag: pd.DataFrame, cells: pd.DataFrame, *, what: str = 
     bad = values.isna() | ~np.isfinite(values.fillna(0).to_numpy(dtype=float)) | (values < 1)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise DataError(f"{what} line {row + 2}, column mean_tokens_per_term: {out['mean_tokens_per_term'].iloc[row]!r} "
-                        f"is not a number of tokens per term (>= 1)")
+        cell = cell_text(out["mean_tokens_per_term"].iloc[row])
+        raise DataError(f"{what} line {row + 2}, column mean_tokens_per_term: {cell} is not a number of tokens per term (>= 1)")
     out["mean_tokens_per_term"] = values
     keys = set(zip(cells["model"].astype(str), cells["language"].astype(str)))
     if not any((str(m), str(lang)) in keys for m, lang in zip(out["model"], out["language"])):

@@ -16,6 +16,7 @@ import pandas as pd
 
 from stereolens.annotation.scales import YES_NO
 from stereolens.errors import ConfigError
+from stereolens.io import refuse_unjudged
 
 INSTRUCTIONS = ("Does this (identity group, attribute) tuple represent a genuine, recognisable stereotype "
                 "within {region} society? Answer yes or no.")
@@ -43,8 +44,10 @@ def simulated_truth(items: pd.DataFrame, *, valid_share: float, seed: int) -> pd
     return items.assign(truth=np.where(rng.random(len(items)) < valid_share, "yes", "no"))
 
 
-def keep_tuples(judgements: pd.DataFrame, items: pd.DataFrame, *, min_yes: int) -> pd.DataFrame:
-    """Per tuple the yes count; ``keep`` when it reaches ``min_yes`` (2 of 3 in the paper)."""
+def keep_tuples(judgements: pd.DataFrame, items: pd.DataFrame, *, min_yes: int, where: str = "judgements") -> pd.DataFrame:
+    """Per tuple the yes count; ``keep`` when it reaches ``min_yes`` (2 of 3 in the paper).  A tuple nobody judged is
+    refused (``where`` names the judgements), not kept out with zero votes as if the annotators had said no."""
+    refuse_unjudged(items["item_id"], judgements["item_id"], where=where)
     yes = (judgements["label"].astype(str) == "yes").groupby(judgements["item_id"]).sum()
     total = judgements.groupby("item_id").size()
     out = items.copy()
@@ -81,14 +84,19 @@ def validate_tuples(tuples: pd.DataFrame, acfg, *, region: str, judgements_path:
     report_dir = Path(report_dir)
     items = tuples.assign(item_id=tuples["tuple_id"], text=tuples["group"] + ": " + tuples["attribute"])
     instructions = INSTRUCTIONS.format(region=region)
+    imported = bool(acfg.source == "human" and not items.empty and judgements_path and Path(judgements_path).exists())
+    if imported:
+        # read and checked before anything is written: a bad or incomplete file leaves the earlier outputs (the
+        # task files the annotators worked from among them) as they were
+        judgements = collect_judgements(acfg, items[["item_id"]], judgements_path=judgements_path)
+        refuse_unjudged(items["item_id"], judgements["item_id"], where=str(judgements_path))
     export_tasks(items[["item_id", "text"]], acfg.scale, instructions, report_dir / "tasks", name="tuple_tasks")
     if items.empty:
         raise ConfigError("pairs-validate: the generator gave no tuples to validate (see attributes_raw.json)")
     if acfg.source == "human":
-        if not judgements_path or not Path(judgements_path).exists():
+        if not imported:
             raise ConfigError(f"annotation.source=human: study.pairs.validation.judgements ({judgements_path!r}) "
                               f"is not a judgements file (CSV or Label Studio export); the tasks are in {report_dir / 'tasks'}")
-        judgements = collect_judgements(acfg, items[["item_id"]], judgements_path=judgements_path)
     else:
         truth = simulated_truth(items[["item_id"]], valid_share=valid_share, seed=seed)
         judgements = collect_judgements(acfg, truth, instructions=instructions)
@@ -98,7 +106,7 @@ def validate_tuples(tuples: pd.DataFrame, acfg, *, region: str, judgements_path:
     review.gate = gate_round(review, acfg, study=study, artefact=str(judgements_out),
                              report_dir=report_dir / "quality", raise_on_failure=enforce_gate)
     review.write(report_dir)
-    kept = keep_tuples(judgements, tuples.assign(item_id=tuples["tuple_id"]), min_yes=min_yes)
+    kept = keep_tuples(judgements, tuples.assign(item_id=tuples["tuple_id"]), min_yes=min_yes, where=str(judgements_out))
     kept = kept.drop(columns=["item_id"]).assign(annotation_source=acfg.source)
     kappa = review.agreement["fleiss_kappa"]
     summary = {"source": acfg.source, "tuples": int(len(kept)), "kept": int(kept["keep"].sum()),

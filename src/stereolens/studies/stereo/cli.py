@@ -1,7 +1,7 @@
 """``stereolens stereo score`` and ``stereo evaluate``: StereoSet scoring and ss / lms / icat outside DVC.
 
     stereolens stereo score --model M --instances instances.csv --output scores.csv [--score mean|sum|stereoset_generative]
-    stereolens stereo evaluate --scores scores.csv --output DIR [--resamples 1000] [--seed 0]
+    stereolens stereo evaluate --scores scores.csv --output DIR [--resamples 1000] [--seed 0] [--score mean|sum|stereoset_generative]
 
 ``score`` reads a StereoSet-format table (columns as ``data/processed/stereo/instances.csv``:
 ``id,country,category,target,context,sent_stereo,sent_anti,sent_unrelated``; others are kept) and
@@ -9,7 +9,8 @@ writes it back with ``score_stereo``, ``score_anti``, ``score_unrelated`` and ``
 by the same function as the ``stereo-evaluate`` stage (default ``mean``: per-token mean log-probability).
 
 Input columns: ``id,country,category,target,score_stereo,score_anti,score_unrelated``
-(higher = more likely).  Output: ``summary.json`` with ``ss``, ``lms``, ``icat``
+(higher = more likely; log-likelihoods, so a positive score is refused unless ``--score
+stereoset_generative`` says the file holds StereoSet's positive ratios).  Output: ``summary.json`` with ``ss``, ``lms``, ``icat``
 overall and ``by_country: {COUNTRY: {ss, lms, icat}}`` on StereoSet's 0-100
 scale (plus intervals and counts), and ``by_country.csv``, ``by_category.csv``,
 ``by_country_category.csv``.
@@ -47,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     # the spelling before the CLIs agreed on --resamples; kept working, not advertised
     ev.add_argument("--bootstrap", dest="bootstrap", type=int, help=argparse.SUPPRESS)
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--score", choices=CANDIDATE_SCORES, default=DEFAULT_CANDIDATE_SCORE,
+                    help="how `stereo score` scored the file: mean or sum (log-likelihoods, none positive: the default "
+                         "mean) or stereoset_generative (positive ratios)")
     ev.set_defaults(func=_evaluate)
 
 
@@ -66,7 +70,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     option = "--bootstrap" if args.bootstrap is not None else "--resamples"
     resamples = check_count(args.bootstrap if args.bootstrap is not None else args.resamples, option, minimum=0)
-    s = evaluate_file(args.scores, args.output, n_resamples=resamples, seed=args.seed)
+    s = evaluate_file(args.scores, args.output, n_resamples=resamples, seed=args.seed, score=args.score)
     countries = ", ".join(f"{c} {v['ss']:.1f}" for c, v in s["by_country"].items())
     print(f"ss {s['ss']:.1f}  lms {s['lms']:.1f}  icat {s['icat']:.1f}  (n={s['n']}; ss by country: {countries}) -> {args.output}")
     return 0

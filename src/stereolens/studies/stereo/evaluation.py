@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
-from stereolens.io import read_csv_checked, write_csv, write_json
+from stereolens.io import read_csv_checked, score_column, write_csv, write_json
 from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, aggregate_logprob, stereoset_table
 
 SCORE_INPUT_COLUMNS = ("id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated")
@@ -190,25 +190,20 @@ def score_file(model_name: str, instances_path: str | Path, output: str | Path, 
     return scored
 
 
-def check_scores(df: pd.DataFrame, where: str) -> pd.DataFrame:
-    """Scores as finite numbers and filled labels, else one line naming the file, line and column (``df`` read as text)."""
+def check_scores(df: pd.DataFrame, where: str, *, score: str = DEFAULT_CANDIDATE_SCORE) -> pd.DataFrame:
+    """Scores as finite numbers and filled labels, else one line naming the file, line and column (``df`` read as text).
+
+    ``score`` says what the scores are (:data:`CANDIDATE_SCORES`): ``mean`` and ``sum`` are log-likelihoods, never
+    positive; ``stereoset_generative`` scores are ratios of two negative means, positive by construction."""
+    if score not in CANDIDATE_SCORES:
+        raise ConfigError(f"--score must be one of {', '.join(CANDIDATE_SCORES)}, got {score!r}")
     for col in ("id", "country", "category", "target"):
         bad = df[col].isna() | (df[col].astype(str).str.strip() == "")
         if bad.any():
             raise DataError(f"{where} line {int(bad.idxmax()) + 2}, column {col}: empty")
     refuse_duplicate_ids(df, where)
     for col in ("score_stereo", "score_anti", "score_unrelated"):
-        text = df[col].fillna("").astype(str)
-        values = pd.to_numeric(text.str.strip(), errors="coerce")
-        # an infinite score would win (or tie) every comparison: a scoring failure, not a preference
-        bad = values.isna() | ~values.map(math.isfinite)
-        if bad.any():
-            row = int(bad.idxmax())
-            cell = text.iat[row]
-            what = ("empty" if not cell.strip() else f"{cell!r} is not a number" if pd.isna(values.iat[row])
-                    else f"{cell!r} is not a finite number")
-            raise DataError(f"{where} line {row + 2}, column {col}: {what}")
-        df[col] = values
+        df[col] = score_column(df[col], where=where, column=col, log_likelihood=score != "stereoset_generative")
     return df
 
 
@@ -241,11 +236,13 @@ def summary(t: dict[str, pd.DataFrame]) -> dict[str, Any]:
             "by_category": {str(r["category"]): entry(r) for _, r in t["by_category"][t["by_category"]["category"] != "all"].iterrows()}}
 
 
-def evaluate_file(scores_path: str | Path, output: str | Path, *, n_resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """``stereolens stereo evaluate``: a scores CSV in, ``summary.json`` and the tables out."""
+def evaluate_file(scores_path: str | Path, output: str | Path, *, n_resamples: int = 1000, seed: int = 0,
+                  score: str = DEFAULT_CANDIDATE_SCORE) -> dict[str, Any]:
+    """``stereolens stereo evaluate``: a scores CSV in (``score``: how ``stereo score`` scored it), ``summary.json``
+    and the tables out."""
     df = read_csv_checked(scores_path, SCORE_INPUT_COLUMNS, what="StereoSet scores", dtype=str, keep_default_na=False,
                           allow_empty=False)
-    df = check_scores(df, str(scores_path))
+    df = check_scores(df, str(scores_path), score=score)
     t = tables(df, n_resamples=n_resamples, seed=seed)
     out = Path(output)
     for name, table in t.items():

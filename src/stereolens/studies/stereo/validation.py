@@ -22,6 +22,7 @@ import pandas as pd
 
 from stereolens.annotation.scales import Scale
 from stereolens.errors import ConfigError, DataError
+from stereolens.io import refuse_unjudged
 
 # display position (0 = first shown) -> score; Figure D1 shows the pervasive option first
 DISPLAY_SCORES: tuple[int, ...] = (5, 4, 3, 2, 1)
@@ -146,6 +147,8 @@ def import_panels(judgements_path: str | Path, annotators_path: str | Path, scal
         pos = int(wrong.idxmax())
         raise DataError(f"{judgements_path} line {pos + 2}, column annotator_id: annotator {judgements.at[pos, 'annotator_id']!r} belongs to panel "
                         f"{who[judgements.at[pos, 'annotator_id']]!r}, item {judgements.at[pos, 'item_id']!r} to {judgements.at[pos, 'panel']!r}")
+    # an item nobody judged would have no median and drop out of the validated set, counted as rejected
+    refuse_unjudged(items["item_id"], judgements["item_id"], where=str(judgements_path))
     annotators["source"] = "human"
     return judgements, annotators
 
@@ -289,7 +292,11 @@ def decide_answered(judgements: pd.DataFrame, source: str) -> tuple[pd.DataFrame
 
 
 def keep_validated(stereotypes: pd.DataFrame, decisions: pd.DataFrame, source: str) -> pd.DataFrame:
-    """The stereotypes whose median kept them, with their median, vote ratio and who validated them."""
+    """The stereotypes whose median kept them, with their median, vote ratio and who validated them.
+
+    A stereotype without a decision is left out: an imported file that leaves an item unjudged is refused by
+    :func:`import_panels` before this, so here that is only an item every member of an LLM panel answered
+    unreadably (its unreadable labels are counted in the summary's ``n_unanswered``)."""
     validated = stereotypes.merge(decisions[["item_id", "median", "vote_ratio", "validated"]], left_on="stereotype_id",
                                   right_on="item_id", how="inner")
     validated = validated[validated["validated"].astype(bool)].drop(columns=["item_id", "validated"])
