@@ -69,3 +69,38 @@ def test_external_overlap_and_uncovered_categories(tmp_path):
     (tmp_path / "dev.json").write_text(json.dumps(ss))
     t2 = ov.external_overlap(VALIDATED, ov.load_stereoset(tmp_path / "dev.json"), ["A"], ["age"], ov.Matcher()).set_index(["country", "category"])
     assert not t2.loc[("A", "age"), "covered_by_dataset"] and t2.loc[("A", "age"), "share"] != t2.loc[("A", "age"), "share"]
+
+
+@pytest.mark.parametrize("rows, message", [
+    # a typo in a stereotype id: it exists nowhere, so the decision would count as adjudicated and decide nothing
+    ([("A3", "B3", "absent"), ("A4", "B9", "present")],
+     r"adj.csv line 3, column right_id: 'B9' is not a validated stereotype nor a CrowS-Pairs or StereoSet item "
+     r"\(crows-\.\.\. or stereoset-\.\.\.\), so the decision would count as adjudicated and decide nothing"),
+    ([("A3", "B3", "absent"), ("B3", "A3", "present")], r"adj.csv line 3: the pair 'B3', 'A3' again \(first at line 2\)"),
+    ([("A3", " ", "absent")], r"adj.csv line 2, column right_id: empty id"),
+])
+def test_adjudication_of_ids_that_exist_nowhere_is_refused(tmp_path, rows, message):
+    pd.DataFrame(rows, columns=["left_id", "right_id", "decision"]).to_csv(tmp_path / "adj.csv", index=False)
+    with pytest.raises(DataError, match=message):
+        ov.country_overlap(VALIDATED, ["A", "B"], ["age", "gender"], ov.Matcher(), ov.load_adjudication(tmp_path / "adj.csv"))
+
+
+def test_adjudication_of_an_external_item_must_name_one_of_its_items(tmp_path):
+    crows = pd.DataFrame({"sent_more": ["Las mujeres manejan mal.", "Old people are slow."], "bias_type": ["gender", "age"]})
+    crows.to_csv(tmp_path / "crows.csv", index=False)
+
+    def overlaps(*rows, crows_path=str(tmp_path / "crows.csv")):
+        pd.DataFrame(rows, columns=["left_id", "right_id", "decision"]).to_csv(tmp_path / "adj.csv", index=False)
+        adj = ov.load_adjudication(tmp_path / "adj.csv")
+        ov.country_overlap(VALIDATED, ["A", "B"], ["gender"], ov.Matcher(), adj)  # external ids are not its to check
+        return ov.external_overlaps(VALIDATED, {"crows": crows_path, "stereoset": None}, ["A", "B"], ["gender"],
+                                    ov.Matcher(), adj)
+
+    # A3 = crows-0 by its words; adjudicated absent, it is no longer present
+    tables, external = overlaps(("A3", "crows-0", "absent"))
+    assert external["crows_pairs"]["present"] == 1  # B3 only
+    with pytest.raises(DataError, match=r"adj.csv line 3, column right_id: 'crows-7' is not an item of .*crows.csv"):
+        overlaps(("A3", "crows-0", "absent"), ("A4", "crows-7", "present"))
+    with pytest.raises(DataError, match=r"line 2, column right_id: 'crows-0' is not an item of any file \(crows_pairs "
+                                        r"is not available: study.stereo.overlap.crows is .*no.csv\)"):
+        overlaps(("A3", "crows-0", "absent"), crows_path=str(tmp_path / "no.csv"))

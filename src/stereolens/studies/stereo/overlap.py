@@ -21,7 +21,7 @@ dataset, a stereotype is present when it matches any external item.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,9 @@ from stereolens.io import read_csv_checked
 from stereolens.studies.stereo.similarity import LexicalSimilarity, SimilarityModel
 from stereolens.studies.stereo.text import normalise, similarity
 
+# the external datasets' item ids (in tables and adjudication files): crows-<row>, stereoset-<sentence id>
+CROWS_PREFIX, STEREOSET_PREFIX = "crows-", "stereoset-"
+EXTERNAL_PREFIXES = (CROWS_PREFIX, STEREOSET_PREFIX)
 CROWS_CATEGORIES = {"race-color": "race", "religion": "religion", "gender": "gender",
                     "sexual-orientation": "sexual_orientation", "age": "age"}
 STEREOSET_CATEGORIES = {"race": "race", "religion": "religion", "gender": "gender"}
@@ -57,17 +60,50 @@ class Matcher:
                 "target_threshold": self.target_threshold}
 
 
-def load_adjudication(path: str | Path | None) -> dict[frozenset, bool]:
+class Adjudication(dict):
+    """Decisions by unordered pair of stereotype ids (``True`` = present), with the file and line each came from."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.rows: list[tuple[int, str, str]] = []  # (line, left_id, right_id)
+
+    def refuse_unknown(self, known: set[str], *, checked: Callable[[str], bool], known_as: str) -> None:
+        """Refuse an id among those ``checked`` selects that is not in ``known``: a decision about a stereotype that
+        exists nowhere would count as adjudicated (``n_adjudicated``) while it decides nothing."""
+        for line, *ids in self.rows:
+            for column, stereotype_id in zip(("left_id", "right_id"), ids):
+                if checked(stereotype_id) and stereotype_id not in known:
+                    raise DataError(f"{self.path} line {line}, column {column}: {stereotype_id!r} is not {known_as}, "
+                                    f"so the decision would count as adjudicated and decide nothing")
+
+
+def load_adjudication(path: str | Path | None) -> Adjudication:
+    """The adjudication file (``left_id, right_id, decision``; none without ``path``): ids filled in, a decision of
+    ``present`` or ``absent``, one decision per pair; whether its ids exist is checked where they are known."""
+    adjudication = Adjudication(path)
     if not path:
-        return {}
-    df = read_csv_checked(path, ["left_id", "right_id", "decision"], what="overlap adjudication", dtype=str)
-    out = {}
+        return adjudication
+    df = read_csv_checked(path, ["left_id", "right_id", "decision"], what="overlap adjudication", dtype=str,
+                          keep_default_na=False)
+    first_line: dict[frozenset, int] = {}
     for pos, r in df.iterrows():
+        line = pos + 2
+        for column in ("left_id", "right_id"):
+            if not r[column].strip():
+                raise DataError(f"{path} line {line}, column {column}: empty id")
         decision = str(r["decision"]).strip().lower()
         if decision not in ("present", "absent"):
-            raise DataError(f"{path} line {pos + 2}, column decision: {r['decision']!r} is not 'present' or 'absent'")
-        out[frozenset((r["left_id"], r["right_id"]))] = decision == "present"
-    return out
+            raise DataError(f"{path} line {line}, column decision: {r['decision']!r} is not 'present' or 'absent'")
+        left, right = r["left_id"].strip(), r["right_id"].strip()
+        key = frozenset((left, right))
+        if key in first_line:
+            # a second decision on the same pair would silently overrule the first
+            raise DataError(f"{path} line {line}: the pair {left!r}, {right!r} again (first at line {first_line[key]})")
+        first_line[key] = line
+        adjudication[key] = decision == "present"
+        adjudication.rows.append((line, left, right))
+    return adjudication
 
 
 def decide_pairs(matcher: Matcher, pairs: Sequence[tuple[Any, Any]], adjudication: dict, *,
@@ -113,7 +149,15 @@ def matched_pairs(left: pd.DataFrame, right: pd.DataFrame, matcher: Matcher, adj
 
 def country_overlap(validated: pd.DataFrame, countries: Sequence[str], categories: Sequence[str], matcher: Matcher,
                     adjudication: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Tables 1-5 in long form (``country, other, category, shared, n_country, share``) and the matched pairs."""
+    """Tables 1-5 in long form (``country, other, category, shared, n_country, share``) and the matched pairs.
+
+    An adjudicated id that is not a validated stereotype and not shaped as an external dataset's item is refused
+    here, before anything is written (the external items are checked by :func:`external_overlaps`)."""
+    if isinstance(adjudication, Adjudication):
+        adjudication.refuse_unknown(set(validated["stereotype_id"].astype(str)),
+                                    checked=lambda i: not i.startswith(EXTERNAL_PREFIXES),
+                                    known_as="a validated stereotype nor a CrowS-Pairs or StereoSet item ("
+                                             + " or ".join(f"{prefix}..." for prefix in EXTERNAL_PREFIXES) + ")")
     pairs, rows = [], []
     shared: dict[tuple, int] = {}
     for i, a in enumerate(countries):
@@ -167,7 +211,7 @@ def external_overlap(validated: pd.DataFrame, external: pd.DataFrame, countries:
 def load_crows(path: str | Path) -> pd.DataFrame:
     df = read_csv_checked(path, ["sent_more", "bias_type"], what="CrowS-Pairs")
     df = df[df["bias_type"].isin(CROWS_CATEGORIES)]
-    return pd.DataFrame({"stereotype_id": [f"crows-{i}" for i in df.index], "category": df["bias_type"].map(CROWS_CATEGORIES),
+    return pd.DataFrame({"stereotype_id": [f"{CROWS_PREFIX}{i}" for i in df.index], "category": df["bias_type"].map(CROWS_CATEGORIES),
                          "target": "", "stereotype": df["sent_more"].astype(str)})
 
 
@@ -184,12 +228,14 @@ def load_stereoset(path: str | Path) -> pd.DataFrame:
                 continue
             for sent in ex.get("sentences", []):
                 if sent.get("gold_label") == "stereotype":
-                    rows.append({"stereotype_id": f"stereoset-{sent.get('id')}", "category": STEREOSET_CATEGORIES[ex["bias_type"]],
+                    rows.append({"stereotype_id": f"{STEREOSET_PREFIX}{sent.get('id')}", "category": STEREOSET_CATEGORIES[ex["bias_type"]],
                                  "target": ex.get("target", ""), "stereotype": sent["sentence"]})
     return pd.DataFrame(rows, columns=["stereotype_id", "category", "target", "stereotype"])
 
 
-EXTERNAL_DATASETS = (("crows_pairs", "crows", load_crows), ("stereoset", "stereoset", load_stereoset))
+# name, config key (study.stereo.overlap.<key>), loader, the prefix of its item ids
+EXTERNAL_DATASETS = (("crows_pairs", "crows", load_crows, CROWS_PREFIX),
+                     ("stereoset", "stereoset", load_stereoset, STEREOSET_PREFIX))
 
 
 def external_overlaps(validated: pd.DataFrame, paths: dict[str, str | None], countries: Sequence[str],
@@ -198,12 +244,19 @@ def external_overlaps(validated: pd.DataFrame, paths: dict[str, str | None], cou
     """Tables 11-12: the validated stereotypes present in CrowS-Pairs and StereoSet (``paths`` by config key),
     and per dataset its status (``not available`` when its file is absent) and overall count."""
     tables, external = {}, {}
-    for name, key, loader in EXTERNAL_DATASETS:
+    for name, key, loader, prefix in EXTERNAL_DATASETS:
         path = paths.get(key)
-        if not path or not Path(path).exists():
+        available = bool(path) and Path(path).exists()
+        items = loader(path) if available else None
+        if isinstance(adjudication, Adjudication):
+            adjudication.refuse_unknown(set(items["stereotype_id"]) if available else set(),
+                                        checked=lambda i: i.startswith(prefix),
+                                        known_as=f"an item of {path}" if available else
+                                        f"an item of any file ({name} is not available: study.stereo.overlap.{key} is {path})")
+        if not available:
             external[name] = {"status": "not available", "path": path}
             continue
-        table = external_overlap(validated, loader(path), countries, categories, matcher, adjudication)
+        table = external_overlap(validated, items, countries, categories, matcher, adjudication)
         tables[name] = table
         overall = table[(table["country"] == "overall") & (table["category"] == "overall")].iloc[0]
         external[name] = {"status": "computed", "path": path, "present": int(overall["present"]), "n": int(overall["n"])}
