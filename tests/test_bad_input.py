@@ -115,6 +115,43 @@ def pcs_collect_stage(edit) -> dict[str, str]:
             "data/interim/pcs/responses.csv": "response_id,response\nr1,an earlier answer\n"}
 
 
+PAIRS_SCORES = "id,dimension,score_stereo,score_anti\na,caste,-1.5,-2.0\nb,gender,-3.0,-2.5\n"
+STEREO_SCORES = ("id,country,category,target,score_stereo,score_anti,score_unrelated\n"
+                 "1,Mexico,gender,mujeres,-1.0,-2.0,-3.0\n2,Spain,gender,mujeres,-2.0,-1.0,-4.0\n")
+
+
+def pairs_analyze(scores: str, *extra: str) -> tuple[list[str], dict[str, str]]:
+    return (["pairs", "analyze", "--scores", "{tmp}/s.csv", "--output", "{tmp}/earlier/pairs", "--resamples", "20",
+             *extra], {"s.csv": scores})
+
+
+def stereo_evaluate(scores: str) -> tuple[list[str], dict[str, str]]:
+    return (["stereo", "evaluate", "--scores", "{tmp}/s.csv", "--output", "{tmp}/earlier/stereo", "--resamples", "0"],
+            {"s.csv": scores})
+
+
+def pairs_evaluate_stage(params: dict, **seed: str) -> dict[str, str]:
+    """pairs-evaluate's repository: the seed files it reads before the model loads (``seed`` replaces one by
+    its name) and an earlier run's scores."""
+    files = {f"data/seed/pairs/{name}.csv": (REPO / f"data/seed/pairs/{name}.csv").read_text(encoding="utf-8")
+             for name in ("controls", "group_classes", "starter_pairs")}
+    files.update({f"data/seed/pairs/{name}.csv": text for name, text in seed.items()})
+    return {"params.yaml": yaml.safe_dump(params, allow_unicode=True), **files,
+            "data/processed/pairs/earlier-model/scores.csv": "id,score_stereo,score_anti\nstarter:p1:en,-3.5,-4.0\n"}
+
+
+def stereo_stage(params: dict, files: dict[str, str]) -> dict[str, str]:
+    """A stereo stage's repository: ``params`` (the committed ones, edited), one validated stereotype per
+    country, ``files`` and an earlier run's outputs."""
+    validated = ("stereotype_id,country,category,target,stereotype,examples\n"
+                 "MX-1,Mexico,gender,mujeres,Las mujeres manejan mal.,[]\n"
+                 "ES-1,Spain,gender,mujeres,Las mujeres conducen mal.,[]\n")
+    return {"params.yaml": yaml.safe_dump(params, allow_unicode=True),
+            "data/interim/stereo/validation/validated.csv": validated, **files,
+            "data/processed/stereo/instances.csv": "id,source\nearlier,authored\n",
+            "reports/stereo/overlap/summary.json": '{"n_validated": 2}\n'}
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -323,6 +360,81 @@ def _cases() -> list[Case]:
              "--bootstrap must be an integer >= 0, got -1", {"s.csv": "id\n"}),
         Case("agreement --resamples -5", [*AGREE[:-1], "-5"], "--resamples must be an integer >= 0, got -5",
              judgements("item_id,annotator_id,label\nt1,a1,1\nt1,a2,2\n")),
+    ]
+    # --- numbers that cannot be scores, duplicates, mismatches between two inputs (issue 22, causes 2-4)
+    for name, (argv, files), expect in [
+        ("pairs score inf", pairs_analyze(PAIRS_SCORES.replace("-2.5", "inf")),
+         "s.csv line 3, column score_anti: inf is not a finite number"),
+        ("pairs scores that are probabilities", pairs_analyze(PAIRS_SCORES.replace("-1.5,-2.0", "0.6,0.2")),
+         "s.csv line 2, column score_stereo: 0.6 is positive, but scores are log-likelihoods (<= 0)"),
+        ("pairs duplicate ids", pairs_analyze(PAIRS_SCORES + "a,caste,-1.0,-2.0\n"),
+         "s.csv line 4, column id: 'a' appears twice"),
+        ("pairs dimension named all", pairs_analyze(PAIRS_SCORES.replace("b,gender", "b,all")),
+         "s.csv line 3, column dimension: 'all' is the name of the overall row"),
+        ("pairs blank model", pairs_analyze("id,model,dimension,score_stereo,score_anti\na,m1,caste,-1.5,-2.0\n"
+                                            "b,,caste,-3.0,-2.5\n"),
+         "s.csv line 3, column model: empty model (the row would fall out of every model x language cell)"),
+        ("fragmentation with negative tokens per term",
+         (pairs_analyze(PAIRS_SCORES, "--fragmentation", "{tmp}/f.csv")[0],
+          {"s.csv": PAIRS_SCORES, "f.csv": "model,language,mean_tokens_per_term\n-,-,-1.5\n"}),
+         "f.csv line 2, column mean_tokens_per_term: -1.5 is not a number of tokens per term (>= 1)"),
+        ("fragmentation sharing no model with the scores",
+         (pairs_analyze(PAIRS_SCORES, "--fragmentation", "{tmp}/f.csv")[0],
+          {"s.csv": PAIRS_SCORES, "f.csv": "model,language,mean_tokens_per_term\nother,en,1.5\n"}),
+         "f.csv: no (model, language) in common with the scores"),
+        ("stereo score inf", stereo_evaluate(STEREO_SCORES.replace("-4.0", "inf")),
+         "s.csv line 3, column score_unrelated: 'inf' is not a finite number"),
+        ("stereo scores that are probabilities", stereo_evaluate(STEREO_SCORES.replace("-2.0,-1.0", "0.2,0.7")),
+         "s.csv line 3, column score_stereo: 0.2 is positive, but scores are log-likelihoods (<= 0)"),
+        ("stereo duplicate ids", stereo_evaluate(STEREO_SCORES.replace("\n2,", "\n1,")),
+         "s.csv line 3, column id: '1' already on line 2"),
+        ("stereo nan cell", stereo_evaluate(STEREO_SCORES.replace("-3.0", "nan")),
+         "s.csv line 2, column score_unrelated: 'nan' is not a number"),
+        ("stereo header only", stereo_evaluate(STEREO_SCORES.splitlines()[0] + "\n"),
+         "s.csv has a header but no rows"),
+    ]:
+        cases.append(Case(name, argv, expect, files))
+    cases.append(Case("lineage of a path that does not exist", ["lineage", str(REPO / "data/seed/no-such-file.csv")],
+                      "no-such-file.csv: not an output of any stage nor an input a stage reads", {}))
+    # --- the same, reached only through a stage: its repository is built in {tmp}
+    classes = (REPO / "data/seed/pairs/group_classes.csv").read_text(encoding="utf-8")
+    human = with_value(with_value(committed, "annotation.source", "human"), "study.pairs.validation.judgements", "j.csv")
+    triples = ("stereotype_id,annotator_id,context,sent_stereo,sent_anti,distributor_review,author_review,country,"
+               "ethnicity,gender,religion,sexual_orientation,age_band,education,area\n"
+               + "MX-1,h1,Ana conduce al trabajo.,Ana choca el coche.,Ana conduce con cuidado.,accepted,accepted,"
+                 "Mexico,mestizo,female,catholic,heterosexual,22-40,college,urban\n" * 2)
+    instantiate = with_value(committed, "study.stereo.instantiation",
+                             {**committed["study"]["stereo"]["instantiation"], "generate": False,
+                              "human": "triples.csv", "starter": None})
+    overlap = with_value(committed, "study.stereo.overlap",
+                         {**committed["study"]["stereo"]["overlap"], "adjudication": "adj.csv", "crows": None,
+                          "stereoset": None, "similarity": {**committed["study"]["stereo"]["overlap"]["similarity"],
+                                                            "method": "lexical", "threshold": 0.6}})
+    cases += [
+        Case("group_classes.csv with a group twice", ["stage", "pairs-evaluate"],
+             "group_classes.csv line 39, column group: duplicate value 'Bamon' (first at line 2",
+             pairs_evaluate_stage(committed, group_classes=classes + "caste,Bamon,pan_regional,ours,again\n"),
+             in_tmp=True),
+        Case("unknown group_class blamed on group_classes.csv", ["stage", "pairs-evaluate"],
+             "group_classes.csv line 39, column class:",
+             pairs_evaluate_stage(committed, group_classes=classes + "caste,Newcomers,regional,ours,x\n"), in_tmp=True),
+        Case("header-only controls.csv", ["stage", "pairs-evaluate"],
+             "control sentences data/seed/pairs/controls.csv has a header but no rows",
+             pairs_evaluate_stage(committed, controls="control_id,language,sentence\n"), in_tmp=True),
+        Case("a tuple nobody judged", ["stage", "pairs-validate"],
+             "j.csv: 1 item(s) nobody judged, which would count as rejected: 'Kharvi::Fishing'",
+             {"params.yaml": yaml.safe_dump(human, allow_unicode=True),
+              "data/interim/pairs/attributes.csv": "tuple_id,group,attribute\nBamon::Caste,Bamon,Caste\n"
+                                                   "Kharvi::Fishing,Kharvi,Fishing\nRender::Toddy,Render,Toddy\n",
+              "j.csv": "item_id,annotator_id,label\nBamon::Caste,a1,yes\nBamon::Caste,a2,no\nRender::Toddy,a1,yes\n",
+              "data/interim/pairs/tuples.csv": "tuple_id,keep\nBamon::Caste,True\n"}, in_tmp=True),
+        Case("the same triple twice in an instantiation import", ["stage", "stereo-instantiate"],
+             "triples.csv line 3: the same triple (stereotype_id, context, sent_stereo, sent_anti) as line 2",
+             stereo_stage(instantiate, {"triples.csv": triples}), in_tmp=True),
+        Case("adjudication of an id that exists nowhere", ["stage", "stereo-overlap"],
+             "adj.csv line 3, column right_id: 'ES-9' is not a validated stereotype",
+             stereo_stage(overlap, {"adj.csv": "left_id,right_id,decision\nMX-1,ES-1,absent\nMX-1,ES-9,present\n"}),
+             in_tmp=True),
     ]
     return cases
 
