@@ -1,7 +1,8 @@
-"""``dvc repro -s STAGE`` with a bad value in params.yaml refuses before any earlier output is lost (issue 22).
+"""``dvc repro -s STAGE`` with a bad value in params.yaml refuses and loses no earlier output (issue 22).
 
-DVC removes a stage's outputs before its command runs and ``-s`` runs no upstream stage; the stages whose
-outputs are ``persist: true`` keep them until :mod:`stereolens.stages.guard` has checked the params."""
+DVC removes a stage's outputs before its command runs and ``-s`` runs no upstream stage. A stage that refuses
+puts its earlier outputs back from DVC's cache (:func:`stereolens.stages.guard.restore_earlier_outputs`); the
+converted models, which are not cached, are ``persist: true`` and cleared only after the params pass."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 import yaml
 from config_edit import with_value
 
-from stereolens.stages.guard import check_then_clear
+from stereolens.stages.guard import check_then_clear, restore_earlier_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,11 +26,14 @@ def _repo(tmp: Path, key: str, value) -> None:
     """A DVC repository with this dvc.yaml, params.yaml with ``key`` set to ``value``."""
     shutil.copy(REPO / "dvc.yaml", tmp / "dvc.yaml")
     params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
-    params = with_value(params, key, value)
-    (tmp / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
+    _write_params(tmp, with_value(params, key, value))
     shutil.copytree(REPO / "data/seed/stereo", tmp / "data/seed/stereo")
     subprocess.run(["git", "init", "-q"], cwd=tmp, check=True)
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp, check=True)
+
+
+def _write_params(tmp: Path, params: dict) -> None:
+    (tmp / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True), encoding="utf-8")
 
 
 def _outs(tmp: Path, stage: str) -> list[Path]:
@@ -63,34 +67,89 @@ def _digest(paths) -> dict[str, str]:
 
 
 CASES = [
+    # one stage of every study, single stages and foreach / matrix members
     ("heads_probe", "study.heads.probe.pooling", "middle", "study.heads.probe.pooling must be one of"),
     ("pairs_pairs", "study.pairs.contrast.caste.Bamon", "Nobody", "study.pairs.contrast.caste.Bamon: contrast"),
     ("stereo_overlap", "study.stereo.overlap.similarity.threshold", 7,
      "study.stereo.overlap.similarity.threshold must be a number in [0, 1]"),
+    ("crows_score@gemma3-270m", "study.crows.limit", -5, "study.crows.limit must be an integer >= 1"),
+    ("pcs_collect@smollm2-135m", "study.pcs.collection.samples", 0,
+     "study.pcs.collection.samples must be an integer >= 1"),
+    ("leakage_fit@gemma3-270m-hi", "study.leakage.fit.missing", "cubed", "study.leakage.fit.missing must be one of"),
 ]
+
+
+def _commit_earlier(tmp: Path, stage: str, env: dict[str, str]) -> dict[str, str]:
+    """Outputs of an earlier good run of ``stage``, recorded in dvc.lock and DVC's cache as `dvc repro` would."""
+    before = _write_earlier(_outs(tmp, stage))
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "-f", "-q", stage], cwd=tmp, env=env, check=True)
+    return before
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "DVC_NO_ANALYTICS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("DVC_STAGE", None)
+    return env
 
 
 @pytest.mark.parametrize("stage, key, value, message", CASES, ids=[c[0] for c in CASES])
 def test_repro_single_stage_with_a_bad_value_keeps_earlier_outputs(tmp_path, stage, key, value, message):
-    _repo(tmp_path, key, value)
-    outs = _outs(tmp_path, stage)
-    before = _write_earlier(outs)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "DVC_NO_ANALYTICS": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env.pop("DVC_STAGE", None)
+    committed = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    _repo(tmp_path, key, _value(committed, key))
+    env = _env()
+    before = _commit_earlier(tmp_path, stage, env)
+    _write_params(tmp_path, with_value(committed, key, value))
     done = subprocess.run([sys.executable, "-m", "dvc", "repro", "-s", stage], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode != 0, done
     errors = [line for line in done.stderr.splitlines() if line.startswith("stereolens: error: ")]
     assert len(errors) == 1 and message in errors[0], done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and "warning" not in done.stderr, done.stderr
+    assert _digest(_outs(tmp_path, stage)) == before
+
+
+def test_a_model_refused_before_its_uncached_conversion_is_cleared(tmp_path):
+    """models/<id> is not in DVC's cache: a bad model value is refused while the earlier conversion is kept."""
+    committed = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    _repo(tmp_path, "models.gemma3-270m.kind", "causal")
+    outs = _outs(tmp_path, "prepare_model@gemma3-270m")
+    before = _write_earlier(outs)
+    _write_params(tmp_path, with_value(committed, "models.gemma3-270m.kind", "oracle"))
+    done = subprocess.run([sys.executable, "-m", "dvc", "repro", "-s", "prepare_model@gemma3-270m"], cwd=tmp_path,
+                          env=_env(), capture_output=True, text=True, timeout=240)
+    assert done.returncode != 0, done
+    errors = [line for line in done.stderr.splitlines() if line.startswith("stereolens: error: ")]
+    assert len(errors) == 1 and "models.gemma3-270m.kind must be one of" in errors[0], done.stderr
     assert _digest(outs) == before
 
 
-def test_good_params_clear_the_persisted_outputs_as_dvc_would(tmp_path, monkeypatch):
+def test_restore_puts_back_only_what_the_lock_records(tmp_path, monkeypatch):
+    """The restore checks out the committed outputs, byte for byte, and nothing the lock does not name."""
     _repo(tmp_path, "study.heads.probe.pooling", "mean")
+    before = _commit_earlier(tmp_path, "heads_probe", _env())
     outs = _outs(tmp_path, "heads_probe")
+    for path in outs:
+        path.unlink()
+    stray = tmp_path / "data/processed/heads/stray.txt"
+    stray.write_text("not an output\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    restored = restore_earlier_outputs("heads_probe", tmp_path)
+    assert sorted(restored) == sorted(str(p.relative_to(tmp_path)) for p in outs)
+    assert _digest(outs) == before and stray.exists()
+
+
+def test_good_params_clear_the_persisted_outputs_as_dvc_would(tmp_path, monkeypatch):
+    _repo(tmp_path, "models.gemma3-270m.kind", "causal")
+    outs = _outs(tmp_path, "prepare_model@gemma3-270m")
     _write_earlier(outs)
     monkeypatch.chdir(tmp_path)
-    check_then_clear("heads_probe", tmp_path)
+    check_then_clear("prepare_model@gemma3-270m", tmp_path)
     assert not any(p.exists() for p in outs)
+
+
+def _value(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        node = node[part]
+    return node

@@ -38,10 +38,13 @@ def _run_stage(name: str, func, args: argparse.Namespace) -> int:
     dvc.yaml declares for it as their inputs."""
     from stereolens.tracking.mlflow_run import invoked_stage
 
-    # under `dvc repro`, bad params are refused before the stage's persisted outputs are cleared (stages.guard)
-    if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):
-        from stereolens.stages.guard import check_then_clear
+    def run() -> int:
+        with invoked_stage(name, vars(args)):
+            return func(args) or 0
 
-        check_then_clear(os.environ["DVC_STAGE"], os.environ["DVC_ROOT"])
-    with invoked_stage(name, vars(args)):
-        return func(args) or 0
+    # under `dvc repro`, a stage that refuses or fails leaves the earlier run's outputs in place (stages.guard)
+    if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):
+        from stereolens.stages.guard import run_guarded
+
+        return run_guarded(os.environ["DVC_STAGE"], os.environ["DVC_ROOT"], run)
+    return run()
