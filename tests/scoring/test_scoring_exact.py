@@ -356,8 +356,17 @@ def test_cpu_passes_hold_one_length_and_padded_passes_agree(mlm):
         score_sentences(model, tok, SENTENCES, "pll", batch_tokens=1 << 16)
     finally:
         handle.remove()
-    # on a CPU no pass pads: every row of every pass is a whole sentence of the pass's width
-    assert len(passes) == len({len(tok(s)["input_ids"]) for s in SENTENCES})
+    # on a CPU no pass pads: every row of every pass is a whole sentence of the pass's width;
+    # one pass per length, except the passes cut so that the workers finish together
+    from stereolens.scoring.batching import cpu_workers, longest_first, plan_batches
+
+    workers = cpu_workers(torch.device("cpu"))
+    pll = [masked.pll_item(encode_masked(tok, s, i, limit=64, truncate=False, word_ids=False)) for i, s in enumerate(SENTENCES)]
+    lengths = [len(it.enc.ids) for it in pll]
+    plan = list(plan_batches(lengths, [len(it.targets) for it in pll], (1 << 16) // workers, pad=False))
+    assert len(plan) == len(set(lengths))
+    assert len(passes) == len(longest_first(plan, lengths, workers))
+    assert {p.shape[1] for p in passes} == set(lengths)
     assert all(not (p == tok.pad_token_id).any() for p in passes)
     # the padded plan (what a GPU gets) gives the same numbers, with an attention mask
     items = [masked.pll_word_l2r_item(encode_masked(tok, s, i, limit=64, truncate=False, word_ids=True)) for i, s in enumerate(SENTENCES)]

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import Segment, plan_batches, run_in_workers, target_logprobs
+from stereolens.scoring.batching import Segment, longest_first, plan_batches, run_in_workers, target_logprobs
 from stereolens.scoring.encoding import CausalEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -77,7 +77,8 @@ def run_causal(
         pad = device.type != "cpu"
     if workers is None:
         workers = 1
-    batches = list(plan_batches(lengths, [1] * len(items), max(1, batch_tokens // max(1, workers)), pad=pad))
+    batches = longest_first(list(plan_batches(lengths, [1] * len(items), max(1, batch_tokens // max(1, workers)), pad=pad)),
+                            lengths, workers)
     finished = _FinishedItems(len(items), on_item, progress)
     lock = threading.Lock()
     deferred, nodes = None, []

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import Segment, cpu_workers, plan_batches, run_in_workers, target_logprobs
+from stereolens.scoring.batching import Segment, cpu_workers, longest_first, plan_batches, run_in_workers, target_logprobs
 from stereolens.scoring.encoding import MaskedEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -117,7 +117,8 @@ def run_masked(
         pad = device.type != "cpu"
     if workers is None:
         workers = cpu_workers(device)
-    batches = list(plan_batches(lengths, remaining, max(1, batch_tokens // max(1, workers)), pad=pad))
+    batches = longest_first(list(plan_batches(lengths, remaining, max(1, batch_tokens // max(1, workers)), pad=pad)),
+                            lengths, workers)
     bar = None
     if progress:
         from tqdm import tqdm
