@@ -260,49 +260,79 @@ class PerRowSampler:
 
     Row ``r`` has ``(temperature, top_p, seed)``; its scores go through transformers'
     ``TemperatureLogitsWarper`` and ``TopPLogitsWarper`` (as ``generate(do_sample=True,
-    top_k=0)`` applies them), then ``torch.multinomial`` draws from a ``torch.Generator``
-    seeded with the row's seed, one draw per step, exactly as ``torch.manual_seed(seed)``
-    followed by ``generate(do_sample=True)`` on that row alone draws from the global
-    generator.  The returned scores are -inf except at the drawn token, so greedy decoding
-    emits it.  A row's draws never touch another row's generator: its answer depends on
-    its own prompt, settings and seed only, whatever else is in the batch (up to float
-    noise in the padded forward pass, which can change a draw only when the uniform falls
-    within that noise of a token's cumulative-probability boundary).
+    top_k=0)`` applies them), then a token is drawn from a ``torch.Generator`` seeded with
+    the row's seed, one draw per step, exactly as ``torch.manual_seed(seed)`` followed by
+    ``generate(do_sample=True)`` on that row alone draws from the global generator.  The
+    returned scores are -inf except at the drawn token, so greedy decoding emits it.  A
+    row's draws never touch another row's generator: its answer depends on its own prompt,
+    settings and seed only, whatever else is in the batch (up to float noise in the padded
+    forward pass, which can change a draw only when the uniform falls within that noise of
+    a token's cumulative-probability boundary).
+
+    The draw is ``torch.multinomial(probs, 1, generator)`` taken apart: for one sample,
+    torch draws an Exp(1) variable per vocabulary entry from the generator and returns
+    ``argmax(probs / noise)``.  Only the noise has to be drawn row by row (each row from its
+    own generator); the warpers, the softmax, the division and the argmax are row-wise
+    operations and run once over the rows that share settings, which gives every row the
+    numbers it gets alone.  Per row that leaves one pass over the 262k-word vocabulary
+    instead of multinomial's seven (its validity checks included, done here once for the
+    batch).  ``tests/models/test_models_hf_sampler.py`` checks every draw against the
+    one-row-at-a-time sampler this replaced, kept in ``tests/reference_per_row_sampler.py``.
     """
 
     def __init__(self, rows: Sequence[tuple[float, float, int]], device) -> None:
         import torch
         from transformers import TemperatureLogitsWarper, TopPLogitsWarper
 
-        self._warpers = []
+        # rows with the same settings are warped together (generate() batches only such rows)
+        groups: dict[tuple[float, float | None], list[int]] = {}
         self._generators = []
-        for temperature, top_p, seed in rows:
-            warpers = [TemperatureLogitsWarper(temperature)]
-            if top_p is not None and top_p < 1.0:
-                warpers.append(TopPLogitsWarper(top_p))
-            self._warpers.append(warpers)
+        for row, (temperature, top_p, seed) in enumerate(rows):
+            groups.setdefault((temperature, top_p if top_p is not None and top_p < 1.0 else None), []).append(row)
             generator = torch.Generator(device=device)
             generator.manual_seed(int(seed))
             self._generators.append(generator)
+        self._groups = []
+        for (temperature, top_p), members in groups.items():
+            warpers = [TemperatureLogitsWarper(temperature)]
+            if top_p is not None:
+                warpers.append(TopPLogitsWarper(top_p))
+            index = None if len(members) == len(rows) else torch.tensor(members, device=device)
+            self._groups.append((warpers, index))
 
     def __call__(self, input_ids, scores):
         import torch
 
-        chosen = torch.full_like(scores, float("-inf"))
-        for row, (warpers, generator) in enumerate(zip(self._warpers, self._generators)):
-            row_ids, row_scores = input_ids[row : row + 1], scores[row : row + 1]
+        if len(self._groups) == 1 and self._groups[0][1] is None:
+            warpers, _ = self._groups[0]
+            warped = scores
             for warper in warpers:
-                row_scores = warper(row_ids, row_scores)
-            probs = torch.nn.functional.softmax(row_scores, dim=-1)
-            token = torch.multinomial(probs, num_samples=1, generator=generator)
-            chosen[row, token[0, 0]] = 0.0
-        return chosen
+                warped = warper(input_ids, warped)
+            probs = torch.nn.functional.softmax(warped, dim=-1)
+        else:
+            probs = torch.empty_like(scores)
+            for warpers, index in self._groups:
+                warped, ids = scores[index], input_ids[index]
+                for warper in warpers:
+                    warped = warper(ids, warped)
+                probs[index] = torch.nn.functional.softmax(warped, dim=-1)
+        if bool(torch.isnan(probs).any()):  # what torch.multinomial refuses (softmax leaves no inf or negative)
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        noise = torch.empty_like(probs)
+        for row, generator in enumerate(self._generators):
+            # a (1, vocabulary) row, the shape multinomial draws its noise in for a one-row input
+            noise[row : row + 1].exponential_(1, generator=generator)
+        tokens = probs.div_(noise).argmax(dim=-1, keepdim=True)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
 
 
 class HFCausalLM(HFModel):
     """A decoder-only LM: log-likelihoods (lm-eval style) and batched generation."""
 
     auto_class = "AutoModelForCausalLM"
+    # draws sampled tokens; a class attribute so a check can run the same generation with
+    # another sampler (the one-row-at-a-time reference in tests/reference_per_row_sampler.py)
+    sampler = PerRowSampler
 
     @property
     def prefix_token_id(self) -> int:
@@ -472,7 +502,7 @@ class HFCausalLM(HFModel):
             from transformers import LogitsProcessorList
 
             kwargs["logits_processor"] = LogitsProcessorList(
-                [PerRowSampler([(r.temperature, r.top_p, r.seed) for r in reqs], self.device)])
+                [self.sampler([(r.temperature, r.top_p, r.seed) for r in reqs], self.device)])
         if req0.stop:
             kwargs.update(stop_strings=list(req0.stop), tokenizer=tok)
         with torch.inference_mode(), self._local_rng():
