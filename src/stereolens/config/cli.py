@@ -18,14 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _compose(args: argparse.Namespace) -> int:
-    from stereolens.config.compose import compose_config, override_key, to_yaml, write_params
+    from stereolens.config.compose import compose_config, sets_the_model, to_yaml, write_params
 
     if args.print:
         print(to_yaml(compose_config(args.overrides, config_dir=args.config_dir)), end="")
         return 0
     path = write_params(args.overrides, output=args.output, config_dir=args.config_dir)
     print(f"wrote {path}")
-    if any(override_key(o) == "model" or override_key(o).startswith("model.") for o in args.overrides):
+    if sets_the_model(args.overrides):
         import sys
 
         print("note: the model is a param of every measuring stage, so `dvc repro` now reruns all the studies; "

@@ -123,7 +123,7 @@ def crows_summary(table: pd.DataFrame, corrections: str, length: dict[str, Any],
         "beyond_reference": {"length_control": length},
         "skipped": skipped,
         "definition": DEFINITION,
-        # the report site's contract (README, "The report"): headline figures and what they rest on
+        # the report site's contract (docs/report.md): headline figures and what they rest on
         "headline": {"bias score": overall["bias_score"], "95% BCa low": overall["ci_low"],
                      "95% BCa high": overall["ci_high"], "pairs": int(overall["n"]), "binomial p": overall["p_value"]},
         "provenance": {"annotation_source": "human", "translation_status": "source",

@@ -139,7 +139,7 @@ def report_summary(
             "coverage": dict(coverage),
             "human": dict(human_provenance),
             "translation_status": dict(status),
-            # the report site's contract (README, "The report")
+            # the report site's contract (docs/report.md)
             "headline": {label: len(reported), "fits": len(fit_summaries),
                          "converged fits": sum(bool(s.get("converged")) for s in fit_summaries)},
             "provenance": {"annotation_source": annotation_source,

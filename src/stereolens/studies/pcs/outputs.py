@@ -21,7 +21,7 @@ from stereolens.studies.pcs.report import report_markdown, write_figures
 
 def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any] | None, human_source: str | None,
                     gates: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The report site's ``headline`` and ``provenance`` blocks (README, "The report")."""
+    """The report site's ``headline`` and ``provenance`` blocks (docs/report.md)."""
     # "authored (machine-written translation, unreviewed): 12, source (English original): 6" -> counts per status
     status = str((configuration or {}).get("prompt translation status", ""))
     counts = {label: int(n) for label, n in re.findall(r"(\w+)(?: \([^)]*\))?: (\d+)", status)}

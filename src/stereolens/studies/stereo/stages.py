@@ -361,10 +361,12 @@ def overlap(args: argparse.Namespace) -> None:
     rep = REPORTS / "overlap"
     started = time.perf_counter()
     shares, pairs = ov.country_overlap(validated, cfg["countries"], cfg["categories"], matcher, adjudication)
-    write_csv(rep / "tables1_5_between_countries.csv", shares.assign(**decision))
-    write_csv(rep / "matched_pairs.csv", pairs)
+    # both overlaps before any file: an adjudicated CrowS-Pairs or StereoSet id that does not exist is refused by
+    # the second, and a refusal leaves the earlier tables as they were
     tables, external = ov.external_overlaps(validated, {k: ocfg.get(k) for k in ("crows", "stereoset")}, cfg["countries"],
                                             cfg["categories"], matcher, adjudication)
+    write_csv(rep / "tables1_5_between_countries.csv", shares.assign(**decision))
+    write_csv(rep / "matched_pairs.csv", pairs)
     for name, table in tables.items():
         write_csv(rep / f"table_{name}.csv", table.assign(**decision))
     summary_method = ov.method_description(matcher, method, adjudication_path=ocfg.get("adjudication"),
