@@ -111,7 +111,31 @@ def output_path(args, name: str) -> Path:
     return (RECORDED if args.record else SCRATCH) / name
 
 
-def take_turns(methods: dict, rounds: int, *, baseline: str) -> dict:
+def difference(a, b) -> float:
+    """How far two methods' values are apart: the largest absolute difference of numbers, else
+    the count of differing items (texts, tokens); ``inf`` when their lengths differ."""
+    import numpy as np
+
+    if isinstance(a, (str, bytes)) or isinstance(b, (str, bytes)):
+        return float(a != b)
+    texts = any(isinstance(v, (str, bytes)) for seq in (a, b) if isinstance(seq, (list, tuple)) for v in seq)
+    try:
+        if texts:  # "1" and "1.0" are different texts, not equal numbers
+            raise TypeError
+        x = np.asarray(a, dtype=float)
+        y = np.asarray(b, dtype=float)
+    except (TypeError, ValueError):  # not numbers: count the items that differ
+        a, b = list(a), list(b)
+        return float("inf") if len(a) != len(b) else float(sum(u != v for u, v in zip(a, b)))
+    if x.shape != y.shape:
+        return float("inf")
+    if x.size == 0:
+        return 0.0
+    both_nan = np.isnan(x) & np.isnan(y)
+    return float(np.where(both_nan, 0.0, np.abs(x - y)).max())
+
+
+def take_turns(methods: dict, rounds: int, *, baseline: str, tolerance: float = 0.0, memory: bool = False) -> dict:
     """Time ``methods`` (name -> zero-argument callable returning the values) taking turns in one process.
 
     On a shared CPU a one-shot timing mostly measures what else ran at that moment; methods
@@ -119,13 +143,32 @@ def take_turns(methods: dict, rounds: int, *, baseline: str) -> dict:
     allocator and thread-pool warm-up), then ``rounds`` rounds, the order rotated each round
     and reversed every other round so no method always follows the same one.  Per round it
     records each time, the ratio ``time(other) / time(baseline)`` and the 1-minute load
-    average; the summary is the median of the per-round ratios, with their range.  The
-    values each call returns are kept so the caller can check that the methods agree.
+    average; the summary is the median of the per-round ratios, with their range.
+
+    A speed-up is only a speed-up of the same answer, so the values are always compared:
+    every method's last values against the baseline's (:func:`difference`: numbers to
+    ``tolerance``, texts exactly), and every method's values of each round against its
+    own warm-up values (a method whose answer moves between calls is caught too).
+    ``values_equal`` is the verdict; a benchmark exits non-zero when it is false.  With
+    ``memory``, each call's peak resident memory above its start is sampled too (one
+    process: the allocator keeps what an earlier call freed, so later calls can read low).
     """
     import statistics
 
     names = list(methods)
-    values = {name: methods[name]() for name in names}  # warm-up, untimed
+    peaks: dict[str, list[float]] = {name: [] for name in names}
+
+    def call(name):
+        if not memory:
+            return methods[name]()
+        with PeakRSS() as mem:
+            out = methods[name]()
+        peaks[name].append(mem.extra / 2**20)
+        return out
+
+    first = {name: call(name) for name in names}  # warm-up, untimed
+    values = dict(first)
+    drift = {name: 0.0 for name in names}
     per_round = []
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
@@ -135,18 +178,47 @@ def take_turns(methods: dict, rounds: int, *, baseline: str) -> dict:
         seconds = {}
         for name in order:
             start = time.perf_counter()
-            values[name] = methods[name]()
+            values[name] = call(name)
             seconds[name] = time.perf_counter() - start
+            drift[name] = max(drift[name], difference(values[name], first[name]))
         per_round.append({"order": order, "load_average_1min": load, "seconds": seconds,
                           "ratio_to_" + baseline: {n: seconds[n] / seconds[baseline] for n in names if n != baseline}})
     key = "ratio_to_" + baseline
     ratios = {n: [r[key][n] for r in per_round] for n in names if n != baseline}
-    return {
+    apart = {n: difference(values[n], values[baseline]) for n in names if n != baseline}
+    agreement = {
+        "tolerance": tolerance,
+        "difference_to_" + baseline: apart,
+        "difference_between_rounds": drift,
+        "values_equal": all(d <= tolerance for d in [*apart.values(), *drift.values()]),
+    }
+    out = {
         "rounds": per_round,
-        "median_seconds": {n: statistics.median(r["seconds"][n] for r in per_round) for n in names},
-        "median_ratio_to_" + baseline: {n: statistics.median(v) for n, v in ratios.items()},
-        "ratio_range": {n: [min(v), max(v)] for n, v in ratios.items()},
+        "median_seconds": {n: statistics.median(r["seconds"][n] for r in per_round) for n in names} if rounds else {},
+        "median_ratio_to_" + baseline: {n: statistics.median(v) for n, v in ratios.items() if v},
+        "ratio_range": {n: [min(v), max(v)] for n, v in ratios.items() if v},
         "load_average_1min_range": [min(r["load_average_1min"] for r in per_round),
-                                    max(r["load_average_1min"] for r in per_round)],
+                                    max(r["load_average_1min"] for r in per_round)] if rounds else [],
+        "agreement": agreement,
+        "values_equal": agreement["values_equal"],
         "values": values,
     }
+    if memory:
+        out["peak_extra_mb"] = {n: max(v) for n, v in peaks.items()}
+    return out
+
+
+def speedups(timed: dict, baseline: str) -> dict:
+    """``time(other) / time(baseline)`` as "baseline is N x faster": the median ratio of the rounds and its range."""
+    key = "median_ratio_to_" + baseline
+    return {n: {"median": v, "range": timed["ratio_range"][n]} for n, v in timed[key].items()}
+
+
+def describe(timed: dict, baseline: str) -> str:
+    """One line: each method's median ratio to the baseline with its range, the load, and the verdict on the values."""
+    parts = [f"{n} {v:.2f}x [{timed['ratio_range'][n][0]:.2f}-{timed['ratio_range'][n][1]:.2f}]"
+             for n, v in timed["median_ratio_to_" + baseline].items()]
+    load = timed["load_average_1min_range"]
+    verdict = "values equal" if timed["values_equal"] else "VALUES DIFFER"
+    return (f"time relative to {baseline}, median of {len(timed['rounds'])} rounds: {', '.join(parts)} "
+            f"(load {load[0]:.1f}-{load[1]:.1f}; {verdict}, {timed['agreement']['difference_to_' + baseline]})")

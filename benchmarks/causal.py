@@ -1,18 +1,23 @@
 """Benchmark: causal sentence log-likelihoods, engine vs lm-evaluation-harness.
 
 Scores both sentences of CrowS-Pairs pairs with the default Gemma 3 270M
-(``models/gemma3-270m``, converted by the models stage) two ways, each in its
-own process on the same sentences:
+(``models/gemma3-270m``, converted by the models stage) two ways, on the same sentences:
 
 - ``engine``: :func:`stereolens.scoring.score_sentences` with metric ``causal``;
 - ``lm_eval``: ``lm_eval.models.huggingface.HFLM(pretrained=..., batch_size=16)
   .loglikelihood`` with empty contexts (BOS-conditioned), as its crows_pairs task does.
 
-Prints and writes sentences per second, peak memory, the ratio and the largest
-score difference as JSON.
+Both are loaded once and take turns in one process (``_common.take_turns``: a warm-up
+call each, then ``--rounds`` rounds, order rotated and reversed), so they share whatever
+load the machine has; the figure is the median of the per-round ratios, with their range
+and every round's load average.  The scores must agree within ``--tolerance`` nats
+(float32 summation order differs) and the pair decisions must be the same.  Peak memory
+is sampled per call in the one process (the allocator keeps what an earlier call freed,
+so it can read low).  Writes ``benchmarks/out/causal.json`` (``--record``: the tracked
+``benchmarks/results/causal.json``).
 
-    .venv/bin/python benchmarks/causal.py --limit 100     # first 100 pairs (200 sentences)
-    .venv/bin/python benchmarks/causal.py                 # all 1,508 pairs
+    .venv/bin/python benchmarks/causal.py --limit 100 --rounds 3   # first 100 pairs (200 sentences)
+    .venv/bin/python benchmarks/causal.py                          # all 1,508 pairs
 """
 
 from __future__ import annotations
@@ -24,99 +29,74 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, PeakRSS, add_output_arguments, crows_pairs, machine, output_path, run_worker  # noqa: E402
-
-WORK = Path("/tmp/stereolens-bench-causal")
+from _common import REPO, add_output_arguments, crows_pairs, describe, machine, output_path, take_turns  # noqa: E402
 
 
-def run_one(args) -> None:
-    import torch
-
-    sents = json.loads(Path(args.sentences).read_text(encoding="utf-8"))
-    if args.worker == "engine":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from stereolens.scoring import score_sentences
-
-        model = AutoModelForCausalLM.from_pretrained(args.model).eval()
-        tok = AutoTokenizer.from_pretrained(args.model)
-        score_sentences(model, tok, sents[:2], "causal")  # first-call setup (head split check) outside the timing
-
-        def fn():
-            return [s.logprob for s in score_sentences(model, tok, sents, "causal", batch_tokens=args.batch_tokens)]
-    else:
-        from lm_eval.api.instance import Instance
-        from lm_eval.models.huggingface import HFLM
-
-        lm = HFLM(pretrained=args.model, device="cpu", batch_size=args.lm_eval_batch)
-        reqs = [Instance(request_type="loglikelihood", doc={}, arguments=("", s), idx=i) for i, s in enumerate(sents)]
-
-        def fn():
-            return [ll for ll, _ in lm.loglikelihood(reqs, disable_tqdm=True)]
-
-    with PeakRSS() as mem:
-        t0 = time.perf_counter()
-        scores = fn()
-        seconds = time.perf_counter() - t0
-    print(json.dumps({
-        "method": args.worker, "sentences": len(sents), "seconds": seconds, "sentences_per_s": len(sents) / seconds,
-        "peak_rss_mb": mem.peak / 2**20, "peak_extra_mb": mem.extra / 2**20, "threads": torch.get_num_threads(),
-        "scores": scores,
-    }))
-
-
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=str(REPO / "models" / "gemma3-270m"))
     p.add_argument("--limit", type=int, default=None, help="first N pairs (default: all 1,508)")
     p.add_argument("--batch-tokens", type=int, default=8192)
     p.add_argument("--lm-eval-batch", type=int, default=16)
-    p.add_argument("--workdir", type=Path, default=WORK)
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
+    p.add_argument("--tolerance", type=float, default=5e-3, help="largest score difference counted as equal (nats)")
     add_output_arguments(p, "causal.json")
-    p.add_argument("--worker", choices=["engine", "lm_eval"], help=argparse.SUPPRESS)
-    p.add_argument("--sentences", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.output = output_path(args, "causal.json")
-    if args.worker:
-        run_one(args)
-        return
     if not (Path(args.model) / "config.json").exists():
         sys.exit(f"no model at {args.model}: run the models stage (stereolens stage prepare-model) first")
-    args.workdir.mkdir(parents=True, exist_ok=True)
     sents = [s for pair in crows_pairs(args.limit) for s in pair]
-    f = args.workdir / "sentences.json"
-    f.write_text(json.dumps(sents, ensure_ascii=False), encoding="utf-8")
-    common = ["--model", args.model, "--sentences", str(f), "--batch-tokens", str(args.batch_tokens),
-              "--lm-eval-batch", str(args.lm_eval_batch)]
-    results = {}
-    for method in ("engine", "lm_eval"):
-        print(f"{method}: {len(sents)} sentences ...", flush=True)
-        results[method] = r = run_worker(Path(__file__), ["--worker", method, *common])
-        print(f"  {r['sentences_per_s']:.2f} sentences/s, peak +{r['peak_extra_mb']:.0f} MiB ({r['seconds']:.1f} s)", flush=True)
-    diffs = [abs(a - b) for a, b in zip(results["engine"]["scores"], results["lm_eval"]["scores"])]
+
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from stereolens.io import write_json
+    from stereolens.scoring import score_sentences
+
+    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    tok = AutoTokenizer.from_pretrained(args.model)
+    lm = HFLM(pretrained=args.model, device="cpu", batch_size=args.lm_eval_batch)
+    reqs = [Instance(request_type="loglikelihood", doc={}, arguments=("", s), idx=i) for i, s in enumerate(sents)]
+
+    def engine() -> list[float]:
+        return [s.logprob for s in score_sentences(model, tok, sents, "causal", batch_tokens=args.batch_tokens)]
+
+    def lm_eval() -> list[float]:
+        return [ll for ll, _ in lm.loglikelihood(reqs, disable_tqdm=True)]
+
+    timed = take_turns({"engine": engine, "lm_eval": lm_eval}, args.rounds, baseline="engine",
+                       tolerance=args.tolerance, memory=True)
+    scores = timed.pop("values")
+    n = len(sents) // 2
+    same_decisions = sum((scores["engine"][2 * i] > scores["engine"][2 * i + 1])
+                         == (scores["lm_eval"][2 * i] > scores["lm_eval"][2 * i + 1]) for i in range(n)) / max(1, n)
+    seconds = timed["median_seconds"]
     summary = {
         "benchmark": "causal sentence log-likelihood (benchmarks/causal.py)",
         "model": args.model,
-        "data": f"CrowS-Pairs, first {len(sents) // 2} pairs, both sentences, empty context (BOS)",
+        "data": f"CrowS-Pairs, first {n} pairs, both sentences, empty context (BOS)",
         "conditions": {**machine(), "batch_tokens": args.batch_tokens, "lm_eval_batch_size": args.lm_eval_batch,
-                       "note": "shared 2-core machine: other processes may have been running; compare ratios, not absolute speeds"},
-        "methods": {k: {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in results.items()},
-        "speedup_vs_lm_eval": results["engine"]["sentences_per_s"] / results["lm_eval"]["sentences_per_s"],
-        "max_abs_diff_vs_lm_eval": max(diffs),
-        "same_pct_stereotype": sum(
-            (results["engine"]["scores"][2 * i] > results["engine"]["scores"][2 * i + 1])
-            == (results["lm_eval"]["scores"][2 * i] > results["lm_eval"]["scores"][2 * i + 1])
-            for i in range(len(sents) // 2)
-        ) / max(1, len(sents) // 2),
+                       "rounds": args.rounds, "load_average_1min_range": timed["load_average_1min_range"],
+                       "note": "both methods take turns in one process; the ratio is the median of the rounds'"},
+        "methods": {name: {"median_seconds": seconds[name], "sentences_per_s": len(sents) / seconds[name],
+                           "peak_extra_mb_in_one_process": timed["peak_extra_mb"][name]} for name in seconds},
+        "speedup_vs_lm_eval": timed["median_ratio_to_engine"]["lm_eval"],
+        "speedup_range": timed["ratio_range"]["lm_eval"],
+        "max_abs_diff_vs_lm_eval": timed["agreement"]["difference_to_engine"]["lm_eval"],
+        "values_equal": timed["values_equal"],
+        "same_pct_stereotype": same_decisions,
+        "timing": timed,
         "goal": {"speedup_vs_lm_eval": 1.5},
+        "date": time.strftime("%Y-%m-%d"),
     }
-    sys.path.insert(0, str(REPO / "src"))
-    from stereolens.io import write_json
-
     write_json(args.output, summary)
-    print(json.dumps({k: summary[k] for k in ("speedup_vs_lm_eval", "max_abs_diff_vs_lm_eval", "same_pct_stereotype")}, indent=2))
+    print(json.dumps({k: summary[k] for k in ("speedup_vs_lm_eval", "speedup_range", "max_abs_diff_vs_lm_eval",
+                                               "same_pct_stereotype")}, indent=2))
+    print(describe(timed, "engine"))
     print(f"wrote {args.output}")
+    return 0 if timed["values_equal"] and same_decisions == 1.0 else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

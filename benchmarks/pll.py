@@ -11,16 +11,20 @@ first N CrowS-Pairs pairs (both sentences) with PLL-word-l2r three ways:
 - ``minicons``: ``MaskedLMScorer.sequence_score(..., PLL_metric="within_word_l2r")``,
   at each of several sentences-per-call settings (default 1 and 4); the
   ratio is taken against the fastest, since minicons pads the copies of the
-  sentences in one call to the longest of them (4 per call ran 5-11%
-  slower than 1 per call here).
+  sentences in one call to the longest of them.
 
-Each runs in its own process (peak memory is its own), on the same
-sentences; the results must agree.  Prints and writes sentences per second,
-peak memory above the loaded model and the ratios as JSON.
+The model is loaded once and the methods take turns in one process
+(``_common.take_turns``: a warm-up call each, then ``--rounds`` rounds, order
+rotated and reversed), so they share whatever load the machine has: engine and
+minicons on ``--pairs`` pairs, engine and the naive loop (slow) on the first
+``--naive-pairs``.  The figure is the median of the per-round ratios, with their
+range and every round's load average; the scores must agree within ``--tolerance``.
+``--long`` measures the engine's peak memory on long sentences, each length in a
+fresh process.
 
-    .venv/bin/python benchmarks/pll.py --pairs 300
-    .venv/bin/python benchmarks/pll.py --pairs 300 --naive-pairs 20 --minicons-pairs 60   # subsets for the slow ones
+    .venv/bin/python benchmarks/pll.py --pairs 50 --naive-pairs 10 --rounds 3
     .venv/bin/python benchmarks/pll.py --minicons-batch 1 4 16   # more minicons settings
+    .venv/bin/python benchmarks/pll.py --long 60 120 240          # engine memory by sentence length
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, PeakRSS, add_output_arguments, crows_pairs, machine, output_path, run_worker  # noqa: E402
+from _common import (  # noqa: E402
+    REPO, PeakRSS, add_output_arguments, crows_pairs, describe, machine, output_path, run_worker, take_turns,
+)
 
 VOCAB_SIZE = 119_547
 WORK = Path("/tmp/stereolens-bench-pll")
@@ -171,160 +177,158 @@ def worker_naive(model, tok, sents, args):
     return out
 
 
-def worker_minicons(model, tok, sents, args):
+def minicons_scorer(model, tok, metric: str, per_call: int):
+    """minicons' PLL scorer on the loaded model: a function of the sentences."""
     from minicons.scorer import MaskedLMScorer
 
     if not hasattr(tok, "batch_encode_plus"):
         tok.batch_encode_plus = tok.__call__  # minicons 0.3.39 calls what transformers 5 removed
     scorer = MaskedLMScorer(model, "cpu", tokenizer=tok)
-    metric = "within_word_l2r" if args.metric == "pll_word_l2r" else "original"
-    out = []
-    per_call = args.minicons_batch[0]
-    for i in range(0, len(sents), per_call):
-        out += scorer.sequence_score(sents[i : i + per_call], PLL_metric=metric, reduction=lambda x: x.sum(0).item())
-    return out
+    name = "within_word_l2r" if metric == "pll_word_l2r" else "original"
+
+    def score(sents: list[str]) -> list[float]:
+        out: list[float] = []
+        for i in range(0, len(sents), per_call):
+            out += scorer.sequence_score(sents[i : i + per_call], PLL_metric=name, reduction=lambda x: x.sum(0).item())
+        return out
+    return score
 
 
 def run_one(args) -> None:
+    """One engine run in this process, for the --long memory check (peak memory is then its own)."""
     import torch
-
-    from stereolens.scoring.batching import cpu_workers
 
     sents = json.loads(Path(args.sentences).read_text(encoding="utf-8"))
     model, tok = _load(args.model_dir)
-    fn = {"engine": worker_engine, "naive": worker_naive, "minicons": worker_minicons}[args.worker]
-    if args.worker == "engine":
-        fn(model, tok, ["The cat sat on the mat."], args)  # first-call setup (scoring-path check) outside the timing
+    worker_engine(model, tok, ["The cat sat on the mat."], args)  # first-call setup (scoring-path check) outside the timing
     n_tokens = sum(sum(1 for m in tok(s, return_special_tokens_mask=True)["special_tokens_mask"] if not m) for s in sents)
     with PeakRSS() as mem:
         t0 = time.perf_counter()
-        scores = fn(model, tok, sents, args)
+        worker_engine(model, tok, sents, args)
         seconds = time.perf_counter() - t0
-    print(json.dumps({
-        "method": args.worker, "sentences": len(sents), "scored_tokens": n_tokens, "seconds": seconds,
-        "sentences_per_s": len(sents) / seconds, "scored_tokens_per_s": n_tokens / seconds, "peak_rss_mb": mem.peak / 2**20, "peak_extra_mb": mem.extra / 2**20,
-        "threads": torch.get_num_threads(), "scores": scores,
-        **({"workers": cpu_workers(torch.device("cpu"))} if args.worker == "engine" else {}),
-    }))
+    print(json.dumps({"method": "engine", "sentences": len(sents), "scored_tokens": n_tokens, "seconds": seconds,
+                      "peak_extra_mb": mem.extra / 2**20, "threads": torch.get_num_threads()}))
 
 
 # ---------------------------------------------------------------- driver
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pairs", type=int, default=300, help="CrowS-Pairs pairs for the engine (default 300)")
-    p.add_argument("--naive-pairs", type=int, default=None, help="first pairs for the naive loop (default: --pairs)")
-    p.add_argument("--minicons-pairs", type=int, default=None, help="first pairs for minicons (default: --pairs)")
+    p.add_argument("--pairs", type=int, default=50, help="CrowS-Pairs pairs for engine and minicons (default 50)")
+    p.add_argument("--naive-pairs", type=int, default=10, help="first pairs for engine and the naive loop (default 10)")
     p.add_argument("--metric", choices=["pll", "pll_word_l2r"], default="pll_word_l2r")
     p.add_argument("--batch-tokens", type=int, default=8192)
     p.add_argument("--minicons-batch", type=int, nargs="+", default=[1, 4],
                    help="sentences per minicons call; each is measured and the fastest is the reference (default: 1 4)")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
+    p.add_argument("--tolerance", type=float, default=1e-3, help="largest score difference counted as equal (nats)")
     p.add_argument("--tokenizer-vocab", type=int, default=3000)
     p.add_argument("--long", type=int, nargs="*", default=None, metavar="TOKENS",
                    help="also measure engine peak memory on one sentence of each of these lengths (e.g. --long 60 120 240)")
     p.add_argument("--long-budget", type=int, default=2048, help="--batch-tokens for the --long memory check")
     p.add_argument("--workdir", type=Path, default=WORK)
     add_output_arguments(p, "pll.json")
-    p.add_argument("--worker", choices=["engine", "naive", "minicons"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["engine"], help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     p.add_argument("--sentences", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.output = output_path(args, "pll.json")
     if args.worker:
         run_one(args)
-        return
+        return 0
 
     model_dir = args.workdir / "bert-base-random-119547"
     args.workdir.mkdir(parents=True, exist_ok=True)
     build_model(model_dir, args.tokenizer_vocab)
-    pairs = crows_pairs(args.pairs)
-    sents = [s for pair in pairs for s in pair]
-    counts = {"engine": len(pairs), "naive": args.naive_pairs or len(pairs), "minicons": args.minicons_pairs or len(pairs)}
-    results = {}
-    common = ["--metric", args.metric, "--batch-tokens", str(args.batch_tokens), "--model-dir", str(model_dir)]
-    minicons_runs = {}
-    for method, n in counts.items():
-        f = args.workdir / f"sentences-{method}.json"
-        f.write_text(json.dumps(sents[: 2 * n], ensure_ascii=False), encoding="utf-8")
-        for per_call in args.minicons_batch if method == "minicons" else [args.minicons_batch[0]]:
-            label = f"{method} ({per_call} sentences per call)" if method == "minicons" else method
-            print(f"{label}: {2 * n} sentences ...", flush=True)
-            r = run_worker(Path(__file__), ["--worker", method, "--sentences", str(f), "--minicons-batch", str(per_call), *common])
-            print(f"  {r['sentences_per_s']:.2f} sentences/s, peak +{r['peak_extra_mb']:.0f} MiB ({r['seconds']:.1f} s)", flush=True)
-            if method == "minicons":
-                minicons_runs[per_call] = r
-            else:
-                results[method] = r
-    fastest = max(minicons_runs, key=lambda k: minicons_runs[k]["scored_tokens_per_s"])
-    results["minicons"] = minicons_runs[fastest]
+    sys.path.insert(0, str(REPO / "src"))
+    import torch
 
-    def speedup(other: str) -> float:
-        unit = "sentences_per_s" if len(set(counts.values())) == 1 else "scored_tokens_per_s"
-        return results["engine"][unit] / results[other][unit]
+    from stereolens.scoring.batching import cpu_workers
 
-    def agree(other: str) -> float:
-        n = min(len(results[other]["scores"]), len(results["engine"]["scores"]))
-        return max(abs(a - b) for a, b in zip(results["engine"]["scores"][:n], results[other]["scores"][:n]))
+    model, tok = _load(str(model_dir))
+    sents = [s for pair in crows_pairs(args.pairs) for s in pair]
+    naive_sents = sents[: 2 * args.naive_pairs]
+
+    def n_scored(texts: list[str]) -> int:
+        return sum(sum(1 for m in tok(s, return_special_tokens_mask=True)["special_tokens_mask"] if not m) for s in texts)
+
+    minicons = {f"minicons_{k}": minicons_scorer(model, tok, args.metric, k) for k in args.minicons_batch}
+    methods = {"engine": lambda: worker_engine(model, tok, sents, args),
+               **{name: (lambda f=f: f(sents)) for name, f in minicons.items()}}
+    print(f"engine and minicons, {len(sents)} sentences, {args.rounds} rounds ...", flush=True)
+    vs_minicons = take_turns(methods, args.rounds, baseline="engine", tolerance=args.tolerance)
+    vs_minicons.pop("values")
+    print(describe(vs_minicons, "engine"), flush=True)
+    print(f"engine and the naive loop, {len(naive_sents)} sentences, {args.rounds} rounds ...", flush=True)
+    vs_naive = take_turns({"engine": lambda: worker_engine(model, tok, naive_sents, args),
+                           "naive": lambda: worker_naive(model, tok, naive_sents, args)},
+                          args.rounds, baseline="engine", tolerance=args.tolerance)
+    vs_naive.pop("values")
+    print(describe(vs_naive, "engine"), flush=True)
+    ratios = vs_minicons["median_ratio_to_engine"]
+    fastest = min(args.minicons_batch, key=lambda k: ratios[f"minicons_{k}"])
 
     long_memory = None
     if args.long:
         # memory is bounded by the token budget, not by sentence length: each length gets
         # enough sentences to fill at least two forward passes of --long-budget tokens
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(model_dir)
         stream = tok(" ".join(s for pair in crows_pairs(None)[:400] for s in pair), add_special_tokens=False)["input_ids"]
         long_memory = {"batch_tokens": args.long_budget}
+        common = ["--metric", args.metric, "--batch-tokens", str(args.long_budget), "--model-dir", str(model_dir)]
         for target in args.long:
             n_sent = -(-2 * args.long_budget // (target * (target + 2)))
             texts = [tok.decode(stream[i * target : (i + 1) * target]) for i in range(n_sent)]
             f = args.workdir / f"sentences-long{target}.json"
             f.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-            long_args = list(common)
-            long_args[long_args.index("--batch-tokens") + 1] = str(args.long_budget)
-            r = run_worker(Path(__file__), ["--worker", "engine", "--sentences", str(f), *long_args])
+            r = run_worker(Path(__file__), ["--worker", "engine", "--sentences", str(f), *common])
             long_memory[str(target)] = {"sentences": n_sent, "scored_tokens": r["scored_tokens"],
                                         "peak_extra_mb": r["peak_extra_mb"], "seconds": r["seconds"]}
             print(f"engine, {n_sent} sentences of ~{target} tokens: peak +{r['peak_extra_mb']:.0f} MiB", flush=True)
 
-    sys.path.insert(0, str(REPO / "src"))
+    workers = cpu_workers(torch.device("cpu"))
     # the engine's passes side by side share its token budget
-    summary_flops = flop_model(model_dir, sents, args.metric, args.batch_tokens // (results["engine"].get("workers") or 1), fastest)
+    summary_flops = flop_model(model_dir, sents, args.metric, args.batch_tokens // workers, fastest)
+    seconds = vs_minicons["median_seconds"]
     summary = {
         "benchmark": "masked-LM PLL scoring (benchmarks/pll.py)",
         "metric": args.metric,
         "model": "BertForMaskedLM, 12 layers, hidden 768, 12 heads, vocab 119,547, random weights (seed 0)",
         "tokenizer": f"WordPiece trained on CrowS-Pairs, {args.tokenizer_vocab} pieces",
-        "data": "CrowS-Pairs (first pairs, both sentences)",
-        "conditions": {**machine(), "batch_tokens": args.batch_tokens, "engine_workers": results["engine"].get("workers"),
-                       "minicons_sentences_per_call": fastest,
-                       "note": "shared 2-core machine: other processes may have been running; compare ratios, not absolute speeds"},
-        "methods": {k: {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in results.items()},
-        # every minicons setting measured; "minicons" above is the fastest of them
-        "minicons_by_sentences_per_call": {
-            str(k): {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in sorted(minicons_runs.items())
-        },
-        "speedup_vs_minicons_by_sentences_per_call": {
-            str(k): results["engine"]["scored_tokens_per_s"] / v["scored_tokens_per_s"] for k, v in sorted(minicons_runs.items())
-        },
-        # sentences/s when every method scored the same sentences; scored tokens/s otherwise
-        "speedup_vs_naive": speedup("naive"),
-        "speedup_vs_minicons": speedup("minicons"),
-        "speedup_unit": "sentences_per_s" if len(set(counts.values())) == 1 else "scored_tokens_per_s (subsets differ)",
-        "max_abs_diff_vs_naive": agree("naive"),
-        "max_abs_diff_vs_minicons": agree("minicons"),
+        "data": f"CrowS-Pairs, first {args.pairs} pairs (naive loop: first {args.naive_pairs}), both sentences",
+        "conditions": {**machine(), "batch_tokens": args.batch_tokens, "engine_workers": workers,
+                       "rounds": args.rounds, "minicons_sentences_per_call": fastest,
+                       "load_average_1min_range": [min(vs_minicons["load_average_1min_range"][0], vs_naive["load_average_1min_range"][0]),
+                                                   max(vs_minicons["load_average_1min_range"][1], vs_naive["load_average_1min_range"][1])],
+                       "note": "methods take turns in one process; each ratio is the median of the rounds'"},
+        "scored_tokens": n_scored(sents),
+        "median_seconds": seconds,
+        "scored_tokens_per_s": {name: n_scored(sents) / t for name, t in seconds.items()},
+        # "N x" = the other method's time over the engine's on the same sentences
+        "speedup_vs_minicons_by_sentences_per_call": {str(k): ratios[f"minicons_{k}"] for k in args.minicons_batch},
+        "speedup_vs_minicons": ratios[f"minicons_{fastest}"],
+        "speedup_vs_minicons_range": vs_minicons["ratio_range"][f"minicons_{fastest}"],
+        "speedup_vs_naive": vs_naive["median_ratio_to_engine"]["naive"],
+        "speedup_vs_naive_range": vs_naive["ratio_range"]["naive"],
+        "max_abs_diff_vs_minicons": vs_minicons["agreement"]["difference_to_engine"][f"minicons_{fastest}"],
+        "max_abs_diff_vs_naive": vs_naive["agreement"]["difference_to_engine"]["naive"],
+        "values_equal": vs_minicons["values_equal"] and vs_naive["values_equal"],
+        "timing_vs_minicons": vs_minicons,
+        "timing_vs_naive": vs_naive,
         "engine_peak_extra_mb_by_sentence_tokens": long_memory,
         "multiply_adds": summary_flops,
         "goals": {"speedup_vs_naive": 5.0, "speedup_vs_minicons": 3.0},
+        "date": time.strftime("%Y-%m-%d"),
     }
     from stereolens.io import write_json
 
     write_json(args.output, summary)
-    print(json.dumps({k: summary[k] for k in ("speedup_vs_naive", "speedup_vs_minicons", "max_abs_diff_vs_naive", "max_abs_diff_vs_minicons")}, indent=2))
+    print(json.dumps({k: summary[k] for k in ("speedup_vs_naive", "speedup_vs_minicons", "speedup_vs_minicons_range",
+                                               "max_abs_diff_vs_naive", "max_abs_diff_vs_minicons", "values_equal")}, indent=2))
     print(f"multiply-add ratios: naive / engine {summary_flops['ratio_naive']:.2f}, minicons / engine {summary_flops['ratio_minicons']:.2f}")
     print(f"wrote {args.output}")
+    return 0 if summary["values_equal"] else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -2,18 +2,25 @@
 
 The stereo retrieval stage sends one batch of sampled chat requests per round and turn
 (one request per active country x category x point of view, temperature 0.8, each with
-its seed).  This script times ``HFCausalLM.generate`` on such a batch twice with the
-response cache off:
+its seed; up to 150 in a round).  This script times ``HFCausalLM.generate`` on such a
+batch with the response cache off:
 
+- ``batched``: ``generate(requests)`` with the model config's ``batch_size`` (``--batch-size``);
 - ``one_at_a_time``: ``generate([request])`` per request, which is what the backend did
   for every sampled request before they were batched;
-- ``batched``: ``generate(requests)`` with the model config's ``batch_size``;
+- ``batched_reference_sampler``: as ``batched``, with the one-row-at-a-time sampler the
+  batched ``PerRowSampler`` replaced (``tests/reference_per_row_sampler.py``): what the
+  sampler rewrite saves;
+- ``batched_<N>`` for each ``--larger-batch N``: as ``batched``, ``N`` requests per pass.
 
-checks that both give the same texts, and writes the times and their ratio to
-``benchmarks/out/sampled_generation.json`` (``--record``: the tracked file in ``benchmarks/results/``).  The order alternates (batched first on
-odd repeats) so that a change in the machine's load hits both about equally.
+The methods take turns (``_common.take_turns``: a warm-up call each, then ``--rounds``
+rounds, order rotated and reversed), the figure is the median of the per-round ratios
+with the load average of every round, and every method must give the same texts.
+Writes ``benchmarks/out/sampled_generation.json`` (``--record``: the tracked file in
+``benchmarks/results/``).
 
-    python benchmarks/sampled_generation.py --requests 8 --new-tokens 32 --repeats 2
+    python benchmarks/sampled_generation.py --requests 8 --new-tokens 32 --rounds 3
+    python benchmarks/sampled_generation.py --requests 32 --larger-batch 32 --rounds 2
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, add_output_arguments, machine, output_path  # noqa: E402
+from _common import REPO, add_output_arguments, describe, machine, output_path, take_turns  # noqa: E402
 
 TOPICS = ["Mexico", "Spain", "Peru", "Colombia", "Argentina", "Chile", "Cuba", "Bolivia"]
 ASPECTS = ["food", "work", "family", "religion"]
@@ -50,50 +57,69 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--larger-batch", type=int, nargs="*", default=[], metavar="N",
+                    help="also time batches of N requests per pass")
+    ap.add_argument("--no-one-at-a-time", action="store_true", help="leave out the slow one-request-per-call method")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
     add_output_arguments(ap, "sampled_generation.json")
     args = ap.parse_args(argv)
     args.output = output_path(args, "sampled_generation.json")
 
+    sys.path.insert(0, str(REPO / "tests"))
+    from reference_per_row_sampler import ReferencePerRowSampler
+
     from stereolens.io import write_json
     from stereolens.models import ModelSpec, ResponseCache, load_model
+    from stereolens.models.hf import PerRowSampler
 
     model = load_model(ModelSpec(name=args.model, kind="causal", batch_size=args.batch_size),
                        cache=ResponseCache(enabled=False))
     reqs = requests(args.requests, args.new_tokens, args.temperature)
-    model.generate(reqs[:1])  # warm-up: first-call allocations and lazy imports
-    times: dict[str, list[float]] = {"one_at_a_time": [], "batched": []}
-    texts: dict[str, list[str]] = {}
+
+    def generate(batch_size: int, sampler=PerRowSampler):
+        def run() -> list[str]:
+            model.spec.batch_size, model.sampler = batch_size, sampler
+            return [g.text for g in model.generate(reqs)]
+        return run
 
     def one_at_a_time() -> list[str]:
+        model.spec.batch_size, model.sampler = args.batch_size, PerRowSampler
         return [model.generate([r])[0].text for r in reqs]
 
-    def batched() -> list[str]:
-        return [g.text for g in model.generate(reqs)]
-
-    for repeat in range(args.repeats):
-        order = [("batched", batched), ("one_at_a_time", one_at_a_time)]
-        for name, run in order if repeat % 2 else order[::-1]:
-            start = time.perf_counter()
-            texts[name] = run()
-            times[name].append(time.perf_counter() - start)
-    best = {name: min(values) for name, values in times.items()}
+    methods = {"batched": generate(args.batch_size),
+               "batched_reference_sampler": generate(args.batch_size, ReferencePerRowSampler)}
+    if not args.no_one_at_a_time:
+        methods["one_at_a_time"] = one_at_a_time
+    for n in args.larger_batch:
+        methods[f"batched_{n}"] = generate(n)
+    timed = take_turns(methods, args.rounds, baseline="batched")
+    texts = timed.pop("values")
+    ratio = timed["median_ratio_to_batched"]
     result = {
         "model": args.model,
         "requests": args.requests,
         "max_new_tokens": args.new_tokens,
         "temperature": args.temperature,
         "batch_size": args.batch_size,
-        "seconds": times,
-        "best_seconds": best,
-        "speedup_batched_over_one_at_a_time": best["one_at_a_time"] / best["batched"],
-        "same_texts": texts["batched"] == texts["one_at_a_time"],
-        "n_differing_texts": sum(a != b for a, b in zip(texts["batched"], texts["one_at_a_time"])),
+        "rounds": args.rounds,
+        "median_seconds": timed["median_seconds"],
+        # "N x" = the other method's time over batched's: how much faster batched is
+        "speedup_batched_over_one_at_a_time": ratio.get("one_at_a_time"),
+        "speedup_batched_sampler_over_reference_sampler": ratio["batched_reference_sampler"],
+        "speedup_larger_batches_over_batch_size": {n: 1 / ratio[f"batched_{n}"] for n in args.larger_batch},
+        "same_texts": timed["values_equal"],
+        "n_differing_texts": timed["agreement"]["difference_to_batched"],
+        "example_text": texts["batched"][0],
+        "timing": timed,
         "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
     }
     write_json(args.output, result)
-    print(json.dumps(result, indent=2))
-    return 0
+    print(json.dumps({k: result[k] for k in ("median_seconds", "speedup_batched_over_one_at_a_time",
+                                             "speedup_batched_sampler_over_reference_sampler",
+                                             "speedup_larger_batches_over_batch_size", "same_texts")}, indent=2))
+    print(describe(timed, "batched"))
+    return 0 if timed["values_equal"] else 1
 
 
 if __name__ == "__main__":

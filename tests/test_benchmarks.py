@@ -73,3 +73,38 @@ def test_take_turns_warms_up_untimed_then_swaps_the_order_each_round():
     for r in out["rounds"]:
         assert r["ratio_to_a"] == {n: r["seconds"][n] / r["seconds"]["a"] for n in ("b", "c")}
     assert set(out["median_ratio_to_a"]) == {"b", "c"}
+
+
+def test_take_turns_compares_every_method_with_the_baseline_and_with_itself():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _common import take_turns
+
+    same = take_turns({"a": lambda: [1.0, 2.0], "b": lambda: [1.0, 2.0 + 1e-9]}, 2, baseline="a", tolerance=1e-6)
+    assert same["values_equal"] is True
+    assert same["agreement"]["difference_to_a"]["b"] == pytest.approx(1e-9, abs=1e-12)
+    # the default tolerance is exact: a benchmark that names none compares exactly
+    assert take_turns({"a": lambda: [1.0], "b": lambda: [1.0 + 1e-9]}, 1, baseline="a")["values_equal"] is False
+    off = take_turns({"a": lambda: [1.0, 2.0], "b": lambda: [1.0, 2.5]}, 2, baseline="a", tolerance=1e-6)
+    assert off["values_equal"] is False and off["agreement"]["difference_to_a"]["b"] == pytest.approx(0.5)
+    texts = take_turns({"a": lambda: ["x", "y", "1"], "b": lambda: ["x", "z", "1.0"]}, 1, baseline="a")
+    assert texts["agreement"]["difference_to_a"]["b"] == 2  # two texts differ ("1" is not "1.0")
+    assert take_turns({"a": lambda: [1.0], "b": lambda: [1.0, 2.0]}, 1, baseline="a")["values_equal"] is False
+    # a method whose answer moves between calls differs from itself, even when its last call agrees
+    calls = []
+
+    def moving():
+        calls.append(1)
+        return [1.0] if len(calls) > 1 else [3.0]
+
+    drifting = take_turns({"a": lambda: [1.0], "b": moving}, 2, baseline="a")
+    assert drifting["agreement"]["difference_to_a"]["b"] == 0.0
+    assert drifting["agreement"]["difference_between_rounds"]["b"] == 2.0
+    assert drifting["values_equal"] is False
+
+
+@pytest.mark.parametrize("script", [p for p in SCRIPTS if p.name != "scaling_rates.py"], ids=lambda p: p.name)
+def test_every_comparing_benchmark_times_its_methods_taking_turns_and_fails_on_unequal_values(script):
+    # scaling_rates.py measures rates of one method each, and compares nothing
+    text = script.read_text(encoding="utf-8")
+    assert "take_turns(" in text, f"{script.name} does not time its methods with _common.take_turns"
+    assert "values_equal" in text, f"{script.name} never reads take_turns' verdict on the values"
