@@ -52,6 +52,7 @@ STEREO = by_user(["Mexico-gender-001", "Mexico-gender-002", "Mexico-gender-003"]
 def test_fixtures_were_recorded_by_label_studio():
     recorded = json.loads((FIXTURES / "RECORDED_WITH.json").read_text())
     assert recorded["label_studio"] == "1.23.2"
+    assert recorded["recorded"] == "2026-11-27"
     assert recorded["users"] == {"lead": 1, "a": 2, "b": 3}
 
 
@@ -142,7 +143,7 @@ def test_stereo_panels_credit_label_studio_users_to_team_ids(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[]", "holds no tasks"),
+    ("[]", "holds no annotated task"),
     ('[{"id": 1, "data": {"item_id": "t1"}, "annotations": []}]', "holds no submitted annotations"),
     ('[{"id": 1, "text": "x"}]', "neither a Label Studio JSON export .* nor JSON-MIN"),
     ("annotation_id,annotator,id,item_id,label\n", "holds no submitted annotations"),
@@ -170,12 +171,10 @@ def test_cli_imports_every_study_scale_by_name(tmp_path, capsys):
     main(["annotation", "import", "--input", str(export("tuple_tasks", "csv")), "--scale", "yes_no",
           "--annotator-map", str(users), "--output", str(tmp_path / "mapped.csv")])
     assert sorted(pd.read_csv(tmp_path / "mapped.csv")["annotator_id"].unique()) == ["goa-02", "goa-03", "lead"]
-    # Label Studio's own user list (GET /api/users) credits each user to their email
-    listed = tmp_path / "users.json"
-    listed.write_text(json.dumps([{"id": 1, "email": "lead@example.org"}, {"id": 2, "email": "ann-a@example.org"},
-                                  {"id": 3, "email": "ann-b@example.org"}]))
+    # Label Studio's own user list (GET /api/users, recorded as docs/annotation.md fetches it) credits each user
+    # to their email
     main(["annotation", "import", "--input", str(export("tuple_tasks", "json")), "--scale", "yes_no",
-          "--annotator-map", str(listed), "--output", str(tmp_path / "emails.csv")])
+          "--annotator-map", str(FIXTURES / "users.json"), "--output", str(tmp_path / "emails.csv")])
     assert sorted(pd.read_csv(tmp_path / "emails.csv")["annotator_id"].unique()) == [
         "ann-a@example.org", "ann-b@example.org", "lead@example.org"]
     users.write_text("label_studio_user,annotator_id\n1,lead\n2,goa-02\n")
@@ -220,3 +219,90 @@ def test_review_decision_follows_time_not_row_order(tmp_path):
                               "review_reason": ""})
     kept, removed = apply_review(sentences, path)
     assert kept.empty and removed["review_reason"].tolist() == ["off-topic"]
+
+
+# A round left unfinished, recorded (driver.UNFINISHED): on the first tuple the lead said yes, user 2 no and user 3
+# skipped; user 3 skipped the second tuple and nobody else touched it; nobody touched the third.  "all" exports
+# were made with download_all_tasks=true, the others as the Export button makes them.
+UNFINISHED_FORMATS = ("json", "min.json", "csv", "all.json", "all.min.json", "all.csv")
+
+
+def test_unfinished_exports_are_what_label_studio_writes():
+    """The recorded shapes the import relies on (a re-recording that changes them fails here first)."""
+    def records(fmt):
+        path = export("unfinished", fmt)
+        if fmt.endswith("csv"):
+            return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict(orient="records")
+        return json.loads(path.read_text())
+
+    tasks = {t["data"]["item_id"]: t["annotations"] for t in records("json")}
+    # JSON: the skipped annotations are there (no result, was_cancelled); the untouched task is not
+    assert sorted(tasks) == ["Bamon::Caste", "Kharvi::Fishing"]
+    assert [(a["completed_by"], a["was_cancelled"], a["result"] == []) for a in tasks["Kharvi::Fishing"]] == [(3, True, True)]
+    assert {t["data"]["item_id"]: len(t["annotations"]) for t in records("all.json")}["Render::Toddy"] == 0
+    # JSON-MIN and CSV: skipped annotations are left out, and a task with nothing else with them
+    for fmt in ("min.json", "csv"):
+        assert sorted((r["item_id"], str(r["annotator"])) for r in records(fmt)) == [("Bamon::Caste", LEAD), ("Bamon::Caste", A)]
+    # every task: the untouched one is a record with no annotator and no annotation id (null, or blank in CSV)
+    untouched = [r for r in records("all.min.json") if r["item_id"] == "Render::Toddy"]
+    assert [(r["annotator"], r["annotation_id"]) for r in untouched] == [(None, None)]
+    untouched = [r for r in records("all.csv") if r["item_id"] == "Render::Toddy"]
+    assert [(r["annotator"], r["annotation_id"]) for r in untouched] == [("", "")]
+
+
+@pytest.mark.parametrize("fmt", UNFINISHED_FORMATS)
+def test_unfinished_round_imports_the_submitted_answers_only(fmt):
+    df = import_judgements(export("unfinished", fmt), YES_NO)
+    assert sorted(table(df)) == [("Bamon::Caste", LEAD, "yes"), ("Bamon::Caste", A, "no")]
+
+
+@pytest.mark.parametrize("fmt", UNFINISHED_FORMATS)
+def test_pairs_stage_names_the_tuples_nobody_judged(tmp_path, repo_root, fmt):
+    """Skipped or untouched, and whether the export lists the task or not: the tuple is unjudged, and the stage says
+    which before writing anything (it would otherwise count as rejected)."""
+    import yaml
+
+    from stereolens.annotation.config import AnnotationConfig
+    from stereolens.studies.pairs.validation import validate_tuples
+
+    raw = yaml.safe_load((repo_root / "conf" / "annotation" / "human.yaml").read_text())
+    tuples = pd.DataFrame({"tuple_id": ["Bamon::Caste", "Kharvi::Fishing", "Render::Toddy"],
+                           "group": ["Bamon", "Kharvi", "Render"], "attribute": ["Caste", "Fishing", "Toddy"]})
+    with pytest.raises(DataError, match=r"2 item\(s\) nobody judged, which would count as rejected: "
+                                        r"'Kharvi::Fishing', 'Render::Toddy'"):
+        validate_tuples(tuples, AnnotationConfig.from_config({**raw, "scale": "yes_no"}), region="Goa",
+                        judgements_path=export("unfinished", fmt), valid_share=0.5, seed=0, min_yes=2,
+                        enforce_gate=False, judgements_out=tmp_path / "judgements.csv", report_dir=tmp_path / "report")
+    assert not (tmp_path / "report").exists() and not (tmp_path / "judgements.csv").exists()
+
+
+@pytest.mark.parametrize("fmt, message", [
+    ("json", "holds no submitted annotations"),       # three tasks, each with one skipped annotation
+    ("min.json", "holds no annotated task"),          # [] : the skips and their tasks are left out
+    ("csv", "holds no submitted annotations"),        # the header alone
+])
+def test_a_round_of_skips_only_is_refused_in_one_line(tmp_path, capsys, fmt, message):
+    from stereolens.cli import main
+
+    with pytest.raises(DataError, match=message):
+        import_judgements(export("skipped", fmt), YES_NO)
+    assert main(["annotation", "import", "--input", str(export("skipped", fmt)), "--scale", "yes_no",
+                 "--output", str(tmp_path / "out.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stereolens: error: ") and message in err[0]
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_refused_user_list_request_is_named(tmp_path):
+    """What Label Studio 1.23.2 answers GET /api/users when the personal access token itself is sent as the Bearer
+    token (it is a refresh token, to be traded for an access token first): saved by `curl > users.json`."""
+    from stereolens.annotation.label_studio import read_annotator_map
+
+    answer = tmp_path / "users.json"
+    answer.write_text(json.dumps({"id": "67ededbc-0f47-49c7-87eb-92976c1d1939", "status_code": 401, "version": "1.23.2",
+                                  "detail": "Authentication credentials were not provided.", "exc_info": None}))
+    with pytest.raises(DataError, match=r"Label Studio refused the request \(401: Authentication credentials were not "
+                                        r"provided\.\), so this is no user list"):
+        read_annotator_map(answer)
+    assert read_annotator_map(FIXTURES / "users.json") == {"1": "lead@example.org", "2": "ann-a@example.org",
+                                                             "3": "ann-b@example.org"}

@@ -12,6 +12,16 @@ country in it still becomes its score.  The task's own ``source`` (where the
 item came from) is kept as ``item_source``: the judgement's ``source`` is the
 annotation's provenance.  When one annotator answered a task twice, the answer
 updated last counts (ties: the higher annotation id), whatever the format.
+
+What Label Studio 1.23.2 writes for a round left unfinished (recorded in
+tests/annotation/fixtures/label_studio/unfinished.*): its Export button leaves out
+the tasks nobody annotated; JSON keeps a skipped annotation (``was_cancelled``,
+no result) and JSON-MIN and CSV leave it out, with the task too when nothing
+else was submitted on it; with ``download_all_tasks=true`` an untouched task is a
+JSON task with no annotations, or a JSON-MIN / CSV record whose ``annotator`` and
+``annotation_id`` are null or blank.  None of these is a judgement: the rows hold
+the submitted annotations only, and a stage that needs every item judged names
+the ones left over (``io.refuse_unjudged``).
 """
 
 from __future__ import annotations
@@ -53,7 +63,8 @@ def export_format(path: str | os.PathLike) -> str:
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise DataError(f"Label Studio export {path} is not a list of tasks (JSON) or annotations (JSON-MIN)")
         if not records:
-            raise DataError(f"Label Studio export {path} holds no tasks: export the project after annotating it")
+            raise DataError(f"Label Studio export {path} holds no annotated task (its Export leaves out the tasks nobody "
+                            f"annotated, and JSON-MIN and CSV those only skipped): annotate, then export again")
         if all("annotations" in r and "data" in r for r in records):
             return "json"
         if all("annotator" in r and "annotation_id" in r for r in records):
@@ -195,6 +206,12 @@ def read_annotator_map(path: str | os.PathLike) -> dict[str, str]:
             users = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise DataError(f"annotator map {path}: not a readable JSON user list ({exc})") from None
+        if isinstance(users, dict) and "detail" in users:
+            # what Label Studio answers a request it refuses (a personal access token sent as the Bearer
+            # token without trading it for an access token first, docs/annotation.md)
+            raise DataError(f"annotator map {path}: Label Studio refused the request ({users.get('status_code', '?')}: "
+                            f"{users['detail']}), so this is no user list; fetch /api/users with an access token "
+                            f"(docs/annotation.md)")
         if not isinstance(users, list) or not all(isinstance(u, dict) and "id" in u and u.get("email") for u in users):
             raise DataError(f"annotator map {path}: expected Label Studio's user list (GET /api/users: records "
                             f"with id and email)")

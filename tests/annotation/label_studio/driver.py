@@ -2,7 +2,8 @@
 annotation projects from the project's own task files, submit annotations as several users, export.
 
 Used by ``make label-studio-test`` (tests/annotation/label_studio/test_round_trip.py) and by
-``python tests/annotation/label_studio/driver.py --record`` (re-records tests/annotation/fixtures/label_studio/).
+``python tests/annotation/label_studio/driver.py --record [DIR]`` (re-records tests/annotation/fixtures/label_studio/,
+or records into DIR to compare with ``compare_exports.py DIR``).
 Label Studio lives in its own venv (``LABEL_STUDIO_VENV``, default ``.venv-label-studio``): its pins
 would fight the project's.  Items are made up for the test and say so.
 """
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -212,26 +214,93 @@ def annotate_and_export(ls: LabelStudio, files: dict[str, dict[str, Path]], out:
     return made
 
 
+# rounds left unfinished, on the tuple tasks: (task position, choice position or None for a skip) per user.
+# "unfinished": the first task answered by the lead and user a and skipped by user b, the second only skipped
+# (by user b), the third untouched; "skipped": user b skipped every task and nobody answered
+UNFINISHED = {"lead": [(0, 0)], "a": [(0, 1)], "b": [(0, None), (1, None)]}
+SKIPPED = {"lead": [], "a": [], "b": [(0, None), (1, None), (2, None)]}
+
+
+def annotate_partly_and_export(ls: LabelStudio, files: dict[str, dict[str, Path]], out: Path) -> dict[str, Path]:
+    """Two projects on the tuple tasks, annotated as ``UNFINISHED`` and ``SKIPPED`` say, exported in every format:
+    as the Export button does (``<title>.<suffix>``: the tasks with at least one annotation, skipped ones
+    included) and, for "unfinished", with ``download_all_tasks=true`` too (``unfinished.all.<suffix>``: every
+    task, as the API and the SDK offer)."""
+    users = {"lead": ls.session(*LEAD), "a": ls.session(*ANNOTATORS[0]), "b": ls.session(*ANNOTATORS[1])}
+    paths = files["tuple_tasks"]
+    config = paths["label_config"].read_text(encoding="utf-8")
+    exports = {}
+    for title, plan, modes in (("unfinished", UNFINISHED, (False, True)), ("skipped", SKIPPED, (False,))):
+        lead = users["lead"]
+        project = lead.post(ls.url + "/api/projects", json={"title": title, "label_config": config})
+        project.raise_for_status()
+        pid = project.json()["id"]
+        tasks = json.loads(paths["label_studio"].read_text(encoding="utf-8"))
+        lead.post(f"{ls.url}/api/projects/{pid}/import", json=tasks).raise_for_status()
+        listed = sorted(lead.get(f"{ls.url}/api/tasks", params={"project": pid, "page_size": 100}).json()["tasks"],
+                        key=lambda t: t["id"])
+        for role, session in users.items():
+            for position, choice in plan[role]:
+                task = listed[position]
+                # a skip is what the Skip button sends: no result, was_cancelled
+                body = ({"result": [], "was_cancelled": True} if choice is None else
+                        {"result": [{"from_name": "label", "to_name": "text", "type": "choices",
+                                     "value": {"choices": [_choice_texts(config, task)[choice]]}}]})
+                session.post(f"{ls.url}/api/tasks/{task['id']}/annotations", json=body).raise_for_status()
+                time.sleep(0.05)
+        for fmt, suffix in FORMATS.items():
+            for every in modes:
+                name = f"{title}.all.{suffix}" if every else f"{title}.{suffix}"
+                r = lead.get(f"{ls.url}/api/projects/{pid}/export",
+                             params={"exportType": fmt, **({"download_all_tasks": "true"} if every else {})})
+                r.raise_for_status()
+                exports[name] = out / name
+                exports[name].write_bytes(r.content)
+    return exports
+
+
+def save_user_list(ls: LabelStudio, path: Path) -> Path:
+    """Label Studio's user list as docs/annotation.md fetches it: the lead's personal access token (the one the
+    Account & Settings page shows) is a refresh token, traded for an access token, which reads /api/users."""
+    import requests
+
+    lead = ls.session(*LEAD)
+    token = lead.post(ls.url + "/api/token/", json={})
+    token.raise_for_status()
+    access = requests.post(ls.url + "/api/token/refresh", json={"refresh": token.json()["token"]}, timeout=30)
+    access.raise_for_status()
+    users = requests.get(ls.url + "/api/users", headers={"Authorization": f"Bearer {access.json()['access']}"},
+                         timeout=30)
+    users.raise_for_status()
+    path.write_bytes(users.content)
+    return path
+
+
 def record(out: Path = FIXTURES) -> None:
-    """Re-record the committed fixtures: the project's task files, annotated and exported by the real Label Studio."""
+    """Re-record the committed fixtures: the project's task files, annotated and exported by the real Label Studio.
+    Check a recording against the committed one with ``compare_exports.py``."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, LabelStudio(label_studio_binary()) as ls:
         files = task_files(Path(tmp))
         made = annotate_and_export(ls, files, out)
+        partly = annotate_partly_and_export(ls, files, out)
+        save_user_list(ls, out / "users.json")
         version = ls.session(*LEAD).get(ls.url + "/api/version").json()["release"]
         for kind, paths in files.items():
             shutil.copy(paths["label_config"], out / f"{kind}.label_config.xml")
     write_recorded_with(out, version, made["pairwise_tasks"]["users"])
-    print(f"recorded {sum(len(m['exports']) for m in made.values())} exports with Label Studio {version} in {out}")
+    print(f"recorded {sum(len(m['exports']) for m in made.values()) + len(partly)} exports and users.json with "
+          f"Label Studio {version} in {out}")
 
 
 def write_recorded_with(out: Path, version: str, users: dict[str, int]) -> None:
     (out / "RECORDED_WITH.json").write_text(json.dumps(
-        {"label_studio": version, "made_by": "tests/annotation/label_studio/driver.py --record",
-         "users": users, "items": "made up for the test"}, indent=2) + "\n")
+        {"label_studio": version, "recorded": datetime.now(timezone.utc).date().isoformat(),
+         "made_by": "tests/annotation/label_studio/driver.py --record", "users": users,
+         "items": "made up for the test"}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--record"]:
-        sys.exit("usage: python tests/annotation/label_studio/driver.py --record")
-    record()
+    if sys.argv[1:2] != ["--record"] or len(sys.argv) > 3:
+        sys.exit("usage: python tests/annotation/label_studio/driver.py --record [DIR]  (default: the committed fixtures)")
+    record(Path(sys.argv[2]) if len(sys.argv) == 3 else FIXTURES)
