@@ -12,6 +12,9 @@ def with_value(config: dict, dotted: str, value: Any) -> dict:
     *path, last = dotted.split(".")
     node = out
     for part in path:
-        node = node[part]
-    node[last] = value
+        node = node[int(part)] if isinstance(node, list) else node[part]  # panel.0.mode: a list's item by index
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
     return out

@@ -21,15 +21,19 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 
 def _group_options() -> list[tuple[str, str]]:
     return sorted({("/".join(p.relative_to(CONF).parts[:-1]), p.stem) for p in CONF.rglob("*.yaml")
-                   if len(p.relative_to(CONF).parts) > 1 and "release" not in p.parts and "judges" not in p.parts})
+                   # a release block composes to release.<study>, outside its group's path: tested below
+                   if len(p.relative_to(CONF).parts) > 1 and "release" not in p.parts})
 
 
 def _leaves(schema: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
-    """(dotted key, schema) of every named key with a scalar schema."""
+    """(dotted key, schema) of every named key with a scalar schema; a list of mappings (the pcs judge panel)
+    through its first item (``panel.0.mode``)."""
     out = []
     for key, sub in (schema.get("properties") or {}).items():
         if "properties" in sub:
             out += _leaves(sub, f"{prefix}{key}.")
+        elif "properties" in (sub.get("items") or {}):
+            out += _leaves(sub["items"], f"{prefix}{key}.0.")
         elif "enum" in sub or set(sub.get("type", [])) & {"integer", "number", "boolean", "string"}:
             out.append((f"{prefix}{key}", sub))
     return out
@@ -38,9 +42,12 @@ def _leaves(schema: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[st
 def _get(config: dict, key: str) -> Any:
     node: Any = config
     for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif not isinstance(node, dict) or part not in node:
             return KeyError
-        node = node[part]
+        else:
+            node = node[part]
     return node
 
 
@@ -136,3 +143,40 @@ def test_a_yaml_syntax_error_in_params_is_one_line(tmp_path, capsys):
     assert main(["stage", "crows-report", "--params", str(tmp_path / "params.yaml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "params.yaml line 3, column 1: not valid YAML" in err[0], err
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("release.stereo.title", 12345, "release.stereo.title must be a non-empty text, got 12345"),
+    ("release.stereo.dataset", [], "release.stereo.dataset must be a list of at least 1 item(s)"),
+    ("release.pairs.gates", "reports/*.json", "release.pairs.gates must be a list"),
+    ("release.leakage.datasheet.uses", 3, "release.leakage.datasheet.uses must be a non-empty text, got 3"),
+    ("study.pcs.judges.panel", [], "study.pcs.judges.panel must be a list of at least 1 item(s)"),
+    ("study.pairs.coupling.keep", "fish curry", "study.pairs.coupling.keep must be a list"),
+    ("study.pairs.coupling.replace.tap toddy", None, "study.pairs.coupling.replace.tap toddy must be a non-empty text"),
+])
+def test_release_judges_and_coupling_blocks_are_typed(key, value, message):
+    """The blocks a plain group test cannot reach (a release composes outside its group; free-named maps)."""
+    config = compose_config([], config_dir=CONF)
+    refused = _refused(with_value(config, key, value), config, key.split(".", 2)[0] + "." + key.split(".")[1])
+    assert refused.startswith(message), refused
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("mode", "vibes", "must be one of ['json', 'logprob'], got 'vibes'"),
+    ("top_logprobs", 0, "must be an integer >= 1, got 0"),
+    ("temperature", -0.5, "must be a number >= 0, got -0.5"),
+    ("model", {"name": "m", "kind": "oracle"}, "must be one of ['masked', 'causal', 'seq2seq', 'chat', 'completion']"),
+])
+def test_each_judge_of_the_panel_is_typed(field, value, message):
+    config = compose_config([], config_dir=CONF)
+    panel = [{**config["study"]["pcs"]["judges"]["panel"][0], field: value}]
+    refused = _refused(with_value(config, "study.pcs.judges.panel", panel), config, "study.pcs.judges")
+    assert refused.startswith("study.pcs.judges.panel.0.") and message in refused, refused
+
+
+def test_the_stereo_annotator_files_compose_as_docs_annotation_shows():
+    """study.stereo.{validation,instantiation}.annotators name the team's demographics CSV, not a count."""
+    config = compose_config(["annotation=human", "study.stereo.validation.annotators=annotators.csv",
+                             "study.stereo.instantiation.annotators=writers.csv"], config_dir=CONF)
+    assert config["study"]["stereo"]["validation"]["annotators"] == "annotators.csv"
+    assert config["study"]["stereo"]["instantiation"]["annotators"] == "writers.csv"

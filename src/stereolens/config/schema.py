@@ -100,9 +100,21 @@ ANNOTATION = section(
 GENERATOR = {**MODEL, "type": ["object", "null"]}  # a study's own generator: a model config, or null for ``model``
 MODELS_TABLE = {"type": "object", "additionalProperties": MODEL}  # ``models``: id -> model config
 
+
+def mapping_of(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping from free names (groups, phrases, datasheet questions) to values of one schema."""
+    return {"type": "object", "additionalProperties": dict(value)}
+
+
+# ``release.<study>`` (conf/study/<study>/release/, read by lineage/release.py's ReleaseSpec)
+RELEASE = section(
+    title=text(), dataset=list_of(text(), min_items=1), gates=list_of(text()), agreement=list_of(text()),
+    items=list_of(section(path=text(), id=list_of(text()))), datasheet=mapping_of(text()),
+)
+
 TOP_LEVEL = {"model": MODEL, "executor": EXECUTOR, "metric": METRIC, "language": LANGUAGE, "tracking": TRACKING,
              "annotation": ANNOTATION, "seed": integer(0), "models": MODELS_TABLE,
-             "compare_with": list_of(text(), null=True)}
+             "compare_with": list_of(text(), null=True), "release": mapping_of(RELEASE)}
 
 
 def _study_module(study: str):

@@ -70,7 +70,7 @@ class ReleaseSpec:
         where = f"release.{study}"
         if not isinstance(block, dict) or not block.get("dataset"):
             raise ConfigError(f"{where}: a release needs a `dataset` list of files or folders "
-                              "(see the README, 'Releasing a dataset')")
+                              "(see docs/lineage-and-release.md)")
         unknown = set(block) - {"title", "dataset", "items", "gates", "agreement", "datasheet"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stereolens.config.schema import GENERATOR, boolean, fraction, integer, list_of, number, section, text
+from stereolens.config.schema import GENERATOR, boolean, fraction, integer, list_of, mapping_of, number, section, text
 from stereolens.errors import ConfigError
 
 GROUP_CLASSES = ("hyperlocal", "pan_regional")  # group_classes.csv `class` (Figure 2's two kinds of group)
@@ -24,6 +24,8 @@ SCHEMA = section(
     translation=section(max_tokens=integer(1)),
     evaluation=section(bootstrap_resamples=integer(1), alpha=number(above=0, below=1),
                        starter_per_dimension=integer(1, null=True), crows=boolean()),
+    # how an attribute is made to fit another group (minimal_pairs): phrases replaced, kept, or dropping the pair
+    coupling=section(replace=mapping_of(text()), keep=list_of(text()), drop=list_of(text())),
 )
 
 

@@ -26,9 +26,10 @@ SCHEMA = section(
                       min_words=integer(1), near_duplicate_threshold=fraction(),
                       extraction=one_of(EXTRACTION_METHODS), extraction_max_tokens=integer(1),
                       saturation=section(k=integer(1), m=integer(1), max_rounds=integer(1)), **GENERATION),
-    validation=section(n_examples=integer(1), annotators=integer(1, null=True)),
+    # annotators: the CSV of the team's validators and their demographics (annotation=human), not a count
+    validation=section(n_examples=integer(1), annotators=text(null=True)),
     instantiation=section(generate=boolean(), per_stereotype=integer(1), intro_max_tokens=integer(1),
-                          annotators=integer(1, null=True), **GENERATION),
+                          annotators=text(null=True), **GENERATION),
     overlap=section(similarity=section(method=one_of(SIMILARITY_METHODS), encoder=one_of(OFFLINE_ENCODERS),
                                        threads=integer(1, null=True), threshold=either(fraction(), one_of(["calibrated"])),
                                        batch_size=integer(1), max_tokens=integer(1)),
