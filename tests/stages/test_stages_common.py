@@ -89,3 +89,62 @@ def test_prepare_model_says_a_hub_model_was_recorded_not_downloaded_and_warns_wh
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     assert main(["stage", "prepare-model"]) == 0
     assert "warning" not in capsys.readouterr().err  # online, later stages can still download it
+
+
+def test_a_human_input_outside_data_annotations_is_named_once_under_dvc(tmp_path, monkeypatch, capsys):
+    """DVC cannot see a file a param only names: under `dvc repro` the stage says so, once per key."""
+    import stereolens.stages.common as common
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(common, "_warned", set())
+    (tmp_path / "data/annotations").mkdir(parents=True)
+    cfg = {"study": {"pairs": {"validation": {"judgements": "exports/tuple_tasks.csv"}},
+                     "stereo": {"overlap": {"adjudication": "data/annotations/adj.csv"}}}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    load_params("study.pairs", "study.stereo.overlap", path=path)  # not under DVC: nothing to say
+    assert capsys.readouterr().err == ""
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "pairs_validate": {"cmd": "x", "deps": ["data/annotations"]}, "pairs_report": {"cmd": "y", "deps": ["z"]}}}),
+        encoding="utf-8")
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("DVC_STAGE", "pairs_report")  # reads no human input: nothing to say
+    load_params("study.pairs", path=path)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("DVC_STAGE", "pairs_validate")
+    load_params("study.pairs", "study.stereo.overlap", path=path)
+    load_params("study.pairs.validation", path=path)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["stereolens: warning: study.pairs.validation.judgements=exports/tuple_tasks.csv is outside "
+                     "data/annotations/, so `dvc repro` will not rerun this stage when that file changes; keep it "
+                     "under data/annotations/"]
+
+
+# the stages whose code opens a file that a HUMAN_INPUT_KEYS param names (others declare the same params
+# sections without reading the file)
+HUMAN_INPUT_READERS = {"leakage_human", "pcs_human_validation", "pairs_validate", "pairs_sentences", "pairs_translate",
+                       "stereo_validate", "stereo_instantiate", "stereo_overlap"}
+
+
+def test_every_stage_reading_a_human_input_depends_on_data_annotations():
+    """The keys of HUMAN_INPUT_KEYS exist in the composed config, and the stages that read them, and only those,
+    declare data/annotations/ (so replacing a file there reruns them, and nothing else)."""
+    from pathlib import Path
+
+    from stereolens.stages.common import ANNOTATIONS_DIR, HUMAN_INPUT_KEYS
+
+    root = Path(__file__).resolve().parents[2]
+    composed = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
+    human = yaml.safe_load((root / "conf/annotation/human.yaml").read_text(encoding="utf-8"))
+    for key in HUMAN_INPUT_KEYS:
+        node = {"annotation": human} if key.startswith("annotation.") else composed
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"{key} is not a key of the composed config"
+            node = node[part]
+    stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    declaring = {name for name, block in stages.items() if ANNOTATIONS_DIR in (block.get("do", block).get("deps") or [])}
+    assert declaring == HUMAN_INPUT_READERS
+    for name in HUMAN_INPUT_READERS:  # each reader's params reach a human input key
+        params = [p for p in stages[name].get("do", stages[name]).get("params") or [] if isinstance(p, str)]
+        assert any(k == p or k.startswith(p + ".") for k in HUMAN_INPUT_KEYS for p in params), name
+    assert (root / ANNOTATIONS_DIR / "README.md").exists()  # a fresh clone has the folder DVC depends on

@@ -35,7 +35,52 @@ def load_params(*keys: str, path: str | os.PathLike = "params.yaml") -> dict[str
     from stereolens.config.schema import check_config
 
     check_config(params, keys=keys, where=f" in {path}")
+    if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):
+        from stereolens.stages.guard import stage_block
+
+        block = stage_block(Path(os.environ["DVC_ROOT"]) / "dvc.yaml", os.environ["DVC_STAGE"]) or {}
+        if ANNOTATIONS_DIR in (block.get("deps") or []):  # a stage that reads human inputs
+            warn_unseen_human_inputs(params, keys)
     return out
+
+
+# Files people hand the pipeline (judgements, reviews, adjudications, annotator lists) are named by params, and
+# DVC cannot see a file a param only names: replacing an export under the same name would not rerun the stage.
+# dvc.yaml declares ANNOTATIONS_DIR a dependency of every stage that reads one of these keys, so a file kept
+# there reruns what it feeds; such a stage, run by DVC, names in one line a file its params keep elsewhere.
+ANNOTATIONS_DIR = "data/annotations"
+HUMAN_INPUT_KEYS = (
+    "annotation.annotator_map",
+    "study.leakage.judgements.path",
+    "study.pairs.validation.judgements", "study.pairs.sentences.review", "study.pairs.translation.reviewed",
+    "study.pcs.human_validation.judgements",
+    "study.stereo.validation.judgements", "study.stereo.validation.annotators", "study.stereo.instantiation.human",
+    "study.stereo.instantiation.annotators", "study.stereo.overlap.adjudication",
+)
+_warned: set[str] = set()
+
+
+def warn_unseen_human_inputs(params: Mapping[str, Any], keys: tuple[str, ...] | list[str]) -> list[str]:
+    """Print, once per key, a one-line warning for each human input among ``keys`` kept outside
+    ``data/annotations/`` (DVC would not rerun the stage when that file changes); return the keys warned of."""
+    import sys
+
+    warned = []
+    for human_key in HUMAN_INPUT_KEYS:
+        if human_key in _warned or not any(human_key == k or human_key.startswith(k + ".") for k in keys):
+            continue
+        node: Any = params
+        for part in human_key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, str) or not node:
+            continue
+        inside = Path(node).resolve().is_relative_to(Path(ANNOTATIONS_DIR).resolve())
+        if not inside:
+            _warned.add(human_key)
+            warned.append(human_key)
+            print(f"stereolens: warning: {human_key}={node} is outside {ANNOTATIONS_DIR}/, so `dvc repro` will not "
+                  f"rerun this stage when that file changes; keep it under {ANNOTATIONS_DIR}/", file=sys.stderr)
+    return warned
 
 
 def read_params_file(path: str | os.PathLike) -> dict[str, Any]:
