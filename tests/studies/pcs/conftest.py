@@ -19,7 +19,7 @@ def analyze_stage(tmp_path, monkeypatch):
     def write_params(analysis: dict | None = None) -> None:
         params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": {"enabled": False},
                   "seed": 0, "study": {"pcs": {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
-                                               "judges": {"panel": []}, "human_validation": {},
+                                               "judges": {"panel": [{"id": "j", "model": None}]}, "human_validation": {},
                                                "analysis": analysis or {}}}}
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
 

@@ -162,7 +162,7 @@ def test_stage_tags_mlflow_runs_with_the_preference_source(tmp_path, monkeypatch
     params = {"model": {"id": "m", "name": "m"}, "language": {"include": None}, "tracking": tracking, "seed": 0,
               "annotation": ANNOTATION,
               "study": {"pcs": {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
-                                "judges": {"panel": []}, "human_validation": {}, "analysis": {}}}}
+                                "judges": {"panel": [{"id": "j", "model": None}]}, "human_validation": {}, "analysis": {}}}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     assert main(["stage", "pcs-human-validation"]) == 0
     assert main(["stage", "pcs-analyze"]) == 0
