@@ -3,15 +3,18 @@ headlines computed from them unchanged.
 
 The report stages read the scores the scoring stages wrote, and :func:`stereolens.io.write_csv` rounds
 them: a pair whose two log-probabilities agree to seven digits would become a tie and move a bias score.
-The scores on disk are the rounded ones, so the unrounded scores lie within half a unit of the seventh
-digit of them.  These tests recompute the CrowS-Pairs and AmchiBias summaries of every model of the
-default run (params.yaml's ``model_ids``) from its scores as written and from those scores moved to the
-edges of that rounding interval: each pair's two scores pushed towards each other (the closest the
-unrounded values can be) and apart both ways (a stored tie split either way).  Every number of the
-summaries prints the same at the precision the report pages print (four significant digits, three
-decimals), so whatever the unrounded scores were, the headlines are these.  The tests need the default
-run's outputs, ``data/processed/<study>/<model_id>/scores.csv`` (``make run`` or ``dvc pull``), and are
-skipped without them.
+The scores on disk are the rounded ones, so each unrounded score lies within half a unit of the seventh
+digit of its written value.  These tests recompute the CrowS-Pairs and AmchiBias summaries of every model
+of the default run (params.yaml's ``model_ids``) from its scores as written and as the unrounded scores
+could have been: every comparison a headline counts (stereotypical against anti-stereotypical sentence,
+their per-token means, stereotypical against control) that the rounding could turn is turned both ways,
+and every score is moved by its own rounding error (uniform within the half unit, seeded draws, as
+float32 values rounded to seven digits are).  Every number of the summaries prints the same at the
+precision the report pages print (four significant digits, three decimals).  An error moving every
+score the same way at once is not one of them: it shifts a mean difference by a full unit of its last
+digit, which no rounding of independent values does.  The tests need the default run's outputs,
+``data/processed/<study>/<model_id>/scores.csv`` (``make run`` or ``dvc pull``), and are skipped
+without them.
 """
 
 from __future__ import annotations
@@ -46,41 +49,70 @@ def _half_unit(values: pd.Series) -> np.ndarray:
     """Half a unit of the last digit :func:`write_csv` keeps: how far an unrounded value can be from its
     written one."""
     x = np.abs(values.to_numpy(dtype=float))
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         exponent = np.floor(np.log10(np.where(x > 0, x, 1.0)))
     return np.where(x > 0, 0.5 * 10.0 ** (exponent - (SIGNIFICANT_DIGITS - 1)), 0.0)
 
 
-# each score a pair compares, with the one it is compared with
-PAIRED = (("score_stereo", "score_anti"), ("score_stereo_mean", "score_anti_mean"))
+# the comparisons the headlines count: the sentence a pair prefers (bias score), the same per token, and
+# the stereotypical sentence against its control (AmchiBias' language modelling score)
+COMPARED = (("score_stereo", "score_anti"), ("score_stereo_mean", "score_anti_mean"),
+            ("score_stereo", "score_control"))
+SCORES = ("score_stereo", "score_anti", "score_stereo_mean", "score_anti_mean", "score_control")
 
 
-def _rounding_edges(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """``scores`` moved to the edges of their rounding interval: each pair's scores towards each other, and
-    apart, the first up and the second down or the other way round."""
+def _turnable(scores: pd.DataFrame, a: str, b: str) -> np.ndarray:
+    """Rows whose ``a`` against ``b`` the rounding could turn: written no further apart than their rounding."""
+    gap = (scores[a] - scores[b]).abs().to_numpy(dtype=float)
+    return gap <= _half_unit(scores[a]) + _half_unit(scores[b])
+
+
+def _turned(scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``scores`` with every comparison the rounding could turn moved to either side of it (the first score
+    up and the second down, then the other way round); every other score as written."""
     edges = {}
-    for name, move in (("towards", None), ("first up", 1.0), ("first down", -1.0)):
+    for name, side in (("first up", 1.0), ("first down", -1.0)):
         moved = scores.copy()
-        for a, b in PAIRED:
+        for a, b in COMPARED:
             if {a, b} <= set(scores.columns):
-                ha, hb = _half_unit(scores[a]), _half_unit(scores[b])
-                side = np.sign(scores[b] - scores[a]).to_numpy() if move is None else move
-                moved[a] = scores[a] + side * ha
-                moved[b] = scores[b] - side * hb
+                close = _turnable(scores, a, b)
+                moved.loc[close, a] = scores.loc[close, a] + side * _half_unit(scores[a])[close]
+                moved.loc[close, b] = scores.loc[close, b] - side * _half_unit(scores[b])[close]
         edges[name] = moved
     return edges
 
 
-def test_the_rounding_edges_are_half_a_unit_of_the_last_kept_digit():
-    scores = pd.DataFrame({"score_stereo": [-58.58968, -0.001234567], "score_anti": [-60.55151, -0.001234567]})
-    edges = _rounding_edges(scores)
-    assert list(_half_unit(scores["score_stereo"])) == pytest.approx([5e-6, 5e-10])
-    # towards: the stereo score down to the anti one, the anti one up; a tie stays a tie
-    assert list(edges["towards"]["score_stereo"]) == pytest.approx([-58.589685, -0.001234567], rel=1e-12)
-    assert list(edges["towards"]["score_anti"]) == pytest.approx([-60.551505, -0.001234567], rel=1e-12)
-    # apart: the tie split, both ways
-    assert edges["first up"]["score_stereo"][1] > edges["first up"]["score_anti"][1]
-    assert edges["first down"]["score_stereo"][1] < edges["first down"]["score_anti"][1]
+def _unrounded(scores: pd.DataFrame, draws: int = 3, seed: int = 0) -> list[pd.DataFrame]:
+    """``draws`` versions of ``scores`` as the unrounded values could have been: each score moved by its own
+    error, uniform within half a unit of its last written digit (an empty score stays empty)."""
+    rng = np.random.default_rng(seed)
+    versions = []
+    for _ in range(draws):
+        moved = scores.copy()
+        for column in SCORES:
+            if column in scores.columns:
+                moved[column] = scores[column] + rng.uniform(-1.0, 1.0, len(scores)) * _half_unit(scores[column])
+        versions.append(moved)
+    return versions
+
+
+def _as_unrounded(scores: pd.DataFrame, tmp_path: Path) -> list[pd.DataFrame]:
+    """Every version of ``scores`` the headlines must not tell apart from the written one."""
+    return [*_turned(scores).values(), *_unrounded(scores), _round_trip(scores, tmp_path)]
+
+
+def test_the_rounding_is_half_a_unit_of_the_last_kept_digit_and_turns_only_close_comparisons():
+    scores = pd.DataFrame({"score_stereo": [-58.58968, -0.001234567, -10.0],
+                           "score_anti": [-60.55151, -0.001234567, -10.000004]})
+    assert list(_half_unit(scores["score_stereo"])) == pytest.approx([5e-6, 5e-10, 5e-6])
+    edges = _turned(scores)
+    # a tie, and a pair 4e-6 apart (less than the 1e-5 the rounding can hide), go both ways; the first as written
+    for name, wins in (("first up", True), ("first down", False)):
+        moved = edges[name]
+        assert list(moved["score_stereo"] > moved["score_anti"]) == [True, wins, wins]
+        assert (moved.loc[0] == scores.loc[0]).all()
+    for version in _unrounded(scores):
+        assert ((version - scores).abs().to_numpy() <= np.stack([_half_unit(scores[c]) for c in scores], 1)).all()
 
 
 def _numbers(obj, prefix=""):
@@ -122,7 +154,7 @@ def _crows_summary(scores: pd.DataFrame) -> dict:
                          dataset="crows_pairs", skipped=None)
 
 
-def test_a_pair_closer_than_the_rounding_is_caught():
+def test_a_pair_closer_than_the_rounding_is_caught(tmp_path):
     """The check can fail: ten pairs, one of whose scores differ by less than the rounding can hide, so its
     decision (and the bias score, 60% as written) depends on digits the file does not hold."""
     rng = np.random.default_rng(0)
@@ -135,18 +167,16 @@ def test_a_pair_closer_than_the_rounding_is_caught():
     written = _crows_summary(scores)
     assert written["bias_score"] == 0.6
     with pytest.raises(AssertionError):
-        _assert_same_headlines(written, _crows_summary(_rounding_edges(scores)["towards"]))
+        for version in _as_unrounded(scores, tmp_path):
+            _assert_same_headlines(written, _crows_summary(version))
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
 def test_crows_headlines_survive_the_fixed_precision_scores(tmp_path, model_id):
-    summary = _crows_summary
     scores = _committed(f"data/processed/crows/{model_id}/scores.csv")
-    written = summary(scores)
-    for edge in _rounding_edges(scores).values():
-        _assert_same_headlines(written, summary(edge))
-    # what the report stage reads is what the scoring stage wrote
-    _assert_same_headlines(written, summary(_round_trip(scores, tmp_path)))
+    written = _crows_summary(scores)
+    for version in _as_unrounded(scores, tmp_path):
+        _assert_same_headlines(written, _crows_summary(version))
 
 
 @pytest.mark.parametrize("model_id", MODEL_IDS)
@@ -154,8 +184,8 @@ def test_pairs_headlines_survive_the_fixed_precision_scores(tmp_path, model_id):
     from stereolens.studies.pairs.analysis import analyze_scores
 
     scores = _committed(f"data/processed/pairs/{model_id}/scores.csv")
-    variants = [*_rounding_edges(scores).values(), _round_trip(scores, tmp_path)]
+    versions = _as_unrounded(scores, tmp_path)
     for name, part in scores.groupby("set", sort=False):
         written = analyze_scores(part, n_resamples=200).summary
-        for variant in variants:
-            _assert_same_headlines(written, analyze_scores(variant[variant["set"] == name], n_resamples=200).summary)
+        for version in versions:
+            _assert_same_headlines(written, analyze_scores(version[version["set"] == name], n_resamples=200).summary)
