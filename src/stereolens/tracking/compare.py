@@ -27,16 +27,9 @@ def compare_runs(
     all_runs: bool = False,
 ) -> pd.DataFrame:
     """The runs of ``study`` (optionally one ``stage``) with their metrics (or only ``metric``)."""
-    from mlflow.tracking import MlflowClient
+    from stereolens.tracking.store import open_experiment
 
-    from stereolens.tracking.store import check_readable_store
-
-    if not check_readable_store(tracking_uri):  # opening it would create an empty store
-        raise ConfigError(f"no MLflow store at {tracking_uri} (run a tracked stage first, or check --tracking-uri)")
-    client = MlflowClient(tracking_uri=tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise ConfigError(f"no MLflow experiment {experiment!r} in {tracking_uri} (run a tracked stage first)")
+    client, found = open_experiment(tracking_uri, experiment)  # refuses a store that does not exist: opening it would create one
     query = f"tags.study = '{study}'" + (f" and tags.stage = '{stage}'" if stage else "")
     runs = []
     page_token = None
