@@ -22,7 +22,7 @@ import torch
 
 from stereolens.errors import ConfigError
 from stereolens.scoring.batching import target_logprobs
-from stereolens.scoring.projection import VocabProjection
+from stereolens.scoring.projection import VocabProjection, float32_normaliser
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +111,23 @@ def _causal_head(model: torch.nn.Module) -> HeadFn | None:
 
 
 def _vocab_projection(model: torch.nn.Module, kind: str, head: HeadFn | None) -> VocabProjection | None:
-    """The head as ``pre(rows) @ W.T + b`` (then soft-capping for causal models), or None."""
+    """The head as ``pre(rows) @ W.T + b`` (then soft-capping for causal models), or None.
+
+    A half-precision model's normaliser is computed in float32 (:func:`float32_normaliser`):
+    on the CrowS-Pairs run of Gemma 3 270M in bfloat16 that is what kept every pair
+    decision of float32 (docs/methods.md, "Reduced precision").
+    """
     out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None or not isinstance(out, torch.nn.Linear):
         return None
     if kind == "causal":
-        return VocabProjection(out.weight, out.bias, None, _softcap(model))
-    if head is out:
-        return VocabProjection(out.weight, out.bias)
-    # whatever the head does before its vocabulary matrix (BERT's dense + GELU + LayerNorm) runs as the model's own code
-    return VocabProjection(out.weight, out.bias, _input_of(out, head))
+        projection = VocabProjection(out.weight, out.bias, None, _softcap(model))
+    elif head is out:
+        projection = VocabProjection(out.weight, out.bias)
+    else:
+        # whatever the head does before its vocabulary matrix (BERT's dense + GELU + LayerNorm) runs as the model's own code
+        projection = VocabProjection(out.weight, out.bias, _input_of(out, head))
+    return float32_normaliser(projection)
 
 
 def _input_of(module: torch.nn.Module, fn: HeadFn) -> HeadFn:
@@ -374,7 +381,7 @@ class Seq2SeqBodyHead:
             if self._bias is not None:
                 extra = self._bias.reshape(-1)
                 proj_bias = extra if proj_bias is None else proj_bias + extra.to(proj_bias.dtype)
-            self.projection = VocabProjection(self._head.weight, proj_bias)
+            self.projection = float32_normaliser(VocabProjection(self._head.weight, proj_bias))
 
     @property
     def mode(self) -> str:

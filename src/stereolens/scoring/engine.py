@@ -110,9 +110,14 @@ def _base_payload(
         params = {**params, "tokenizer": tokenizer_fingerprint(tokenizer)}
     # dtype changes the numbers, so it is part of the key even when the identity omits it
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    precision = {"dtype": dtype}
+    if dtype != "float32":
+        # a half-precision model's normaliser runs in float32 (projection.float32_normaliser):
+        # scores cached before it did are not these scores
+        precision["normaliser"] = "float32"
     return {
         "kind": CACHE_NAMESPACE, "model": identity or model_identity(model), "metric": metric,
-        "params": {**params, "dtype": dtype},
+        "params": {**params, **precision},
     }
 
 

@@ -31,7 +31,7 @@ the plain path.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -52,6 +52,8 @@ class VocabProjection:
     bias: torch.Tensor | None  # [vocabulary]
     pre: PreFn | None = None
     cap: float | None = None
+    # compute the normaliser in float32 from a half-precision model's weights (see :func:`float32_normaliser`)
+    widen: bool = False
 
     def prepare(self, rows: torch.Tensor) -> torch.Tensor:
         """What the vocabulary matrix multiplies: ``pre(rows)`` (the MLM transform of BERT-like heads)."""
@@ -86,6 +88,9 @@ class VocabProjection:
         n_rows, n_vocab = x.shape[0], self.weight.shape[0]
         if n_rows == 0:
             return x.new_zeros(0, dtype=torch.float32)
+        widen = self.widen and x.dtype != torch.float32
+        if widen:
+            x = x.float()
         if x.device.type == "cpu":
             rows, block = rows or CPU_ROWS, min(block or CPU_VOCAB_BLOCK, n_vocab)
         else:
@@ -99,10 +104,12 @@ class VocabProjection:
             total = torch.zeros(xr.shape[0], device=x.device)
             for v0 in range(0, n_vocab, block):
                 weight = self.weight[v0 : v0 + block]
+                # widened a block at a time: a few MiB that stay in cache, no float32 copy of the matrix
+                weight = weight.float() if widen else weight
                 logits = buffer[: xr.shape[0] * weight.shape[0]].view(xr.shape[0], weight.shape[0])
                 torch.mm(xr, weight.T, out=logits)
                 if self.bias is not None:
-                    logits.add_(self.bias[v0 : v0 + block])
+                    logits.add_(self.bias[v0 : v0 + block].float() if widen else self.bias[v0 : v0 + block])
                 logits = logits.float()  # no copy in float32
                 if self.cap is not None:
                     logits.div_(self.cap).tanh_().mul_(self.cap)
@@ -116,6 +123,21 @@ class VocabProjection:
         """log softmax(logits(rows))[targets] per row."""
         x = self.prepare(rows)
         return self.target_logits(x, targets) - self.logsumexp(x)
+
+
+def float32_normaliser(projection: VocabProjection) -> VocabProjection:
+    """The projection with its normaliser computed in float32 from the same (rounded) weights.
+
+    A half-precision model's logits come out of its matrix multiply rounded to 8 (bfloat16)
+    or 11 (float16) significant bits; summed over a 262k-word vocabulary those roundings
+    move logsumexp.  Here the rows and each block of the vocabulary matrix are widened to
+    float32 before they are multiplied (the weights' values are the model's, only the
+    arithmetic is wider), so the normaliser costs float32 multiply-adds but no float32 copy
+    of the matrix.  A float32 model's projection is returned as it is.
+    """
+    if projection.weight.dtype == torch.float32:
+        return projection
+    return replace(projection, widen=True)
 
 
 class DeferredLogprobs:

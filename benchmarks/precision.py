@@ -1,0 +1,126 @@
+"""Reduced precision: the scoring engine in bfloat16 against float32, speed and agreement.
+
+Scores both sentences of the first ``--pairs`` CrowS-Pairs pairs with one model loaded
+twice, in float32 (the default) and in bfloat16, three ways:
+
+- ``float32``: the default engine;
+- ``bf16``: the model in bfloat16, the vocabulary normaliser (logsumexp) too;
+- ``bf16_fp32_normaliser``: the model in bfloat16, the normaliser widened to float32
+  (:func:`stereolens.scoring.projection.float32_normaliser`), what ``dtype: bfloat16``
+  runs.
+
+The methods take turns (``_common.take_turns``: a warm-up call each, then ``--rounds``
+rounds, order rotated and reversed); the figure is the median of the per-round ratios.
+The values compared are the pair decisions (which sentence of a pair scores higher), so
+``values_equal`` means no decision flipped; the largest score difference and the share
+of flipped decisions are reported beside it.  Causal (default Gemma 3 270M) and, with
+``--masked-model``, masked PLL-word-l2r.  Writes ``benchmarks/out/precision.json``
+(``--record``: the tracked ``benchmarks/results/precision.json``).
+
+    python benchmarks/precision.py --pairs 200 --rounds 2
+    python benchmarks/precision.py --pairs 30 --masked-model /tmp/stereolens-bench-pll/bert-base-random-119547
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, add_output_arguments, crows_pairs, describe, machine, output_path, take_turns  # noqa: E402
+
+
+def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]], rounds: int,
+            batch_tokens: int) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    from stereolens.scoring import score_sentences
+    from stereolens.scoring.access import split_head
+    from stereolens.scoring.projection import float32_normaliser
+
+    auto = AutoModelForCausalLM if kind == "causal" else AutoModelForMaskedLM
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    full = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    half = auto.from_pretrained(model_dir, dtype=torch.bfloat16).eval()
+    sents = [s for pair in pairs for s in pair]
+    probe = tok(sents[0])["input_ids"]
+    bh = split_head(half, kind, probe)
+    # split_head gives a half-precision model the float32 normaliser; "bf16" turns the widening off
+    projections = {"bf16": replace(bh.projection, widen=False), "bf16_fp32_normaliser": float32_normaliser(bh.projection)}
+    scores: dict[str, list[float]] = {}
+
+    def method(name: str):
+        model = full if name == "float32" else half
+
+        def run() -> list[bool]:
+            if name != "float32":
+                bh.projection = projections[name]
+            got = [s.logprob for s in score_sentences(model, tok, sents, metric, batch_tokens=batch_tokens)]
+            scores[name] = got
+            return [got[2 * i] > got[2 * i + 1] for i in range(len(pairs))]
+        return run
+
+    timed = take_turns({name: method(name) for name in ("float32", "bf16", "bf16_fp32_normaliser")}, rounds,
+                       baseline="float32")
+    decisions = timed.pop("values")
+    per_variant = {}
+    for name in ("bf16", "bf16_fp32_normaliser"):
+        diffs = [abs(a - b) for a, b in zip(scores[name], scores["float32"])]
+        margins = [abs(scores["float32"][2 * i] - scores["float32"][2 * i + 1]) for i in range(len(pairs))]
+        flipped = [i for i, (a, b) in enumerate(zip(decisions[name], decisions["float32"])) if a != b]
+        per_variant[name] = {
+            "speedup_over_float32": 1 / timed["median_ratio_to_float32"][name],
+            "speedup_range": sorted(1 / r for r in timed["ratio_range"][name]),
+            "max_abs_score_difference": max(diffs),
+            "mean_abs_score_difference": sum(diffs) / len(diffs),
+            "flipped_decisions": len(flipped),
+            "flipped_share": len(flipped) / len(pairs),
+            "flipped_pairs_float32_margin": [margins[i] for i in flipped],
+            "smallest_float32_margin": min(margins),
+        }
+    print(f"{kind} ({metric}): {describe(timed, 'float32')}")
+    for name, v in per_variant.items():
+        print(f"  {name}: {v['speedup_over_float32']:.2f}x float32's speed, largest score difference "
+              f"{v['max_abs_score_difference']:.3g} nats, {v['flipped_decisions']} of {len(pairs)} decisions flipped")
+    return {"model": model_dir, "metric": metric, "pairs": len(pairs), "sentences": len(sents),
+            "variants": per_variant, "timing": timed}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=str(REPO / "models" / "gemma3-270m"), help="causal model directory")
+    p.add_argument("--masked-model", default=None, help="also compare a masked LM (PLL-word-l2r)")
+    p.add_argument("--pairs", type=int, default=200)
+    p.add_argument("--masked-pairs", type=int, default=None, help="pairs for the masked LM (default: --pairs)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--batch-tokens", type=int, default=8192)
+    add_output_arguments(p, "precision.json")
+    args = p.parse_args()
+    args.output = output_path(args, "precision.json")
+    sys.path.insert(0, str(REPO / "src"))
+    from stereolens.io import write_json
+
+    result = {"benchmark": "bfloat16 against float32 (benchmarks/precision.py)", "data": "CrowS-Pairs, first pairs",
+              "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+    equal = True
+    if args.model != "none":
+        if not (Path(args.model) / "config.json").exists():
+            sys.exit(f"no model at {args.model}: run the models stage first, or pass --model none")
+        result["causal"] = compare(args.model, "causal", "causal", crows_pairs(args.pairs), args.rounds, args.batch_tokens)
+        equal &= result["causal"]["timing"]["values_equal"]
+    if args.masked_model:
+        result["masked"] = compare(args.masked_model, "masked", "pll_word_l2r", crows_pairs(args.masked_pairs or args.pairs),
+                                   args.rounds, args.batch_tokens)
+        equal &= result["masked"]["timing"]["values_equal"]
+    write_json(args.output, result)
+    print(f"wrote {args.output}")
+    # values_equal: no pair decision flipped in any variant
+    return 0 if equal else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
