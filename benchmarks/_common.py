@@ -141,7 +141,8 @@ def take_turns(methods: dict, rounds: int, *, baseline: str, tolerance: float = 
     On a shared CPU a one-shot timing mostly measures what else ran at that moment; methods
     that take turns share the same load.  Every method runs once untimed first (imports,
     allocator and thread-pool warm-up), then ``rounds`` rounds, the order rotated each round
-    and reversed every other round so no method always follows the same one.  Per round it
+    (two methods swap places every round) and, with three or more, reversed every other
+    round so no method always follows the same one.  Per round it
     records each time, the ratio ``time(other) / time(baseline)`` and the 1-minute load
     average; the summary is the median of the per-round ratios, with their range.
 
@@ -172,7 +173,8 @@ def take_turns(methods: dict, rounds: int, *, baseline: str, tolerance: float = 
     per_round = []
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
-        if r % 2:
+        if r % 2 and len(names) > 2:
+            # rotation alone swaps two methods each round; reversing as well would undo that
             order.reverse()
         load = os.getloadavg()[0]
         seconds = {}

@@ -108,3 +108,11 @@ def test_every_comparing_benchmark_times_its_methods_taking_turns_and_fails_on_u
     text = script.read_text(encoding="utf-8")
     assert "take_turns(" in text, f"{script.name} does not time its methods with _common.take_turns"
     assert "values_equal" in text, f"{script.name} never reads take_turns' verdict on the values"
+
+
+def test_two_methods_swap_places_every_round():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _common import take_turns
+
+    out = take_turns({"a": lambda: [1.0], "b": lambda: [1.0]}, 4, baseline="a")
+    assert [r["order"] for r in out["rounds"]] == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
