@@ -36,12 +36,21 @@ def load_params(*keys: str, path: str | os.PathLike = "params.yaml") -> dict[str
 
     check_config(params, keys=keys, where=f" in {path}")
     if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):
-        from stereolens.stages.guard import stage_block
-
         block = stage_block(Path(os.environ["DVC_ROOT"]) / "dvc.yaml", os.environ["DVC_STAGE"]) or {}
         if ANNOTATIONS_DIR in (block.get("deps") or []):  # a stage that reads human inputs
             warn_unseen_human_inputs(params, keys)
     return out
+
+
+def stage_block(dvc_yaml: Path, stage_address: str) -> dict | None:
+    """The stage's definition as ``dvc.yaml`` writes it (a foreach member's ``do`` block, by its base name),
+    uninterpolated; None when the file or the stage cannot be read."""
+    try:
+        stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    block = stages.get(stage_address.split("@", 1)[0])
+    return block.get("do", block) if isinstance(block, dict) else None
 
 
 # Files people hand the pipeline (judgements, reviews, adjudications, annotator lists) are named by params, and

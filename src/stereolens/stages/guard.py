@@ -105,22 +105,11 @@ def run_guarded(stage_address: str, root: str | os.PathLike, run):
         raise
 
 
-def stage_block(dvc_yaml: Path, stage_address: str) -> dict | None:
-    """The stage's definition as ``dvc.yaml`` writes it (a foreach member's ``do`` block, by its base name),
-    uninterpolated; None when the file or the stage cannot be read."""
-    import yaml
-
-    try:
-        stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages") or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    block = stages.get(stage_address.split("@", 1)[0])
-    return block.get("do", block) if isinstance(block, dict) else None
-
-
 def _declares_persisted_outputs(dvc_yaml: Path, stage_address: str) -> bool:
     """Whether the stage marks any output ``persist``; unreadable pipelines answer yes, so that DVC's own
     reading decides."""
+    from stereolens.stages.common import stage_block
+
     block = stage_block(dvc_yaml, stage_address)
     if block is None:
         return True
