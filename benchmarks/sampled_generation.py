@@ -5,13 +5,16 @@ The stereo retrieval stage sends one batch of sampled chat requests per round an
 its seed; up to 150 in a round).  This script times ``HFCausalLM.generate`` on such a
 batch with the response cache off:
 
-- ``batched``: ``generate(requests)`` with the model config's ``batch_size`` (``--batch-size``);
+- ``batched``: ``generate(requests)`` with ``--batch-size`` (8) rows a batch, the model
+  config's default ``batch_size``, which generation used before it batched at least
+  ``hf.GENERATION_BATCH_ROWS`` (32) rows;
 - ``one_at_a_time``: ``generate([request])`` per request, which is what the backend did
   for every sampled request before they were batched;
 - ``batched_reference_sampler``: as ``batched``, with the one-row-at-a-time sampler the
   batched ``PerRowSampler`` replaced (``tests/reference_per_row_sampler.py``): what the
   sampler rewrite saves;
-- ``batched_<N>`` for each ``--larger-batch N``: as ``batched``, ``N`` requests per pass.
+- ``batched_<N>`` for each ``--larger-batch N``: as ``batched``, ``N`` requests per pass
+  (``--larger-batch 32``: what generation now does by default).
 
 The methods take turns (``_common.take_turns``: a warm-up call each, then ``--rounds``
 rounds, order rotated and reversed), the figure is the median of the per-round ratios
@@ -69,8 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     from reference_per_row_sampler import ReferencePerRowSampler
 
     from stereolens.io import write_json
-    from stereolens.models import ModelSpec, ResponseCache, load_model
+    from stereolens.models import ModelSpec, ResponseCache, hf, load_model
     from stereolens.models.hf import PerRowSampler
+
+    # the backend batches at least hf.GENERATION_BATCH_ROWS sampled requests (32); here each
+    # method names its batch size, so 8 rows a batch (the size before that floor) stays measurable
+    hf.GENERATION_BATCH_ROWS = 1
 
     model = load_model(ModelSpec(name=args.model, kind="causal", batch_size=args.batch_size),
                        cache=ResponseCache(enabled=False))

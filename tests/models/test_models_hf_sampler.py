@@ -13,6 +13,7 @@ import torch
 from reference_per_row_sampler import ReferencePerRowSampler
 
 from stereolens.models import GenerationRequest, ModelSpec, ResponseCache, load_model
+from stereolens.models import hf
 from stereolens.models.hf import PerRowSampler
 
 SETTINGS = {
@@ -73,15 +74,25 @@ def test_a_row_with_no_finite_score_is_refused_as_multinomial_refuses_it():
         PerRowSampler([(1.0, 1.0, 0), (1.0, 1.0, 1)], "cpu")(torch.zeros(2, 1, dtype=torch.long), scores)
 
 
-@pytest.mark.parametrize("batch_size,temperature,top_p", [(1, 1.0, 1.0), (16, 1.0, 1.0), (5, 0.7, 0.9), (8, 0.8, 1.0)])
-def test_generate_gives_the_reference_sampler_texts(tiny_causal_lm_dir, tmp_path, batch_size, temperature, top_p):
+@pytest.mark.parametrize("batch_size,temperature,top_p", [(1, 1.0, 1.0), (16, 1.0, 1.0), (5, 0.7, 0.9), (8, 0.8, 1.0),
+                                                      (None, 0.8, 1.0)])
+def test_generate_gives_the_reference_sampler_texts(tiny_causal_lm_dir, tmp_path, monkeypatch, batch_size, temperature,
+                                                    top_p):
+    # a batch size given: generation batches of exactly that many rows; None: the backend's own
+    # (at least hf.GENERATION_BATCH_ROWS, all 16 requests in one batch)
+    if batch_size is not None:
+        monkeypatch.setattr(hf, "GENERATION_BATCH_ROWS", 1)
     prompts = ["The doctor", "A much longer prompt about the nurse and the", "Она", "El", "The teacher said that",
                "Die Lehrerin", "ये लोग", "The poor are"]
     reqs = [GenerationRequest(prompt=p, max_tokens=12, temperature=temperature, top_p=top_p, seed=seed)
             for seed in (0, 1234) for p in prompts]
-    model = load_model(ModelSpec(name=str(tiny_causal_lm_dir), kind="causal", batch_size=batch_size),
+    model = load_model(ModelSpec(name=str(tiny_causal_lm_dir), kind="causal", batch_size=batch_size or 8),
                        cache=ResponseCache(tmp_path, enabled=False))
+    sizes = []
+    run_batch = model._generate_batch
+    model._generate_batch = lambda reqs, prompts: sizes.append(len(reqs)) or run_batch(reqs, prompts)
     batched = [g.text for g in model.generate(reqs)]
+    assert max(sizes) == min(len(reqs), batch_size or hf.GENERATION_BATCH_ROWS)  # the batch size asked for ran
     model.sampler = ReferencePerRowSampler
     reference = [g.text for g in model.generate(reqs)]
     assert batched == reference
