@@ -21,6 +21,9 @@ from stereolens.scoring.projection import VocabProjection, float32_normaliser
 
 # the largest |bf16 - fp32| score allowed, in nats, for sentences of 4-15 tokens
 BOUND = 0.02
+# a float32 margin this small is a tie for this comparison: a quarter of BOUND, below the
+# 2 x BOUND by which a margin could move, so agreement above it is measured, not implied
+NEAR_TIE = BOUND / 4
 
 FIRST = [f"{s.capitalize()} are {t}." for s in SUBJECTS for t in TRAITS[:6]] + EXTRA[:6]
 SECOND = [f"{s.capitalize()} are {u}." for s in SUBJECTS for u in TRAITS[6:12]] + EXTRA[6:12]
@@ -57,7 +60,11 @@ def test_bf16_and_fp32_pair_decisions_agree_and_scores_stay_within_the_bound(mas
     margins16, scores16 = _margins(half, tok, metric)
     largest = max(abs(x - y) for x, y in zip(scores16, scores32))
     assert 0 < largest <= BOUND  # bfloat16 did run (the scores moved), and not far
-    flipped = [i for i, (x, y) in enumerate(zip(margins32, margins16)) if (x > 0) != (y > 0)]
+    # every decision agrees except where float32 itself is within a few thousandths of a tie
+    # (the tokenizers are trained per session, so a near-tie can come and go between sessions)
+    decided = [i for i, x in enumerate(margins32) if abs(x) > NEAR_TIE]
+    assert len(decided) >= 0.75 * len(margins32)  # most pairs are decided: the check has something to check
+    flipped = [i for i in decided if (margins32[i] > 0) != (margins16[i] > 0)]
     assert flipped == [], f"pairs whose decision flipped in bfloat16: {flipped}"
 
 
