@@ -70,7 +70,8 @@ def test_stage_run_records_everything(tmp_path, monkeypatch):
     cfg = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
            "experiment": "stereolens-test"}
     with stage_run(cfg, REPORT_RUN, model="tiny", language="en", axes={"bias_type": ["age"]},
-                   params={"model": {"id": "tiny"}}, annotation_source="simulated") as run:
+                   params={"model": {"id": "tiny"}}, annotation_source="simulated",
+                   scoring_model={"id": "tiny", "dtype": "bfloat16"}) as run:
         run.log_metrics({"bias_score": 0.6, "skipped": None, "bias_score.age": 0.5})
         run.log_artifact(table)
         run.log_dataset(table, name="crows_scores")
@@ -81,8 +82,8 @@ def test_stage_run_records_everything(tmp_path, monkeypatch):
     mlflow.set_tracking_uri("sqlite:///mlruns/mlflow.db")
     got = mlflow.get_run(run_id)
     assert got.info.run_name == "test_tracking/report/tiny/en"
-    # model and language as params too: the UI's compare view plots params, not tags
-    assert got.data.params == {"model": '{"id":"tiny"}', "model_id": "tiny", "language": "en"}
+    # model, language and the scoring precision as params too: the UI's compare view plots params, not tags
+    assert got.data.params == {"model": '{"id":"tiny"}', "model_id": "tiny", "language": "en", "precision": "bfloat16"}
     assert got.data.tags["model"] == "tiny" and got.data.tags["language"] == "en"
     assert got.data.metrics["bias_score"] == 0.6
     # a value that does not exist is NaN in the store: the key is there, so runs line up

@@ -113,6 +113,9 @@ def study_page(report: StudyReport, studies: list[str], params: dict[str, Any]) 
     model = _model_config(params, report.model)
     model_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{_fmt(model.get(k))}</td></tr>"
                          for k in ("id", "name", "kind", "backend", "revision") if k in model)
+    if model:
+        # the numeric precision the model computed in: float32 unless the opt-in reduced precision was set
+        model_rows += f"<tr><th>precision</th><td>{_fmt(model.get('dtype') or 'float32')}</td></tr>"
     if summary.get("model") is not None:
         model_rows += f"<tr><th>model in summary</th><td>{_fmt(summary['model'])}</td></tr>"
     config = (params.get("study") or {}).get(report.name)

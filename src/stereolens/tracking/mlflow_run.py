@@ -6,7 +6,8 @@ such as the two methods of a leakage fit; a model given as a hub id or a path is
 named by its last part, the whole one is the ``model`` tag), carry the same name parts as tags,
 the model id and language also as the params ``model_id`` and ``language`` (the
 UI's compare view plots params, not tags; ``model`` is the model config where a
-stage declares it), the params (a config mapping as one compact-JSON param), metrics, tables and
+stage declares it), a scoring run's numeric precision as the param ``precision``
+(``float32`` or the opt-in ``bfloat16`` / ``float16``, whose scores differ), the params (a config mapping as one compact-JSON param), metrics, tables and
 figures as artifacts, and the datasets they read as inputs whose digest is the
 DVC md5 of the file, so a run in the UI points at the exact versioned artefact.
 The inputs need no call in the stage: a run opened inside ``stereolens stage NAME``
@@ -56,7 +57,7 @@ from stereolens.io import md5_file, project_path
 
 ANNOTATION_SOURCES = ("human", "llm_panel", "simulated")
 # params every run carries beside its schema's, from the run's name parts (stage_run's model and language)
-RUN_AXIS_PARAMS = ("model_id", "language")
+RUN_AXIS_PARAMS = ("model_id", "language", "precision")
 # MLflow's limit on a param value; a longer one is cut here and logged whole as an artifact
 MAX_PARAM_LEN = 6000
 # The experiment tag MLflow 3 reads for an experiment's kind, and the kind of ours: model runs, not GenAI traces
@@ -222,9 +223,10 @@ class StageRun:
         for start in range(0, len(items), 100):  # MLflow caps a batch at 100 params
             self._mlflow.log_params(dict(items[start : start + 100]))
 
-    def log_run_axes(self, *, model: str | None, language: str | None) -> None:
-        """The run's model id and language as params (:data:`RUN_AXIS_PARAMS`), so that they can be plot axes."""
-        values = {key: value for key, value in zip(RUN_AXIS_PARAMS, (model, language)) if value is not None}
+    def log_run_axes(self, *, model: str | None, language: str | None, precision: str | None = None) -> None:
+        """The run's model id, language and precision as params (:data:`RUN_AXIS_PARAMS`), so that they can be
+        plot axes."""
+        values = {key: value for key, value in zip(RUN_AXIS_PARAMS, (model, language, precision)) if value is not None}
         if self._mlflow and values:
             self._mlflow.log_params({key: str(value) for key, value in values.items()})
 
@@ -433,8 +435,13 @@ def stage_run(
     axes: Mapping[str, Sequence[str]] | None = None,
     annotation_source: str | None = None,
     tags: Mapping[str, Any] | None = None,
+    scoring_model: Mapping[str, Any] | None = None,
 ) -> Iterator[StageRun]:
-    """Open an MLflow run for one stage execution (or a no-op handle when tracking is off), held to ``schema``."""
+    """Open an MLflow run for one stage execution (or a no-op handle when tracking is off), held to ``schema``.
+
+    ``scoring_model`` is the config of the model that scores in this run: its ``dtype`` (float32 unless
+    the opt-in reduced precision is set) becomes the param ``precision``.
+    """
     if annotation_source is not None and annotation_source not in ANNOTATION_SOURCES:
         raise ValueError(f"annotation_source must be one of {ANNOTATION_SOURCES}, got {annotation_source!r}")
     if RUN_SCHEMAS.get((schema.study, schema.stage)) != schema:
@@ -467,7 +474,8 @@ def stage_run(
         handle = StageRun(mlflow, schema, names)
         handle.set_tags(all_tags)
         handle.log_params(params or {})
-        handle.log_run_axes(model=model, language=language)
+        handle.log_run_axes(model=model, language=language,
+                            precision=None if scoring_model is None else str(scoring_model.get("dtype") or "float32"))
         for path in stage_inputs():
             handle.log_dataset(path, name=path)
         yield handle

@@ -46,7 +46,7 @@ def crows_score(args: argparse.Namespace) -> None:
         # CrowS-Pairs is English only: a language filter without English leaves nothing to score
         pairs, skip_reason = pairs.head(0), skip_reason or "the language filter excludes English"
 
-    with stage_run(tracking, SCORE_RUN, model=model, language="en",
+    with stage_run(tracking, SCORE_RUN, model=model, language="en", scoring_model=model_cfg,
                    params={"model": model_cfg, "metric": metric_cfg, "study": study}) as run:
         run.log_dataset(raw, name=study["dataset"])
         start = time.perf_counter()

@@ -48,7 +48,7 @@ def heads_probe(args: argparse.Namespace) -> None:
     torch.set_num_threads(max(1, int(cfg.get("threads") or torch.get_num_threads())))
     sources = sorted(set(instances["source"].astype(str)))
     countries = sorted(set(instances["country"].astype(str)))
-    with stage_run(tracking, PROBE_RUN, model=model_label(model_cfg),
+    with stage_run(tracking, PROBE_RUN, model=model_label(model_cfg), scoring_model=model_cfg,
                    axes={"country": countries, "value": [shapley.value]}, params={"model": model_cfg, "study": cfg},
                    tags={"instance_sources": ",".join(sources)}) as run:
         run.log_dataset(instances_path, name="stereo_instances")

@@ -246,7 +246,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
     # the study's extra_models are scored once, beside the primary model (--model names a compared one otherwise)
     for model_cfg in model_configs(p, with_extra_models=args.model is None or args.model == _primary_id(args)):
         methods = list((study.get("methods") or {}).get(model_cfg["kind"]) or methods_for_kind(model_cfg["kind"]))
-        with stage_run(tracking, SCORES_RUN, model=model_cfg["id"], language=language,
+        with stage_run(tracking, SCORES_RUN, model=model_cfg["id"], language=language, scoring_model=model_cfg,
                        params={"model": model_cfg, "study": study}, axes={"method": ALL_METHODS},
                        tags={"translation_status": "authored" if language != "en" else "original+authored"}) as run:
             t0 = time.time()

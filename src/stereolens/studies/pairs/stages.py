@@ -262,7 +262,7 @@ def evaluate(args: argparse.Namespace) -> None:
                                            "sets": {name: {"pairs": counts["pairs"]} for name, counts in stats.items()},
                                            "bias_score_uses": "summed log-likelihood" if metric == "causal"
                                            else "PLL-word-l2r summed over all words (AmchiBias Eq. 1)"})
-    with stage_run(p["tracking"], EVALUATE_RUN, model=model, axes={"set": EVALUATION_SETS},
+    with stage_run(p["tracking"], EVALUATE_RUN, model=model, axes={"set": EVALUATION_SETS}, scoring_model=model_cfg,
                    params={"metric": metric, "evaluation": p["study.pairs.evaluation"]}) as run:
         # a set with nothing to score (crows not run, no constructed pairs) is NaN, not absent
         run.log_metrics({f"{k}.{m}": stats.get(k, {}).get(m) for k in EVALUATION_SETS

@@ -86,11 +86,13 @@ def _prompts(cfg: dict[str, Any]):
 
 
 def _run(p: dict[str, Any], stage_name: str, *, model: str | None = None, annotation_source: str | None = None,
-         tags: dict[str, Any] | None = None, axes: dict[str, Any] | None = None):
+         tags: dict[str, Any] | None = None, axes: dict[str, Any] | None = None,
+         scoring_model: dict[str, Any] | None = None):
     from stereolens.tracking import stage_run
 
     return stage_run(p["tracking"], RUNS[stage_name], model=model, language=p["study.stereo"]["language"],
-                     params={"study": p["study.stereo"]}, annotation_source=annotation_source, tags=tags, axes=axes)
+                     params={"study": p["study.stereo"]}, annotation_source=annotation_source, tags=tags, axes=axes,
+                     scoring_model=scoring_model)
 
 
 def without_run_facts(table: pd.DataFrame) -> pd.DataFrame:
@@ -444,7 +446,8 @@ def evaluate(args: argparse.Namespace) -> None:
         s = ev.model_summary(t, kind=mcfg["kind"], score=score, instances=instances)
         summaries[label] = s
         all_scores.append(scores)
-        with _run(p, "evaluate", model=label, tags={"instance_sources": ",".join(sorted(s["sources"])), "scoring": s["method"]}) as run:
+        with _run(p, "evaluate", model=label, scoring_model=mcfg,
+                  tags={"instance_sources": ",".join(sorted(s["sources"])), "scoring": s["method"]}) as run:
             run.log_metrics({k: s[k] for k in ("ss", "lms", "icat")})
             run.log_artifact(out / "by_country.csv")
         print(f"stereo-evaluate: {label} ss {s['ss']:.1f} lms {s['lms']:.1f} icat {s['icat']:.1f} on {s['n']} instances "
