@@ -286,3 +286,26 @@ def test_touching_a_module_makes_dvc_status_list_every_stage_that_runs_it(code_p
         path.write_text(original, encoding="utf-8")
     missed = sorted(expected - stale)
     assert not missed, f"after editing {path.relative_to(code_pipeline)}, dvc status misses stage(s) running it: {missed}"
+
+
+def test_bytecode_and_a_study_readme_change_no_stage(code_pipeline):
+    # Python writes __pycache__ beside the code it imports, and a study README is prose: neither
+    # changes what a stage computes, so neither may make `dvc status` call a stage modified
+    study = code_pipeline / "src" / "stereolens" / "studies" / "stereo"
+    readme = study / "README.md"
+    original = readme.read_text(encoding="utf-8")
+    cache = study / "__pycache__"
+    try:
+        cache.mkdir()
+        (cache / "stages.cpython-311.pyc").write_bytes(b"\x00bytecode")
+        readme.write_text(original + "\nA sentence added by tests/test_dvc_deps.py.\n", encoding="utf-8")
+        assert _stale_stages(code_pipeline) == set()
+        # the same folder does count a change to its code (the check above can fail)
+        (study / "stages.py").write_text((study / "stages.py").read_text(encoding="utf-8") + "\n# touched\n",
+                                         encoding="utf-8")
+        assert "stereo_evaluate" in _stale_stages(code_pipeline)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        readme.write_text(original, encoding="utf-8")
+        stages = study / "stages.py"
+        stages.write_text(stages.read_text(encoding="utf-8").removesuffix("\n# touched\n"), encoding="utf-8")
