@@ -41,12 +41,19 @@ def reports(tmp_path: Path) -> Path:
             "skipped": None, "provenance": HUMAN})
     _write(root / "crows" / CHAT / "summary.json",
            {"model": CHAT, "n": 0, "bias_score": None, "skipped": CHAT_SKIP, "provenance": HUMAN})
-    # leakage: two languages; one edge EN -> HI for the base model, none for the chat model
+    # leakage: two languages; one edge EN -> HI for the base model, none for the chat model, whose
+    # edges.json holds an edge of the alternative missing-cell treatment and one of a fit that did not
+    # converge: the report does not count those as edges, and neither may the profile
     leak_prov = {"annotation_source": "human", "translation_status": {"authored": 416, "original": 92}}
-    for model, edges in ((CLM, [{"panel": f"{CLM}/ilps", "source": "EN", "target": "HI", "estimate": 0.0218,
-                                 "ci_low": 0.0056, "ci_high": 0.038}]), (CHAT, [])):
+    not_reported = [{"panel": f"{CHAT}/ilps", "source": "HI", "target": "EN", "estimate": 0.0155, "ci_low": 0.0003,
+                     "ci_high": 0.0306, "configured": False, "converged": True, "missing": "drop"},
+                    {"panel": f"{CHAT}/ilps", "source": "EN", "target": "HI", "estimate": 0.04, "ci_low": 0.01,
+                     "ci_high": 0.07, "configured": True, "converged": False, "missing": "zero"}]
+    for model, edges, n_edges in ((CLM, [{"panel": f"{CLM}/ilps", "source": "EN", "target": "HI", "estimate": 0.0218,
+                                          "ci_low": 0.0056, "ci_high": 0.038, "configured": True, "converged": True,
+                                          "missing": "zero"}], 1), (CHAT, not_reported, 0)):
         _write(root / "leakage" / model / "summary.json",
-               {"n_edges": len(edges), "coverage": {"EN": {}, "HI": {}}, "edges_are": "cross-language association edges",
+               {"n_edges": n_edges, "coverage": {"EN": {}, "HI": {}}, "edges_are": "cross-language association edges",
                 "provenance": leak_prov})
         _write(root / "leakage" / model / "edges.json", edges)
     # pairs: the base model has the starter set in two languages and the crows set; the chat model

@@ -205,10 +205,13 @@ def leakage_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     edges = _read_json(edges_file)
     if not isinstance(edges, list) or not all(isinstance(e, Mapping) for e in edges):
         raise DataError(f"{edges_file}: must be a list of edge objects (panel, source, target, estimate, ...)")
+    # edges.json holds every fit's edges; the study reports those of the configured missing-cell
+    # treatment from fits that converged (the others are its sensitivity analysis), and so does the profile
+    reported = [e for e in edges if e.get("configured", True) and e.get("converged", True)]
     cells = []
     for lang in languages:
         for way, end in (("into", "target"), ("out of", "source")):
-            found = [e for e in edges if str(e.get(end)).upper() == str(lang).upper()]
+            found = [e for e in reported if str(e.get(end)).upper() == str(lang).upper()]
             cells.append(Cell("leakage", f"edges {way} {lang}", len(found), detail=str(summary.get("edges_are", "")),
                               verdict=f"({'; '.join(_edge_text(e) for e in found)})" if found else ""))
     return cells
