@@ -157,6 +157,11 @@ def test_every_run_logs_its_stages_data_deps_as_inputs_with_their_md5(pipeline):
                 assert digest == hashlib.md5((root / name).read_bytes()).hexdigest()[:36], (run.info.run_name, name)
 
 
+# the stages whose runs score sentences with a model, so carry its precision as a param
+SCORING_STAGES = {("crows", "score"), ("leakage", "scores"), ("pairs", "evaluate"), ("stereo", "evaluate"),
+                  ("heads", "probe")}
+
+
 def test_runs_of_one_stage_carry_the_declared_keys(pipeline):
     by_stage = defaultdict(list)
     for run in _runs(pipeline[1]):
@@ -169,8 +174,10 @@ def test_runs_of_one_stage_carry_the_declared_keys(pipeline):
         params = {frozenset(set(r.data.params) - set(RUN_AXIS_PARAMS)) for r in runs}
         assert params == {frozenset(schema.params)}, key
         for run in runs:  # the run's model and language are params as well as tags
-            assert {k: run.data.params[k] for k in RUN_AXIS_PARAMS if k in run.data.params} == {
-                k: run.data.tags[t] for k, t in zip(RUN_AXIS_PARAMS, ("model", "language")) if t in run.data.tags}, key
+            assert {k: run.data.params[k] for k in ("model_id", "language") if k in run.data.params} == {
+                k: run.data.tags[t] for k, t in (("model_id", "model"), ("language", "language")) if t in run.data.tags}, key
+            # a run whose model scores says in which precision (the tiny models run in the default float32)
+            assert run.data.params.get("precision") == ("float32" if key in SCORING_STAGES else None), key
         if key != ("pairs", "report"):  # the report's cells are each set's languages x dimensions
             metrics = {frozenset(r.data.metrics) for r in runs}
             assert len(metrics) == 1, (key, metrics)
