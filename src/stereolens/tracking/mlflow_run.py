@@ -7,9 +7,10 @@ named by its last part, the whole one is the ``model`` tag), carry the same name
 the model id and language also as the params ``model_id`` and ``language`` (the
 UI's compare view plots params, not tags; ``model`` is the model config where a
 stage declares it), a scoring run's numeric precision as the param ``precision``
-(``float32`` or the opt-in ``bfloat16`` / ``float16``, whose scores differ), the params (a config mapping as one compact-JSON param), metrics, tables and
-figures as artifacts, and the datasets they read as inputs whose digest is the
-DVC md5 of the file, so a run in the UI points at the exact versioned artefact.
+(``float32`` or the opt-in ``bfloat16`` / ``float16``, whose scores differ), the params
+(a config mapping as one compact-JSON param), metrics, tables and figures as artifacts,
+and the datasets they read as inputs whose digest is the DVC md5 of the file, so a run
+in the UI points at the exact versioned artefact.
 The inputs need no call in the stage: a run opened inside ``stereolens stage NAME``
 logs the data deps (``data/``, ``reports/``) that ``dvc.yaml`` declares for that
 stage (:func:`stage_inputs`), so every measuring run carries them and they are the
@@ -56,7 +57,8 @@ import yaml
 from stereolens.io import md5_file, project_path
 
 ANNOTATION_SOURCES = ("human", "llm_panel", "simulated")
-# params every run carries beside its schema's, from the run's name parts (stage_run's model and language)
+# params a run carries beside its schema's: its name parts (stage_run's model and language) and, where a
+# model scores in the run, that model's precision (stage_run's scoring_model)
 RUN_AXIS_PARAMS = ("model_id", "language", "precision")
 # MLflow's limit on a param value; a longer one is cut here and logged whole as an artifact
 MAX_PARAM_LEN = 6000
