@@ -9,7 +9,6 @@ second answer is the one that counts.
 from __future__ import annotations
 
 import json
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
