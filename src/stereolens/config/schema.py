@@ -63,11 +63,6 @@ def list_of(item: Mapping[str, Any], *, min_items: int = 0, null: bool = False, 
     return _typed(["array"], null, items=dict(item), minItems=min_items or None, uniqueItems=unique or None)
 
 
-def mapping_of(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A mapping from free names (model ids, groups, phrases, datasheet questions) to values of one schema."""
-    return {"type": "object", "additionalProperties": dict(value)}
-
-
 def section(null: bool = False, **properties: Mapping[str, Any]) -> dict[str, Any]:
     """A mapping whose named keys follow their schemas; other keys are allowed (their defaults type them)."""
     return _typed(["object"], null, properties={k: dict(v) for k, v in properties.items()})
@@ -103,7 +98,12 @@ ANNOTATION = section(
                       ci_method=text()),
 )
 GENERATOR = {**MODEL, "type": ["object", "null"]}  # a study's own generator: a model config, or null for ``model``
-MODELS_TABLE = mapping_of(MODEL)  # ``models``: id -> model config
+MODELS_TABLE = {"type": "object", "additionalProperties": MODEL}  # ``models``: id -> model config
+
+
+def mapping_of(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping from free names (groups, phrases, datasheet questions) to values of one schema."""
+    return {"type": "object", "additionalProperties": dict(value)}
 
 
 # ``release.<study>`` (conf/study/<study>/release/, read by lineage/release.py's ReleaseSpec)
