@@ -80,6 +80,8 @@ def machine() -> dict:
 
     import torch
 
+    from stereolens.models.hardware import capability_record
+
     return {
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -87,6 +89,8 @@ def machine() -> dict:
         "python": platform.python_version(),
         "processor": platform.processor() or platform.machine(),
         "load_average_at_start": os.getloadavg(),
+        # whether bfloat16 / float16 run on native kernels here (AVX-512 and AVX2 kernels also round differently)
+        "precision_support": capability_record("cpu"),
     }
 
 

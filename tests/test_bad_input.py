@@ -323,6 +323,16 @@ def _cases() -> list[Case]:
         Case("hand-edited crows limit", ["stage", "crows-score"], "study.crows.limit must be an integer >= 1",
              {"params.yaml": yaml.safe_dump(with_value(committed, "study.crows.limit", -5)),
               "data/processed/crows/scores.csv": "id,score_stereo,score_anti\n0,-3.5,-4.0\n"}, in_tmp=True),
+        # issue 35 item 4: a dtype that is no dtype, refused before a conversion and naming the key written
+        Case("hand-edited model dtype", ["stage", "prepare-model", "--model", "smollm2-135m"],
+             "models.smollm2-135m.dtype must be one of ['float32', 'bfloat16', 'float16', 'auto'] (or null), got 'float8'",
+             {"params.yaml": yaml.safe_dump(with_value(committed, "models.smollm2-135m.dtype", "float8")),
+              "models/smollm2-135m/config.json": '{"model_type": "llama"}\n'}, in_tmp=True),
+        Case("composed model dtype", ["config", "compose", "model.dtype=float8", "--output", "{tmp}/earlier/params.yaml"],
+             "model.dtype must be one of ['float32', 'bfloat16', 'float16', 'auto'] (or null), got 'float8' "
+             "(from override 'model.dtype=float8')", {}),
+        Case("reduced precision policy", ["config", "compose", "+model.reduced_precision=sometimes", "--output",
+                                          "{tmp}/earlier/params.yaml"], "model.reduced_precision must be one of", {}),
     ]
     # --- lineage, release and tracking stores that say no (issue 22, cause 5)
     release_params = yaml.safe_dump({"release": {"stereo": committed["release"]["stereo"]}})

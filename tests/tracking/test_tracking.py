@@ -71,7 +71,7 @@ def test_stage_run_records_everything(tmp_path, monkeypatch):
            "experiment": "stereolens-test"}
     with stage_run(cfg, REPORT_RUN, model="tiny", language="en", axes={"bias_type": ["age"]},
                    params={"model": {"id": "tiny"}}, annotation_source="simulated",
-                   scoring_model={"id": "tiny", "dtype": "bfloat16"}) as run:
+                   scoring_model={"id": "tiny", "dtype": "bfloat16", "reduced_precision": "emulate"}) as run:
         run.log_metrics({"bias_score": 0.6, "skipped": None, "bias_score.age": 0.5})
         run.log_artifact(table)
         run.log_dataset(table, name="crows_scores")

@@ -19,6 +19,10 @@ from typing import Any, Literal
 from stereolens.errors import StereolensError
 
 ModelKind = Literal["masked", "causal", "seq2seq", "chat", "completion"]
+# what ``model.dtype`` may say (``auto``: the checkpoint's own); the config schema and the registry check it
+DTYPES = ("float32", "bfloat16", "float16", "auto")
+# ``model.reduced_precision``: what to do when the device has no native kernels for a half-precision dtype
+REDUCED_PRECISION_POLICIES = ("fall_back", "refuse", "emulate")
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,9 @@ class ModelSpec:
     backend: Literal["hf", "openai"] = "hf"
     revision: str | None = None
     dtype: str | None = None  # "float32" | "bfloat16" | "float16"
+    # bfloat16 / float16 without native kernels run emulated, up to hundreds of times slower than float32:
+    # "fall_back" scores in float32 and says so, "refuse" stops, "emulate" runs it anyway (models/hardware.py)
+    reduced_precision: str = "fall_back"
     device: str = "cpu"
     base_url: str | None = None  # OpenAI-compatible endpoint; else OPENAI_BASE_URL
     max_concurrency: int = 4

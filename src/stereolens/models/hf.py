@@ -156,6 +156,10 @@ class HFModel(LanguageModel):
     def __init__(self, spec: ModelSpec, cache: ResponseCache | None = None) -> None:
         import transformers
 
+        from stereolens.models.hardware import resolve_dtype
+
+        # a half-precision dtype this device would only emulate falls back to float32 (or stops) before loading
+        spec = resolve_dtype(spec)
         self.spec = spec
         self.cache = cache if cache is not None else ResponseCache()
         auto = getattr(transformers, self.auto_class)

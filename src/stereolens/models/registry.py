@@ -16,7 +16,7 @@ import importlib
 from typing import Any, get_args
 
 from stereolens.errors import ConfigError
-from stereolens.models.base import LanguageModel, ModelKind, ModelSpec
+from stereolens.models.base import DTYPES, REDUCED_PRECISION_POLICIES, LanguageModel, ModelKind, ModelSpec
 from stereolens.models.cache import ResponseCache
 
 # (backend, kind) -> "module:Class"; strings so that importing the registry imports no backend
@@ -70,12 +70,15 @@ def spec_from_config(cfg: dict[str, Any]) -> ModelSpec:
                 raise ConfigError(f"model.{key} must be positive, got {value!r}")
         elif key in ("extra", "source") and value is not None and not isinstance(value, dict):
             raise ConfigError(f"model.{key} must be a mapping, got {value!r}")
-        elif key in ("name", "revision", "dtype", "device", "base_url", "id") and value is not None:
+        elif key in ("name", "revision", "dtype", "device", "base_url", "id", "reduced_precision") and value is not None:
             value = str(value)
         values[key] = value
     values["backend"] = backend
-    if values.get("dtype") not in (None, "float32", "bfloat16", "float16", "auto"):
-        raise ConfigError(f"model.dtype={values['dtype']!r} is not one of float32, bfloat16, float16, auto")
+    if values.get("dtype") not in (None, *DTYPES):
+        raise ConfigError(f"model.dtype={values['dtype']!r} is not one of {', '.join(DTYPES)}")
+    if values.get("reduced_precision", "fall_back") not in REDUCED_PRECISION_POLICIES:
+        raise ConfigError(f"model.reduced_precision={values['reduced_precision']!r} is not one of "
+                          f"{', '.join(REDUCED_PRECISION_POLICIES)}")
     return ModelSpec(**values)
 
 

@@ -425,6 +425,16 @@ def _stage_deps(root: str, _dvc_yaml_mtime: int) -> tuple[tuple[Any, tuple[str, 
     return tuple((record.cmd, tuple(dep.path for dep in record.deps)) for record in records)
 
 
+def computed_precision(model_cfg: Mapping[str, Any]) -> str:
+    """The dtype a configured model computes in here: ``model.dtype`` (float32 unless the opt-in reduced
+    precision is set), or float32 where this device lacks it and ``model.reduced_precision`` falls back."""
+    from stereolens.models.hardware import effective_dtype
+
+    dtype, _ = effective_dtype(model_cfg.get("dtype"), str(model_cfg.get("device") or "cpu"),
+                               str(model_cfg.get("reduced_precision") or "fall_back"))
+    return str(dtype or "float32")
+
+
 @contextlib.contextmanager
 def stage_run(
     tracking_cfg: Mapping[str, Any] | None,
@@ -441,8 +451,9 @@ def stage_run(
 ) -> Iterator[StageRun]:
     """Open an MLflow run for one stage execution (or a no-op handle when tracking is off), held to ``schema``.
 
-    ``scoring_model`` is the config of the model that scores in this run: its ``dtype`` (float32 unless
-    the opt-in reduced precision is set) becomes the param ``precision``.
+    ``scoring_model`` is the config of the model that scores in this run: the dtype it computes in on this
+    machine (:func:`computed_precision`) becomes the param ``precision``, and the hardware's half-precision
+    support the tag ``precision_support``.
     """
     if annotation_source is not None and annotation_source not in ANNOTATION_SOURCES:
         raise ValueError(f"annotation_source must be one of {ANNOTATION_SOURCES}, got {annotation_source!r}")
@@ -477,7 +488,12 @@ def stage_run(
         handle.set_tags(all_tags)
         handle.log_params(params or {})
         handle.log_run_axes(model=model, language=language,
-                            precision=None if scoring_model is None else str(scoring_model.get("dtype") or "float32"))
+                            precision=None if scoring_model is None else computed_precision(scoring_model))
+        if scoring_model is not None:
+            from stereolens.models.hardware import capability_record
+
+            device = str(scoring_model.get("device") or "cpu")
+            handle.set_tags({"precision_support": json.dumps(capability_record(device), sort_keys=True)})
         for path in stage_inputs():
             handle.log_dataset(path, name=path)
         yield handle
