@@ -147,6 +147,26 @@ def test_reconversion_replaces_atomically_and_bad_input_leaves_output_alone(tiny
     assert sorted(p.name for p in out.iterdir()) == before
 
 
+def test_conversion_writes_the_same_bytes_whatever_the_shell_says_about_the_hub(tiny_gguf, tmp_path):
+    """HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE (set by `make run`, not by an activated venv) must not reach the
+    converted folder: its bytes are the model's identity and every cached score's key (issue 33, part 6)."""
+    import os
+    import subprocess
+
+    code = "import sys; from stereolens.models.prepare import convert_gguf; convert_gguf(sys.argv[1], sys.argv[2])"
+    folders = {}
+    for name, offline in (("online", None), ("offline", "1")):
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+        if offline:
+            env |= {"HF_HUB_OFFLINE": offline, "TRANSFORMERS_OFFLINE": offline}
+        folders[name] = tmp_path / name
+        subprocess.run([sys.executable, "-c", code, str(tiny_gguf), str(folders[name])], env=env, check=True)
+    digests = {name: {p.name: sha256_file(p) for p in sorted(f.iterdir())}
+               for name, f in folders.items()}
+    assert digests["online"] == digests["offline"]
+    assert "local_files_only" not in (folders["offline"] / "tokenizer_config.json").read_text(encoding="utf-8")
+
+
 def test_verify_conversion_reports_zero_difference(tiny_gguf, tmp_path):
     out = convert_gguf(tiny_gguf, tmp_path / "tiny")
     report = verify_conversion(tiny_gguf, out, sentences=SENTENCES)

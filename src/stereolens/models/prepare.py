@@ -56,6 +56,10 @@ def resolve_default_gguf(cache_dir: str | os.PathLike | None = None) -> Path:
     return target
 
 
+# loading options, not properties of the tokenizer: never written into a converted folder
+LOADING_KWARGS = ("local_files_only", "cache_dir", "force_download", "token", "proxies")
+
+
 def load_gguf_causal_lm(gguf_path: str | os.PathLike):
     """(model, tokenizer) dequantised from a GGUF file, in float32."""
     import torch
@@ -72,6 +76,11 @@ def load_gguf_causal_lm(gguf_path: str | os.PathLike):
     except (OSError, ValueError, ImportError, KeyError, RuntimeError) as exc:
         raise ModelLoadError(f"cannot load GGUF {gguf_path}: {first_line(exc)}") from exc
     model.eval()
+    # transformers keeps how it was told to load in the tokenizer's init kwargs, and save_pretrained writes
+    # them: under HF_HUB_OFFLINE (`make run`, not an activated venv) `local_files_only: true` would enter
+    # tokenizer_config.json, and with it the folder's hash, which is the model's identity in every cache key
+    for key in LOADING_KWARGS:
+        tokenizer.init_kwargs.pop(key, None)
     return model, tokenizer
 
 
