@@ -409,18 +409,23 @@ def construct_pairs(sentences: pd.DataFrame, groups: Sequence[Group], contrast: 
 
 
 def assign_controls(pairs: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:
-    """Our pairing rule (the paper does not state one): within each language, the k-th pair in
-    file order gets control k mod C of that language's controls in their file order.  Parallel
-    files (same pair order per language) thus pair translations with translated controls."""
-    out = []
-    for language, part in pairs.groupby("language", sort=False):
-        ctl = controls[controls["language"] == language].reset_index(drop=True)
-        part = part.copy()
-        if ctl.empty:
-            part["control_id"], part["sent_control"] = None, None
-        else:
-            idx = [k % len(ctl) for k in range(len(part))]
-            part["control_id"] = ctl.loc[idx, "control_id"].to_numpy()
-            part["sent_control"] = ctl.loc[idx, "sentence"].to_numpy()
-        out.append(part)
-    return pd.concat(out) if out else pairs.assign(control_id=None, sent_control=None)
+    """Our pairing rule (the paper does not state one), keyed on the pair id: the k-th pair id of
+    ``pairs`` (0-based, in order of first appearance, every language together) gets the control id
+    k mod C (the C control ids in order of first appearance in ``controls``), and each row takes that
+    control's sentence in its own language (none when the language has no sentence for it).  A
+    translation thus gets its English pair's control, translated.  Call it on the full table, before
+    pairs are left out, so that leaving one out moves no other pair's control."""
+    control_ids = list(dict.fromkeys(controls["control_id"]))
+    if not control_ids:
+        return pairs.assign(control_id=None, sent_control=None)
+    pair_ids = list(dict.fromkeys(pairs["pair_id"]))
+    control_of = {pid: control_ids[k % len(control_ids)] for k, pid in enumerate(pair_ids)}
+    sentence = controls.drop_duplicates(["control_id", "language"]).set_index(["control_id", "language"])["sentence"]
+    chosen = pairs["pair_id"].map(control_of)
+    found = [(c, lang) in sentence.index for c, lang in zip(chosen, pairs["language"])]
+    out = pairs.assign(
+        control_id=[c if ok else None for c, ok in zip(chosen, found)],
+        sent_control=[sentence[(c, lang)] if ok else None for c, lang, ok in zip(chosen, pairs["language"], found)])
+    # rows grouped by language (first appearance), each language in file order, as the scores have always been
+    first_seen = {lang: i for i, lang in enumerate(dict.fromkeys(out["language"]))}
+    return out.iloc[out["language"].map(first_seen).argsort(kind="stable").to_numpy()]
