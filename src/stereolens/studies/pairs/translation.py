@@ -95,8 +95,8 @@ def merge_reviewed(machine: pd.DataFrame, reviewed: pd.DataFrame | None, groups:
 
     Every reviewed pair is checked for minimality again and carries that result (a corrected
     translation can fix a flagged pair or break a good one; an approved pair whose two sentences are
-    identical is no pair; ``suffixes`` as in :func:`flag_translations`).  A reviewed row is not used when no machine translation has its
-    ``(pair_id, language)`` or when its text is not in the language's script (``scripts``:
+    identical is no pair; ``suffixes`` as in :func:`flag_translations`).  A reviewed row is not used
+    when no machine translation has its ``(pair_id, language)`` or when its text is not in the language's script (``scripts``:
     language -> script name, e.g. ``{"kok": "Devanagari"}``).  Returns the merged table and one
     row per reviewed row: ``pair_id, language, status, used, reason``."""
     usage = []
