@@ -428,6 +428,12 @@ def _cases() -> list[Case]:
         Case("unknown group_class blamed on group_classes.csv", ["stage", "pairs-evaluate"],
              "group_classes.csv line 39, column class:",
              pairs_evaluate_stage(committed, group_classes=classes + "caste,Newcomers,regional,ours,x\n"), in_tmp=True),
+        Case("a case suffix with a space in case_suffixes.csv", ["stage", "pairs-translate"],
+             "case suffixes data/seed/pairs/case_suffixes.csv line 2, column suffix: a suffix is one word, no spaces",
+             {"params.yaml": yaml.safe_dump(committed, allow_unicode=True),
+              "data/processed/pairs/constructed_en.csv": "pair_id,sent_stereo,sent_anti\nc0001,A b.,C b.\n",
+              "data/seed/pairs/case_suffixes.csv": "language,kind,suffix,case,attested,source\n"
+                                                   "kok,case,ां क,dative,,ours\n"}, in_tmp=True),
         Case("header-only controls.csv", ["stage", "pairs-evaluate"],
              "control sentences data/seed/pairs/controls.csv has a header but no rows",
              pairs_evaluate_stage(committed, controls="control_id,language,sentence\n"), in_tmp=True),

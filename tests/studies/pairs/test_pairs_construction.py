@@ -13,7 +13,7 @@ from stereolens.errors import DataError
 from stereolens.studies.pairs.analysis import fragmentation
 from stereolens.studies.pairs.filters import filter_sentences
 from stereolens.studies.pairs.generation import attribute_rejection, parse_json_list, parse_numbered
-from stereolens.studies.pairs.minimal_pairs import Coupling, assign_controls, build_pairs, non_identity_changes
+from stereolens.studies.pairs.minimal_pairs import Coupling, build_pairs, non_identity_changes
 from stereolens.studies.pairs.translation import flag_translations, import_reviewed, merge_reviewed
 from stereolens.studies.pairs.validation import keep_tuples
 
@@ -168,14 +168,6 @@ def test_fragmentation_flags_a_tokenizer_that_drops_characters():
     assert lossy["mean_tokens_per_term"] == pytest.approx((6 + 4) / 2)
     fine = fragmentation(Lossless(), terms)
     assert not fine["lossy"] and fine["mean_tokens_per_term"] == pytest.approx((9 + 6) / 2)
-
-
-def test_controls_pair_by_position_within_language():
-    pairs = pd.DataFrame({"language": ["en", "en", "en", "kok"], "x": range(4)})
-    controls = pd.DataFrame({"control_id": ["c1", "c2", "c1"], "language": ["en", "en", "kok"],
-                             "sentence": ["A", "B", "क"]})
-    out = assign_controls(pairs, controls)
-    assert list(out["control_id"]) == ["c1", "c2", "c1", "c1"]
 
 
 def test_sentence_review_is_imported_through_the_annotation_layer(tmp_path):

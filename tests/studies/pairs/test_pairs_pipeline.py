@@ -100,16 +100,25 @@ def _setup(root, repo_root, model_dir, generator_url):
     CROWS.to_csv(raw / "crows_pairs_anonymized.csv", index=False)
 
 
+def _dative(group) -> str:
+    """The group's Konkani dative plural: its oblique stem (listed, else the form and ``ां``) and ``क``."""
+    oblique = next((f.text for f in group.forms if f.language == "kok" and f.variant == "oblique"),
+                   f"{group.first_form('kok')}ां")
+    return f"{oblique}क"
+
+
 def _review_first_pair(root) -> str:
     """A reviewed-translations file for the first constructed pair: a Devanagari correction made from the
-    groups' Konkani forms, and a row filed under English (no translation to replace); returns the pair id."""
+    groups' Konkani forms in the dative (as AmchiBias Table 9 writes "गोंयकारांक सदांच ..."; minimal only
+    when the stage reads the case-suffix table), and a row filed under English (no translation to
+    replace); returns the pair id."""
     from pairs_groups import SEED_GROUPS
 
     first = pd.read_csv(root / "data/processed/pairs/constructed_en.csv").iloc[0]
-    stereo, anti = (SEED_GROUPS[first[c]].first_form("kok") for c in ("group_stereo", "group_anti"))
+    stereo, anti = (_dative(SEED_GROUPS[first[c]]) for c in ("group_stereo", "group_anti"))
     path = root / "reviewed.csv"
     path.write_text("pair_id,language,sent_stereo,sent_anti,reviewer,status,error_categories\n"
-                    f"{first['pair_id']},kok,{stereo} सदांच शीत-कडी खातात.,{anti} सदांच शीत-कडी खातात.,r1,corrected,"
+                    f"{first['pair_id']},kok,{stereo} सदांच शीत-कडी आवडटा.,{anti} सदांच शीत-कडी आवडटा.,r1,corrected,"
                     "literal_translation\n"
                     f"{first['pair_id']},en,{first['sent_stereo']},{first['sent_anti']},r1,approved,other\n",
                     encoding="utf-8")
@@ -172,6 +181,7 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, capsys, repo_roo
                                                   "region", "religion"}
     assert 0 <= starter["kok"]["lms"] <= 1 and "hyperlocal_vs_pan_regional" in starter["en"]
     assert summary["sets"]["starter"]["provenance"]["source"].startswith("authored, not native-reviewed")
+    assert summary["sets"]["constructed"]["provenance"]["controls"].startswith("ours (the paper states no rule)")
     assert summary["sets"]["crows"]["n"] == 3
     validation = json.loads((tmp_path / "reports/pairs/validation/summary.json").read_text())
     assert validation["source"] == "simulated" and validation["landis_koch"]

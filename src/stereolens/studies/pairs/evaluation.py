@@ -37,9 +37,14 @@ def _starter(classes: pd.DataFrame, per_dimension: int | None) -> pd.DataFrame:
     return starter.assign(set="starter", group_class=starter["group_stereo"].map(classes.set_index("group")["class"]))
 
 
-def _constructed() -> pd.DataFrame:
+def _constructed(controls: pd.DataFrame) -> pd.DataFrame:
+    """The constructed pairs to evaluate, each with its control: controls are assigned on the whole file,
+    before any pair is left out, so a pair left out moves no other pair's control."""
+    from stereolens.studies.pairs.minimal_pairs import assign_controls
+
     built = read_csv_checked(CONSTRUCTED, ["pair_id", "language", "dimension", "sent_stereo", "sent_anti"],
                              what="constructed pairs")
+    built = assign_controls(built, controls)
     built = built[built["sent_stereo"].fillna("").str.strip().astype(bool)
                   & built["sent_anti"].fillna("").str.strip().astype(bool)]
     if "minimal_ok" in built.columns:
@@ -74,7 +79,7 @@ def evaluation_sets(evaluation: Mapping[str, Any], model_id: str) -> pd.DataFram
     classes = read_group_classes(SEED / "group_classes.csv")
     frames = [assign_controls(_starter(classes, evaluation.get("starter_per_dimension")), controls)]
     if CONSTRUCTED.exists():
-        frames.append(assign_controls(_constructed(), controls))
+        frames.append(_constructed(controls))
     crows_scores = CROWS / model_id / "scores.csv"
     if evaluation.get("crows", True) and crows_scores.exists():
         frames.append(_crows(evaluation.get("crows_dataset", "crows_pairs"), crows_scores))

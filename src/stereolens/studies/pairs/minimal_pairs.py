@@ -86,6 +86,53 @@ def read_group_forms(path) -> pd.DataFrame:
     return table
 
 
+SUFFIX_KINDS = ("oblique", "case")
+
+
+@dataclass(frozen=True)
+class CaseSuffixes:
+    """The endings a listed form of one language may carry in a sentence (``case_suffixes.csv``).
+
+    A Konkani noun takes its case as a suffix, often on an oblique stem: "रेंदेर" (toddy tappers) is
+    "रेंदेराचे" in the genitive (oblique ``ा`` + ``चे``), "गोंयकार" (Goans) "गोंयकारांक" in the dative
+    (oblique plural ``ां`` + ``क``); AmchiBias Table 9 writes both."""
+
+    oblique: tuple[str, ...]
+    case: tuple[str, ...]
+
+    def endings(self) -> dict[str, str]:
+        """Every ending (a case suffix, an oblique marker, or an oblique marker and a case suffix) ->
+        the case suffix in it ("" for an oblique marker alone)."""
+        out: dict[str, str] = {}
+        for oblique in ("", *self.oblique):
+            for case in ("", *self.case):
+                if oblique + case:
+                    out.setdefault(oblique + case, case)
+        return out
+
+
+def read_case_suffixes(path: str | os.PathLike) -> dict[str, CaseSuffixes]:
+    """``case_suffixes.csv`` (``language, kind, suffix, case, attested, source``; kind one of
+    :data:`SUFFIX_KINDS`, one suffix a row, no spaces) -> language -> its suffixes.  Errors name the file,
+    line and column."""
+    import pandera.pandas as pa
+
+    from stereolens.tables import choice_column, read_table, text_column
+
+    one_word = pa.Check(lambda s: ~s.astype(str).str.contains(r"\s"), error="a suffix is one word, no spaces")
+    schema = pa.DataFrameSchema({"language": text_column(what="language"), "kind": choice_column(SUFFIX_KINDS,
+                                                                                                 what="kind"),
+                                 "suffix": pa.Column(None, checks=[*text_column(what="suffix").checks, one_word],
+                                                     nullable=True),
+                                 "case": text_column(what="case (what the suffix marks)"),
+                                 "source": text_column(what="source")},
+                                unique=["language", "kind", "suffix"], name="case suffixes")
+    table = read_table(path, schema, what="case suffixes")
+    return {str(language): CaseSuffixes(*(tuple(part.loc[part["kind"] == kind, "suffix"].str.strip())
+                                          for kind in SUFFIX_KINDS))
+            for language, part in table.groupby("language", sort=False)}
+
+
 def groups_from_config(cfg: Mapping[str, Sequence[Mapping]], forms: pd.DataFrame) -> list[Group]:
     """``{dimension: [{name}, ...]}`` and the surface-forms table -> groups; names must be unique and
     every group needs at least one English form in the table."""
@@ -126,13 +173,18 @@ def check_contrast_map(contrast: Mapping[str, Mapping[str, str]], groups: Sequen
                                       f"{by_name[name].dimension}")
 
 
-def find_mentions(sentence: str, forms: Sequence[str]) -> list[tuple[int, int, str]]:
+def find_mentions(sentence: str, forms: Sequence[str],
+                  inflections: Mapping[str, Mapping[str, str]] | None = None) -> list[tuple[int, int, str]]:
     """Every whole-word mention of any surface form, case-insensitive, as non-overlapping
-    (start, end, text) spans: at one position the longest form wins ("Goan youth" over "youth")."""
+    (start, end, text) spans: at one position the longest form wins ("Goan youth" over "youth").
+    A form with ``inflections`` (form -> its endings, :meth:`CaseSuffixes.endings`) may carry one of
+    them: "भाटकारांचे" is a mention of "भाटकार"."""
     hits = []
     for form in forms:
+        endings = sorted((inflections or {}).get(form, ()), key=len, reverse=True)
+        tail = f"(?:{'|'.join(map(re.escape, endings))})?" if endings else ""
         hits += [(m.start(), m.end(), m.group(0))
-                 for m in re.finditer(rf"(?<!{WORD_CHAR}){re.escape(form)}(?!{WORD_CHAR})", sentence,
+                 for m in re.finditer(rf"(?<!{WORD_CHAR}){re.escape(form)}{tail}(?!{WORD_CHAR})", sentence,
                                              flags=re.I)]
     out: list[tuple[int, int, str]] = []
     for hit in sorted(hits, key=lambda h: (h[0], -(h[1] - h[0]))):
@@ -229,46 +281,81 @@ def substitute(sentence: str, stereo: Group, anti: Group, language: str = "en") 
     return Substitution("".join(out) + sentence[last:])
 
 
-def surviving_forms(sent_anti: str, stereo_forms: Sequence[str], anti_forms: Sequence[str]) -> list[str]:
-    """Forms of the stereotyped group still in the counter-sentence, outside the contrast's own mentions."""
+def surviving_forms(sent_anti: str, stereo_forms: Sequence[str], anti_forms: Sequence[str],
+                    inflections: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
+    """Forms of the stereotyped group still in the counter-sentence (with a case suffix where the form
+    takes one), outside the contrast's own mentions."""
     blanked = sent_anti
-    for start, end, _ in find_mentions(sent_anti, anti_forms):
+    for start, end, _ in find_mentions(sent_anti, anti_forms, inflections):
         blanked = blanked[:start] + " " * (end - start) + blanked[end:]
-    return [text for _, _, text in find_mentions(blanked, stereo_forms)]
+    return [text for _, _, text in find_mentions(blanked, stereo_forms, inflections)]
 
 
 def minimality_problems(sent_stereo: str, sent_anti: str, stereo: Group | None, anti: Group | None,
-                        languages: Sequence[str] = ("en",)) -> list[str]:
+                        languages: Sequence[str] = ("en",),
+                        suffixes: Mapping[str, CaseSuffixes] | None = None) -> list[str]:
     """Why two sentences are not a minimal pair for ``stereo`` vs ``anti`` (empty: they are): a
     changed non-identity token, identical sentences, or a form of ``stereo`` left in the counter-sentence.
-    ``languages``: whose surface forms count as identity terms (a translation may keep English names)."""
+    ``languages``: whose surface forms count as identity terms (a translation may keep English names);
+    ``suffixes``: language -> its case suffixes (:func:`read_case_suffixes`), which the forms of that
+    language may carry ("रेंदेराचे" is "रेंदेर" in the genitive)."""
     forms_a = [t for lang in languages for t in (stereo.surface(lang) if stereo else ())]
     forms_b = [t for lang in languages for t in (anti.surface(lang) if anti else ())]
-    bad = non_identity_changes(sent_stereo, sent_anti, forms_a, forms_b)
+    inflections = {form: suffixes[lang].endings() for lang in languages if lang in (suffixes or {})
+                   for group in (stereo, anti) if group for form in group.surface(lang)}
+    bad = non_identity_changes(sent_stereo, sent_anti, forms_a, forms_b, inflections)
     bad += [f"{t!r} (a form of {stereo.name!r}) remains in the counter-sentence"
-            for t in surviving_forms(sent_anti, forms_a, forms_b)] if stereo else []
+            for t in surviving_forms(sent_anti, forms_a, forms_b, inflections)] if stereo else []
     return bad
 
 
-def non_identity_changes(sent_a: str, sent_b: str, identity_a: Sequence[str], identity_b: Sequence[str]) -> list[str]:
+def _inflected_last_words(terms: Sequence[str], inflections: Mapping[str, Mapping[str, str]] | None,
+                          ) -> dict[str, Mapping[str, str]]:
+    """The last word of every term that takes endings (casefolded) -> its endings."""
+    return {tokens(term)[-1].casefold(): inflections[term] for term in terms
+            if term in (inflections or {}) and tokens(term)}
+
+
+def _identity_case(token: str, bare: set[str], stems: Mapping[str, Mapping[str, str]]) -> str | None:
+    """The case suffix ``token`` carries as an identity word ("" bare), None when it is no identity word."""
+    t = token.casefold()
+    if t in bare:
+        return ""
+    for stem, endings in stems.items():
+        if t.startswith(stem) and t[len(stem):] in endings:
+            return endings[t[len(stem):]]
+    return None
+
+
+def non_identity_changes(sent_a: str, sent_b: str, identity_a: Sequence[str], identity_b: Sequence[str],
+                         inflections: Mapping[str, Mapping[str, str]] | None = None) -> list[str]:
     """Token differences between the two sentences that are not identity-marking tokens.
 
     Tokens are words and punctuation; a changed span is allowed when every token on
-    each side belongs to that side's identity terms (case-insensitive).  Returns the
+    each side belongs to that side's identity terms (case-insensitive).  A term listed in
+    ``inflections`` (term -> ending -> the case suffix in it) may end in one of its endings (on its
+    last word, where Konkani puts the case); the case suffixes of the two sides must then be the
+    same, in order (dative for dative: a changed case is a changed sentence).  Returns the
     offending spans as ``'a' -> 'b'`` strings; empty means a valid minimal pair.
     """
     ta, tb = tokens(sent_a), tokens(sent_b)
     ida = {t.casefold() for term in identity_a for t in tokens(term)}
     idb = {t.casefold() for term in identity_b for t in tokens(term)}
+    stems_a, stems_b = (_inflected_last_words(identity, inflections) for identity in (identity_a, identity_b))
     bad = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, [t.casefold() for t in ta],
                                                       [t.casefold() for t in tb], autojunk=False).get_opcodes():
         if op == "equal":
             continue
         left, right = ta[i1:i2], tb[j1:j2]
-        if all(t.casefold() in ida for t in left) and all(t.casefold() in idb for t in right) and (left or right):
-            continue
-        bad.append(f"{' '.join(left)!r} -> {' '.join(right)!r}")
+        span = f"{' '.join(left)!r} -> {' '.join(right)!r}"
+        cases_left = [_identity_case(t, ida, stems_a) for t in left]
+        cases_right = [_identity_case(t, idb, stems_b) for t in right]
+        if None in cases_left or None in cases_right or not (left or right):
+            bad.append(span)
+        elif [c for c in cases_left if c] != [c for c in cases_right if c]:
+            bad.append(f"{span} (case suffixes differ: {'+'.join(c for c in cases_left if c) or 'none'} vs "
+                       f"{'+'.join(c for c in cases_right if c) or 'none'})")
     if not bad and [t.casefold() for t in ta] == [t.casefold() for t in tb]:
         bad.append("the two sentences are identical")
     return bad
@@ -409,18 +496,23 @@ def construct_pairs(sentences: pd.DataFrame, groups: Sequence[Group], contrast: 
 
 
 def assign_controls(pairs: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:
-    """Our pairing rule (the paper does not state one): within each language, the k-th pair in
-    file order gets control k mod C of that language's controls in their file order.  Parallel
-    files (same pair order per language) thus pair translations with translated controls."""
-    out = []
-    for language, part in pairs.groupby("language", sort=False):
-        ctl = controls[controls["language"] == language].reset_index(drop=True)
-        part = part.copy()
-        if ctl.empty:
-            part["control_id"], part["sent_control"] = None, None
-        else:
-            idx = [k % len(ctl) for k in range(len(part))]
-            part["control_id"] = ctl.loc[idx, "control_id"].to_numpy()
-            part["sent_control"] = ctl.loc[idx, "sentence"].to_numpy()
-        out.append(part)
-    return pd.concat(out) if out else pairs.assign(control_id=None, sent_control=None)
+    """Our pairing rule (the paper does not state one), keyed on the pair id: the k-th pair id of
+    ``pairs`` (0-based, in order of first appearance, every language together) gets the control id
+    k mod C (the C control ids in order of first appearance in ``controls``), and each row takes that
+    control's sentence in its own language (none when the language has no sentence for it).  A
+    translation thus gets its English pair's control, translated.  Call it on the full table, before
+    pairs are left out, so that leaving one out moves no other pair's control."""
+    control_ids = list(dict.fromkeys(controls["control_id"]))
+    if not control_ids:
+        return pairs.assign(control_id=None, sent_control=None)
+    pair_ids = list(dict.fromkeys(pairs["pair_id"]))
+    control_of = {pid: control_ids[k % len(control_ids)] for k, pid in enumerate(pair_ids)}
+    sentence = controls.drop_duplicates(["control_id", "language"]).set_index(["control_id", "language"])["sentence"]
+    chosen = pairs["pair_id"].map(control_of)
+    found = [(c, lang) in sentence.index for c, lang in zip(chosen, pairs["language"])]
+    out = pairs.assign(
+        control_id=[c if ok else None for c, ok in zip(chosen, found)],
+        sent_control=[sentence[(c, lang)] if ok else None for c, lang, ok in zip(chosen, pairs["language"], found)])
+    # rows grouped by language (first appearance), each language in file order, as the scores have always been
+    first_seen = {lang: i for i, lang in enumerate(dict.fromkeys(out["language"]))}
+    return out.iloc[out["language"].map(first_seen).argsort(kind="stable").to_numpy()]

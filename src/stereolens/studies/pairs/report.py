@@ -152,9 +152,18 @@ def set_provenance(annotation_source: str) -> dict[str, str]:
     return {
         "starter": "authored, not native-reviewed (English and Devanagari Konkani, data/seed/pairs)",
         "constructed": f"generator output, tuple validation by {annotation_source} annotators, sentences "
-                       "unreviewed unless a review file was imported, Konkani by machine translation",
+                       "unreviewed unless a review file was imported, Konkani by machine translation; a "
+                       "translated pair is scored only when it is minimal: its two sentences differ only in "
+                       "the groups' forms, a Konkani form followed by a case suffix of "
+                       "data/seed/pairs/case_suffixes.csv counting as the form (ours; authored, not native-reviewed)",
         "crows": "CrowS-Pairs (Nangia et al. 2020), English",
     }
+
+
+# how the stage pairs items with controls (the paper does not say): shown on the starter and constructed pages
+CONTROL_PAIRING = ("ours (the paper states no rule): the k-th pair id gets control k mod C, each language its own "
+                   "translation of that control, so a translation is compared with its English pair's control; "
+                   "assigned before any pair is left out, so leaving one out moves no other pair's control")
 
 
 def set_annotation_source(name: str, annotation_source: str) -> str | None:
@@ -184,6 +193,8 @@ def report_sets(scores: pd.DataFrame, fragmentation: pd.DataFrame, *, model: str
                       "translation_status": ", ".join(status)}
         if set_annotation_source(name, annotation_source):
             provenance["annotation_source"] = set_annotation_source(name, annotation_source)
+        if name in ("starter", "constructed"):
+            provenance["controls"] = CONTROL_PAIRING
         frag_set = fragmentation if name == "starter" else None
         frag_stats = fragmentation_correlations(fragmentation, analysis.cells) \
             if frag_set is not None and not fragmentation.empty else None

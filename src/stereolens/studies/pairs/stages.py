@@ -209,6 +209,7 @@ def pairs(args: argparse.Namespace) -> None:
 def translate(args: argparse.Namespace) -> None:
     """Machine translation through the model layer (marked machine); reviewed translations imported."""
     from stereolens.stages.kit import model_label
+    from stereolens.studies.pairs.minimal_pairs import read_case_suffixes
     from stereolens.studies.pairs.translation import translate_pairs
     from stereolens.tracking import stage_run
 
@@ -217,11 +218,12 @@ def translate(args: argparse.Namespace) -> None:
     cfg = p["study.pairs.translation"]
     en = read_csv_checked(PROCESSED / "constructed_en.csv", ["pair_id", "sent_stereo", "sent_anti"],
                           what="constructed pairs")
+    suffixes = read_case_suffixes(SEED / "case_suffixes.csv")   # before the generator loads: a bad row costs nothing
     gen_cfg, lm = _generator(p, args.params)
     generator = model_label(gen_cfg)
     out, summary = translate_pairs(lm, en, targets=cfg["targets"], groups=_all_groups(p),
                                    max_tokens=int(cfg.get("max_tokens", 48)),
-                                   generator=generator, reviewed_path=cfg.get("reviewed"))
+                                   generator=generator, reviewed_path=cfg.get("reviewed"), suffixes=suffixes)
     write_csv(PROCESSED / "constructed.csv", out)
     write_json(REPORTS / "construction" / "translation.json", summary)
     flagged = summary["flagged_not_minimal"]

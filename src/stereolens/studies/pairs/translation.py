@@ -13,7 +13,7 @@ import pandas as pd
 from stereolens.errors import DataError
 from stereolens.io import read_csv_checked
 from stereolens.studies.pairs.generation import TRANSLATION_PROMPT
-from stereolens.studies.pairs.minimal_pairs import Group, minimality_problems
+from stereolens.studies.pairs.minimal_pairs import CaseSuffixes, Group, minimality_problems
 
 ERROR_CATEGORIES = ("gender_agreement", "literal_translation", "lexical_borrowing", "other")
 REVIEW_STATUSES = ("approved", "corrected", "rejected")
@@ -38,15 +38,18 @@ def machine_translate(lm, pairs: pd.DataFrame, *, language: str, language_name: 
     return pairs.assign(language=language, sent_stereo=out[:n], sent_anti=out[n:], translation_status="machine")
 
 
-def flag_translations(translated: pd.DataFrame, groups: Sequence[Group], *, language: str) -> pd.DataFrame:
+def flag_translations(translated: pd.DataFrame, groups: Sequence[Group], *, language: str,
+                      suffixes: Mapping[str, CaseSuffixes] | None = None) -> pd.DataFrame:
     """``minimal_ok`` and ``minimal_issue`` for every row: a translated pair whose two sentences differ
-    in more than the identity term (the target language's or the English surface forms), are identical,
-    or keep a form of the stereotyped group in the counter-sentence is flagged."""
+    in more than the identity term (the target language's or the English surface forms, a target form
+    with one of ``suffixes[language]``'s case suffixes), are identical, or keep a form of the stereotyped
+    group in the counter-sentence is flagged."""
     by_name = {g.name: g for g in groups}
     ok, issue = [], []
     for row in translated.to_dict("records"):
         bad = minimality_problems(str(row["sent_stereo"]), str(row["sent_anti"]), by_name.get(row["group_stereo"]),
-                                  by_name.get(row["group_anti"]), languages=dict.fromkeys((language, "en")))
+                                  by_name.get(row["group_anti"]), languages=dict.fromkeys((language, "en")),
+                                  suffixes=suffixes)
         ok.append(not bad)
         issue.append("; ".join(bad))
     return translated.assign(minimal_ok=ok, minimal_issue=issue)
@@ -86,13 +89,14 @@ def script_share(text: str, script: str) -> float:
 
 
 def merge_reviewed(machine: pd.DataFrame, reviewed: pd.DataFrame | None, groups: Sequence[Group],
-                   scripts: dict[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   scripts: dict[str, str] | None = None, suffixes: Mapping[str, CaseSuffixes] | None = None,
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Reviewed rows replace machine ones (rejected pairs leave); the rest stay ``machine``.
 
     Every reviewed pair is checked for minimality again and carries that result (a corrected
     translation can fix a flagged pair or break a good one; an approved pair whose two sentences are
-    identical is no pair).  A reviewed row is not used when no machine translation has its
-    ``(pair_id, language)`` or when its text is not in the language's script (``scripts``:
+    identical is no pair; ``suffixes`` as in :func:`flag_translations`).  A reviewed row is not used
+    when no machine translation has its ``(pair_id, language)`` or when its text is not in the language's script (``scripts``:
     language -> script name, e.g. ``{"kok": "Devanagari"}``).  Returns the merged table and one
     row per reviewed row: ``pair_id, language, status, used, reason``."""
     usage = []
@@ -125,7 +129,8 @@ def merge_reviewed(machine: pd.DataFrame, reviewed: pd.DataFrame | None, groups:
         out.loc[key, "error_categories"] = row["error_categories"]
         out.loc[key, "reviewer"] = row["reviewer"]
         bad = minimality_problems(row["sent_stereo"], row["sent_anti"], by_name.get(out.loc[key, "group_stereo"]),
-                                  by_name.get(out.loc[key, "group_anti"]), languages=dict.fromkeys((key[1], "en")))
+                                  by_name.get(out.loc[key, "group_anti"]), languages=dict.fromkeys((key[1], "en")),
+                                  suffixes=suffixes)
         out.loc[key, "minimal_ok"] = not bad
         out.loc[key, "minimal_issue"] = "; ".join(bad)
     return out.reset_index(), pd.DataFrame(usage, columns=["pair_id", "language", "status", "used", "reason"])
@@ -152,19 +157,20 @@ def _not_minimal(table: pd.DataFrame) -> pd.Series:
 
 def translate_pairs(lm, english: pd.DataFrame, *, targets: Sequence[Mapping[str, str]], groups: Sequence[Group],
                     max_tokens: int, generator: str, reviewed_path: str | os.PathLike | None = None,
-                    ) -> tuple[pd.DataFrame, dict[str, Any]]:
+                    suffixes: Mapping[str, CaseSuffixes] | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The English pairs and their machine translations into every target (``language, name,
-    script``), flagged when not minimal, with reviewed translations from ``reviewed_path`` merged
-    in: (the table, the translation summary)."""
+    script``), flagged when not minimal (a target form may carry one of ``suffixes``' case suffixes),
+    with reviewed translations from ``reviewed_path`` merged in: (the table, the translation summary)."""
     frames = [english]
     for target in targets:
         machine = machine_translate(lm, english, language=target["language"], language_name=target["name"],
                                     script=target["script"], max_tokens=max_tokens)
         machine = machine.assign(source=f"machine translation:{generator}")
-        frames.append(flag_translations(machine, groups, language=target["language"]))
+        frames.append(flag_translations(machine, groups, language=target["language"], suffixes=suffixes))
     out = pd.concat(frames, ignore_index=True)
     reviewed = import_reviewed(reviewed_path, known_pairs=english["pair_id"]) if reviewed_path else None
-    out, usage = merge_reviewed(out, reviewed, groups, scripts={t["language"]: t["script"] for t in targets})
+    out, usage = merge_reviewed(out, reviewed, groups, scripts={t["language"]: t["script"] for t in targets},
+                                suffixes=suffixes)
     is_reviewed = out["translation_status"] == "reviewed"
     summary = {"generator": generator, "machine": int((out["translation_status"] == "machine").sum()),
                "reviewed": int(is_reviewed.sum()), "flagged_not_minimal": int(_not_minimal(out).sum()),
