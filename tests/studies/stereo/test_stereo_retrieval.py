@@ -393,9 +393,9 @@ def test_permuting_points_of_view_gives_the_same_decisions_and_pool(tmp_path, sc
                                      seed=0, rule=SaturationRule(1, 1, 5))
         with scripted_server(two_cells_script(POV_REPLIES)) as server:
             results.append(retrieve(server.model(tmp_path / f"c{i}"), prompts, settings, model_label="scripted"))
-    keys = ["country", "category", "pov", "round"]
-    first = results[0].curve.sort_values(keys).reset_index(drop=True)
     for other in results[1:]:
-        pd.testing.assert_frame_equal(other.curve.sort_values(keys).reset_index(drop=True), first)
+        # every output, row for row: the saturation decisions, the pool and the raw responses
+        pd.testing.assert_frame_equal(other.curve, results[0].curve)
         pd.testing.assert_frame_equal(other.stereotypes, results[0].stereotypes)
+        pd.testing.assert_frame_equal(other.responses, results[0].responses)
     assert len(results[0].stereotypes) == 6  # three per country

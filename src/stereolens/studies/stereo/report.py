@@ -118,7 +118,9 @@ def _retrieval_section(ret: dict[str, Any]) -> list[str]:
         f"post in any round, {ret.get('mean_rounds_per_pov', float('nan')):.1f} rounds on average (paper: about 3). "
         f"{ret.get('refused_rounds', 0)} rounds were refused and {ret.get('no_output_rounds', 0)} rounds gave no readable "
         "post (an empty reply, or none of its lines a post): neither kind is evidence that nothing new is left, so neither "
-        "counts towards saturation (ours). Extraction of (target group, "
+        "counts towards saturation (ours). A refusal is read only on lines addressed to the requester (an apology, the "
+        "request, the assistant speaking of itself) that carry a refusal phrase, never inside a post, numbered or not "
+        "(ours). Extraction of (target group, "
         f"stereotype) is ours (the paper does not describe it): {_extraction_line(ret.get('extraction') or {})} Curve: `retrieval/saturation_curve.png`; refusals "
         "per model, country and category: `retrieval/refusals.csv`; raw responses: `data/interim/stereo/retrieval/responses.csv`.",
         "",

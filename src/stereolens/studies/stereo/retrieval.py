@@ -281,8 +281,8 @@ class StereotypePool:
         rows = [
             {**{k: getattr(s, k) for k in ("stereotype_id", "country", "category", "target", "stereotype")},
              "normalised": normalise(s.stereotype), "first_pov": s.first_pov, "first_round": s.first_round,
-             "points_of_view": json.dumps(sorted(s.points_of_view)), "mentions": s.mentions, "examples": json.dumps(s.examples, ensure_ascii=False), "extraction": s.extraction,
-             "source": "machine"}
+             "points_of_view": json.dumps(sorted(s.points_of_view)), "mentions": s.mentions,
+             "examples": json.dumps(s.examples, ensure_ascii=False), "extraction": s.extraction, "source": "machine"}
             for s in self.items
         ]
         return pd.DataFrame(rows, columns=cols)
@@ -343,20 +343,21 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
 
     A round's new stereotypes are counted per point of view, against what the same prompt produced in its earlier
     rounds (one pool per cell), so one point of view never saturates on another's output.  The country x category
-    pool is filled after each round from every cell's posts in the order round, country, category, point of view
-    (by name), post: what it keeps (and its ids, first point of view, mentions) does not depend on the order of the
-    configured lists.
+    pool is filled from every cell's posts in the order round, country, category, point of view (by name), post:
+    what it keeps (and its ids, first point of view, mentions) does not depend on the order of the configured lists.
     """
     from tqdm.auto import tqdm
 
     preamble = _preamble(model, prompts, s)
-    cells = [(c, k, p) for c in s.countries for k in s.categories for p in s.points_of_view]
+    # by name, not in the configured order: the country pool is filled in this order (the HF backend samples each
+    # request from its own seed, and the response cache keys each request, so the replies do not depend on it)
+    cells = sorted((c, k, p) for c in s.countries for k in s.categories for p in s.points_of_view)
     turns = {cell: prompts.retrieval_turns(s.mode, country=cell[0], category=cell[1], pov=cell[2], n_posts=s.n_posts) for cell in cells}
     pool = StereotypePool(s.near_duplicate_threshold)
     cell_pools = {cell: StereotypePool(s.near_duplicate_threshold) for cell in cells}  # novelty per point of view
     new_counts: dict[tuple, list[int]] = {cell: [] for cell in cells}
     refused_rounds: dict[tuple, list[bool]] = {cell: [] for cell in cells}
-    empty_rounds: dict[tuple, list[bool]] = {cell: [] for cell in cells}
+    no_output_rounds: dict[tuple, list[bool]] = {cell: [] for cell in cells}
     active = list(cells)
     responses, curve, extractions = [], [], []
     bar = tqdm(total=len(cells) * s.rule.max_rounds, desc="stereo retrieval", disable=not progress, unit="round")
@@ -374,12 +375,11 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
         for (cell, post), r in zip(items, read):
             extracted[cell].append((post, (r["target"], r["statement"], r["extraction"])))
             extractions.append({"country": cell[0], "category": cell[1], "pov": cell[2], "round": round_no, "post": post, **r})
-        for cell in sorted(active):  # the country pool's order: by name, not by the configured lists
-            for post, ext in extracted[cell]:
-                pool.add(*cell, round_no, post, ext)
         for cell in active:
             country, category, pov = cell
             reply = read_of[cell]
+            for post, ext in extracted[cell]:
+                pool.add(country, category, pov, round_no, post, ext)
             n_new = sum(cell_pools[cell].add(country, category, pov, round_no, post, ext) for post, ext in extracted[cell])
             # no post with a readable statement: an empty or unparseable reply, no evidence of saturation
             no_output = not reply.refused and not any(normalise(ext[1]) for _, ext in extracted[cell])
@@ -395,8 +395,8 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
                 })
             new_counts[cell].append(n_new)
             refused_rounds[cell].append(reply.refused)
-            empty_rounds[cell].append(no_output)
-            reason = s.rule.decide(new_counts[cell], refused_rounds[cell], empty_rounds[cell])
+            no_output_rounds[cell].append(no_output)
+            reason = s.rule.decide(new_counts[cell], refused_rounds[cell], no_output_rounds[cell])
             curve.append({"country": country, "category": category, "pov": pov, "round": round_no, "n_posts": len(reply.posts),
                           "n_new": n_new, "cumulative": sum(new_counts[cell]), "refusal": reply.refused,
                           "no_output": no_output, "stop": reason or ""})
