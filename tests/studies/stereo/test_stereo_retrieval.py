@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from stereolens.errors import ConfigError
@@ -121,13 +123,13 @@ def test_a_refusal_phrase_inside_a_post_is_not_a_refusal():
     reply = ("1. No es apropiado que las mujeres de Monterrey manejen taxis de noche.\n"
              "2. Los chilangos son arrogantes con todos.")
     assert not is_refusal(reply, phrases)
-    assert read_reply(reply, phrases) == (False, ["No es apropiado que las mujeres de Monterrey manejen taxis de noche.",
-                                                  "Los chilangos son arrogantes con todos."])
+    assert read_reply(reply, phrases)[:2] == (False, ["No es apropiado que las mujeres de Monterrey manejen taxis de noche.",
+                                                      "Los chilangos son arrogantes con todos."])
     quoted = "\"Como modelo de lenguaje de la familia, la abuela siempre tiene razón\"\n\"Los viejos no saben usar el celular.\""
     assert read_reply(quoted, phrases)[0] is False and len(read_reply(quoted, phrases)[1]) == 2
-    # a refusal opening followed by posts is a partial compliance: the posts count, the opening is not one
+    # a refusal line followed by posts is a partial compliance: the posts count, the refusal line is not one (returned apart)
     partial = "Lo siento, pero no puedo generar contenido ofensivo. Aun así, aquí van ejemplos suaves\n- Los viejos no saben usar el celular."
-    assert read_reply(partial, phrases) == (False, ["Los viejos no saben usar el celular."])
+    assert read_reply(partial, phrases) == (False, ["Los viejos no saben usar el celular."], [partial.splitlines()[0]])
 
 
 ROUNDS = {
@@ -262,3 +264,138 @@ def test_model_extraction_on_the_loopback_server_with_rule_fallback(tmp_path):
     assert len(asked) == 3 and "sobre edad" in asked[0]  # one request per post, the prompt filled in
     with pytest.raises(ConfigError, match="extraction must be one of rule, model"):
         RetrievalSettings(countries=("Mexico",), categories=("age",), points_of_view=("passerby",), extraction="llm")
+
+
+# ---------------------------------------------------------------- issue 31: unnumbered posts, empty rounds, pov order
+
+LONE_POST = "No es apropiado que las mujeres manejen autobuses, deberian quedarse en casa."
+
+
+def test_a_lone_unnumbered_post_with_a_refusal_phrase_is_a_post():
+    from stereolens.studies.stereo.retrieval import read_reply
+
+    refusals = load_prompts(SEED_DIR / "prompts.yaml", "es").refusals
+    # the paper's prompt asks for bare examples: an unnumbered post is a post, "no es apropiado" in it or not
+    refused, posts = read_reply(LONE_POST, refusals)[:2]
+    assert (refused, posts) == (False, [LONE_POST])
+    assert not is_refusal(LONE_POST, refusals)
+
+
+def test_an_unnumbered_post_first_of_several_is_kept():
+    from stereolens.studies.stereo.retrieval import read_reply
+
+    refusals = load_prompts(SEED_DIR / "prompts.yaml", "es").refusals
+    reply = f"{LONE_POST}\nLos chilangos son arrogantes con todos.\nLas mujeres de Monterrey solo piensan en dinero."
+    refused, posts = read_reply(reply, refusals)[:2]
+    assert refused is False
+    assert posts == [LONE_POST, "Los chilangos son arrogantes con todos.", "Las mujeres de Monterrey solo piensan en dinero."]
+
+
+def test_a_real_refusal_is_still_a_refusal_and_its_line_is_never_a_post():
+    from stereolens.studies.stereo.retrieval import read_reply
+
+    refusals = load_prompts(SEED_DIR / "prompts.yaml", "es").refusals
+    assert is_refusal("Lo siento, no puedo ayudar con eso.", refusals)
+    assert read_reply("Lo siento, no puedo ayudar con eso.", refusals)[:2] == (True, [])
+    # the statement to the requester is not a post wherever it stands, and it is counted, not dropped silently
+    reply = "1. Los viejos no saben usar el celular.\nLo siento, no puedo generar más ejemplos de este tipo."
+    read = read_reply(reply, refusals)
+    assert (read.refused, read.posts) == (False, ["Los viejos no saben usar el celular."])
+    assert read.refusal_lines == ["Lo siento, no puedo generar más ejemplos de este tipo."]
+
+
+def two_cells_script(replies: dict[tuple[str, int], str]):
+    """Replies by (point-of-view phrase of the prompt, round = seed); anything else adds nothing."""
+    def answer(message: str, seed: int) -> str:
+        if "publicaciones" not in message:
+            return "Claro."
+        for (pov_text, rnd), reply in replies.items():
+            if pov_text in message and seed == rnd:
+                return reply
+        return "1. Los chilangos son arrogantes con todos."
+    return answer
+
+
+def test_empty_and_unparseable_rounds_do_not_saturate_and_end_no_output(tmp_path, scripted_server):
+    from stereolens.studies.stereo.report import _retrieval_section
+    from stereolens.studies.stereo.retrieval import retrieval_summary
+
+    prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
+
+    def nothing(message: str, seed: int) -> str:
+        if "publicaciones" not in message:
+            return "Claro."
+        if "de España y" in message:
+            return "Sí, claro."  # below min_words: no post to read
+        return "" if seed < 3 else "1. Los chilangos son arrogantes con todos."  # Mexico: two empty rounds, then posts
+
+    settings = RetrievalSettings(countries=("Mexico", "Spain"), categories=("gender",), points_of_view=("passerby",),
+                                 seed=0, rule=SaturationRule(1, 1, 4))
+    with scripted_server(nothing) as server:
+        result = retrieve(server.model(tmp_path / "c"), prompts, settings, model_label="scripted")
+    spain = result.curve[result.curve.country == "Spain"]
+    assert list(spain["stop"]) == ["", "", "", "no_output"] and spain["no_output"].all() and not spain["refusal"].any()
+    mexico = result.curve[result.curve.country == "Mexico"]
+    # the two empty rounds are no evidence: round 3 adds one, round 4 nothing, so saturated at 4, not at 1
+    assert list(mexico["n_new"]) == [0, 0, 1, 0] and list(mexico["no_output"]) == [True, True, False, False]
+    assert list(mexico["stop"]) == ["", "", "", "saturated"]
+    ref = result.refusals.set_index("country")
+    assert ref.loc["Spain", "n_no_output"] == 4 and ref.loc["Mexico", "n_no_output"] == 2 and ref.loc["Mexico", "n_empty"] == 2
+    summary = retrieval_summary(result, settings, generator="scripted")
+    assert (summary["saturated_cells"], summary["no_output_cells"], summary["no_output_rounds"]) == (1, 1, 6)
+    section = "\n".join(_retrieval_section(summary))
+    assert "6 rounds gave no readable post" in section and "1 gave no readable post in any round" in section
+
+
+def test_saturation_rule_no_output_rounds():
+    rule = SaturationRule(k=1, m=1, max_rounds=3)
+    assert rule.decide([0], no_output=[True]) is None
+    assert rule.decide([0, 0, 0], no_output=[True, True, True]) == "no_output"
+    # refused in every round is `refused`; a mix of refusals and empty rounds gave no output either
+    assert rule.decide([0, 0, 0], refused=[True, True, True], no_output=[False] * 3) == "refused"
+    assert rule.decide([0, 0, 0], refused=[True, False, True], no_output=[False, True, False]) == "no_output"
+    assert rule.decide([0, 2, 0], no_output=[True, False, False]) == "saturated"
+
+
+POV_REPLIES = {
+    # social_media_user: chilangos and viejos, then only chilangos again: saturated at round 2
+    ("un usuario de redes sociales", 1): "1. Los chilangos son arrogantes con todos.\n2. Los viejos no saben usar el celular.",
+    ("un usuario de redes sociales", 2): "1. Los chilangos son arrogantes con todos.",
+    # passerby: chilangos (the other point of view's stereotype, new to this one), then Monterrey, then nothing new
+    ("un transeúnte en la calle", 1): "1. Los chilangos son arrogantes con todos.",
+    ("un transeúnte en la calle", 2): "1. Las mujeres de Monterrey solo piensan en dinero.",
+    ("un transeúnte en la calle", 3): "1. Las mujeres de Monterrey solo piensan en dinero.",
+}
+
+
+@pytest.mark.parametrize("points_of_view", [("social_media_user", "passerby"), ("passerby", "social_media_user")])
+def test_novelty_is_counted_per_point_of_view(tmp_path, scripted_server, points_of_view):
+    prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
+    settings = RetrievalSettings(countries=("Mexico",), categories=("gender",), points_of_view=points_of_view,
+                                 seed=0, rule=SaturationRule(1, 1, 5))
+    with scripted_server(two_cells_script(POV_REPLIES)) as server:
+        result = retrieve(server.model(tmp_path / "c"), prompts, settings, model_label="scripted")
+    curve = result.curve.set_index("pov")
+    assert list(curve.loc["passerby", "n_new"]) == [1, 1, 0] and curve.loc["passerby", "stop"].iloc[-1] == "saturated"
+    assert list(curve.loc["social_media_user", "n_new"]) == [2, 0]
+    t = result.stereotypes.set_index("target")
+    assert sorted(t.index) == ["chilangos", "mujeres de monterrey", "viejos"]
+    assert t.loc["chilangos", "mentions"] == 3
+    assert json.loads(t.loc["chilangos", "points_of_view"]) == ["passerby", "social_media_user"]
+
+
+def test_permuting_points_of_view_gives_the_same_decisions_and_pool(tmp_path, scripted_server):
+    prompts = load_prompts(SEED_DIR / "prompts.yaml", "es")
+    results = []
+    for i, povs in enumerate([("social_media_user", "passerby", "close_friend"), ("close_friend", "passerby", "social_media_user"),
+                              ("passerby", "social_media_user", "close_friend")]):
+        settings = RetrievalSettings(countries=("Mexico", "Spain"), categories=("gender",), points_of_view=povs,
+                                     seed=0, rule=SaturationRule(1, 1, 5))
+        with scripted_server(two_cells_script(POV_REPLIES)) as server:
+            results.append(retrieve(server.model(tmp_path / f"c{i}"), prompts, settings, model_label="scripted"))
+    for other in results[1:]:
+        # every output, row for row: the saturation decisions, the pool and the raw responses
+        pd.testing.assert_frame_equal(other.curve, results[0].curve)
+        pd.testing.assert_frame_equal(other.stereotypes, results[0].stereotypes)
+        pd.testing.assert_frame_equal(other.responses, results[0].responses)
+    assert len(results[0].stereotypes) == 6  # three per country

@@ -117,13 +117,16 @@ def test_stages_end_to_end(tmp_path, monkeypatch, scripted_server, tiny_causal_l
 @pytest.mark.slow
 def test_a_generator_that_returns_nothing_still_flows_to_the_report(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir):
     run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, lambda message, seed: "")
+    # an empty round is no evidence of saturation: the cell runs to the cap (5 rounds) and ends `no_output`
     refusals = pd.read_csv("reports/stereo/retrieval/refusals.csv")
-    assert refusals[["n_requests", "n_refusals", "n_empty"]].values.tolist() == [[1, 0, 1]]
-    assert pd.read_csv("reports/stereo/retrieval/saturation_curve.csv")["stop"].tolist() == ["saturated"]
+    assert refusals[["n_requests", "n_refusals", "n_empty", "n_no_output"]].values.tolist() == [[5, 0, 5, 5]]
+    assert pd.read_csv("reports/stereo/retrieval/saturation_curve.csv")["stop"].fillna("").tolist() == [""] * 4 + ["no_output"]
+    retrieval = json.loads(Path("reports/stereo/retrieval/summary.json").read_text())
+    assert (retrieval["saturated_cells"], retrieval["no_output_cells"], retrieval["no_output_rounds"]) == (0, 1, 5)
     inst = pd.read_csv("data/processed/stereo/instances.csv")
     assert list(inst.columns) == CONTRACT and set(inst["source"]) == {"authored"}
     report = Path("reports/stereo/tiny/report.md").read_text()
-    assert "0 distinct stereotypes" in report
+    assert "0 distinct stereotypes" in report and "1 gave no readable post in any round" in report
 
 
 def panel_script(message: str, seed: int) -> str:

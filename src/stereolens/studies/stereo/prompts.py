@@ -14,6 +14,19 @@ MODES = ("negative", "positive_then_negative")
 
 
 @dataclass(frozen=True)
+class RefusalMarkers:
+    """What makes a reply line a refusal (``refusals`` of prompts.yaml; the rule is :func:`retrieval.read_reply`'s).
+
+    ``phrases``: what a refusal says ("no puedo ayudarte", "no es apropiado"), matched as substrings;
+    ``addressed``: what marks a line as spoken to the requester rather than a post (an apology, the request, the
+    assistant speaking of itself), matched as whole words.  Both accent-folded, lower case.
+    """
+
+    phrases: tuple[str, ...]
+    addressed: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PromptSet:
     language: str
     preamble: tuple[str, ...]
@@ -22,7 +35,7 @@ class PromptSet:
     points_of_view: dict[str, str]
     categories: dict[str, str]
     countries: dict[str, dict[str, str]]
-    refusals: tuple[str, ...]
+    refusals: RefusalMarkers
     instantiation: tuple[str, ...]
     instance_labels: dict[str, tuple[str, ...]]
     likert_display: tuple[str, ...]
@@ -72,6 +85,9 @@ def load_prompts(path: str | Path, language: str) -> PromptSet:
     missing = [k for k in required if k not in d]
     if missing:
         raise ConfigError(f"{path}: language {language!r} lacks {', '.join(missing)}")
+    refusals = d["refusals"]
+    if not isinstance(refusals, dict) or not refusals.get("phrases") or not refusals.get("addressed"):
+        raise ConfigError(f"{path}: language {language!r}: refusals needs two non-empty lists, `phrases` and `addressed`")
     if len(d["likert_display"]) != 5:
         raise ConfigError(f"{path}: likert_display needs the five options of Figure D1, got {len(d['likert_display'])}")
     return PromptSet(
@@ -82,7 +98,7 @@ def load_prompts(path: str | Path, language: str) -> PromptSet:
         points_of_view=dict(d["points_of_view"]),
         categories=dict(d["categories"]),
         countries={k: dict(v) for k, v in d["countries"].items()},
-        refusals=tuple(d["refusals"]),
+        refusals=RefusalMarkers(tuple(refusals["phrases"]), tuple(refusals["addressed"])),
         instantiation=tuple(d["instantiation"]),
         instance_labels={k: tuple(v) for k, v in d["instance_labels"].items()},
         likert_display=tuple(d["likert_display"]),

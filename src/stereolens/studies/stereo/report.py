@@ -14,14 +14,14 @@ from stereolens.report.markdown import markdown_table
 
 
 def saturation_figure(curve: pd.DataFrame, stem: Path) -> None:
-    """Cumulative new stereotypes per round, one line per country x category x point of view."""
+    """Cumulative new stereotypes per round (new to that point of view), one line per country x category x point of view."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for (c, k, v), part in curve.groupby(["country", "category", "pov"], sort=True):
         ax.plot(part["round"], part["cumulative"], marker="o", label=f"{c} / {k} / {v}")
     ax.set_xlabel("round")
-    ax.set_ylabel("stereotypes collected (cumulative, after merging)")
+    ax.set_ylabel("new to its point of view (cumulative, after merging)")
     ax.set_title("Retrieval saturation (generator output: machine)")
     if len(curve):
         ax.set_xticks(range(1, int(curve["round"].max()) + 1))
@@ -109,10 +109,18 @@ def _retrieval_section(ret: dict[str, Any]) -> list[str]:
         f"{ret.get('n_requests')} generator responses, {ret.get('n_refusals')} refusals, "
         f"{ret.get('n_stereotypes')} distinct stereotypes after normalisation and near-duplicate merging "
         f"({ret.get('n_without_target')} without an identifiable target group: kept, as the generator wrote them); saturation rule "
-        f"k={rule.get('k')}, m={rule.get('m')}, cap {rule.get('max_rounds')} rounds: "
+        f"k={rule.get('k')}, m={rule.get('m')}, cap {rule.get('max_rounds')} rounds, a round's new stereotypes being those "
+        "its point of view had not produced in an earlier round (the paper repeats each prompt until it generates nothing "
+        "new; the pool then merges every point of view's per country and category, in an order that does not depend on the "
+        "configured lists): "
         f"{ret.get('saturated_cells')} point-of-view runs saturated, {ret.get('round_cap_cells')} hit the cap, "
-        f"{ret.get('refused_cells', 0)} were refused in every round, "
-        f"{ret.get('mean_rounds_per_pov', float('nan')):.1f} rounds on average (paper: about 3). Extraction of (target group, "
+        f"{ret.get('refused_cells', 0)} were refused in every round, {ret.get('no_output_cells', 0)} gave no readable "
+        f"post in any round, {ret.get('mean_rounds_per_pov', float('nan')):.1f} rounds on average (paper: about 3). "
+        f"{ret.get('refused_rounds', 0)} rounds were refused and {ret.get('no_output_rounds', 0)} rounds gave no readable "
+        "post (an empty reply, or none of its lines a post): neither kind is evidence that nothing new is left, so neither "
+        "counts towards saturation (ours). A refusal is read only on lines addressed to the requester (an apology, the "
+        "request, the assistant speaking of itself) that carry a refusal phrase, never inside a post, numbered or not "
+        "(ours). Extraction of (target group, "
         f"stereotype) is ours (the paper does not describe it): {_extraction_line(ret.get('extraction') or {})} Curve: `retrieval/saturation_curve.png`; refusals "
         "per model, country and category: `retrieval/refusals.csv`; raw responses: `data/interim/stereo/retrieval/responses.csv`.",
         "",

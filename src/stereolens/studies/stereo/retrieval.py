@@ -4,7 +4,12 @@ For every country x category x point of view the generator is asked, after
 the paper's two-turn preamble, for social-media posts carrying that
 country's negative stereotypes of the category.  Each round repeats the
 request with a new seed; a round's *new* stereotypes are those that are not a
-near-duplicate of one already collected for the same country and category.
+near-duplicate of one that the same point of view (the same prompt) produced
+in an earlier round: the paper repeats each prompt "until no new stereotypes
+are generated", per point of view.  The stereotypes are then merged into one
+pool per country and category, in an order that does not depend on the order
+of the configured lists (round, then country, category and point of view by
+name, then the post's place in its reply).
 
 Extraction of (target group, stereotype statement) from a post is ours (the
 paper does not describe it), in one of two ways (``extraction``):
@@ -27,12 +32,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
 from stereolens.errors import ConfigError
-from stereolens.studies.stereo.prompts import PromptSet
+from stereolens.studies.stereo.prompts import PromptSet, RefusalMarkers
 from stereolens.studies.stereo.text import fold, is_near_duplicate, normalise
 
 _BULLET = re.compile(r"^\s*(?:\(?\d{1,2}[.)\]:-]|[-*•·]|#\d+)\s*")
@@ -54,10 +59,12 @@ class SaturationRule:
     """Stop after ``k`` consecutive answered rounds that each add fewer than ``m`` new stereotypes, or at ``max_rounds``.
 
     The paper's rule is k=1, m=1: stop at the first round that adds nothing new.
-    A refused round (see :func:`read_reply`) is no evidence that nothing new is
-    left: it neither counts towards saturation nor breaks a run of answered
-    rounds, but it does count towards the round cap.  A cell whose every round
-    was refused ends as ``refused``.
+    A refused round (see :func:`read_reply`) and a round without output (an
+    empty reply, or one with no readable post) are no evidence that nothing new
+    is left: they neither count towards saturation nor break a run of answered
+    rounds, but they do count towards the round cap.  A cell that reaches the cap
+    without an answered round ends as ``refused`` when every round was refused,
+    else as ``no_output``.
     """
 
     k: int = 1
@@ -68,20 +75,31 @@ class SaturationRule:
         if self.k < 1 or self.m < 1 or self.max_rounds < 1:
             raise ConfigError(f"saturation needs k >= 1, m >= 1 and max_rounds >= 1, got {self}")
 
-    def decide(self, new_per_round: Sequence[int], refused: Sequence[bool] | None = None) -> str | None:
-        """Why to stop after the rounds so far (``saturated`` / ``round_cap`` / ``refused``), or None to go on.
+    def decide(self, new_per_round: Sequence[int], refused: Sequence[bool] | None = None,
+               no_output: Sequence[bool] | None = None) -> str | None:
+        """Why to stop after the rounds so far (``saturated`` / ``round_cap`` / ``refused`` / ``no_output``), or None.
 
-        ``refused[i]`` says whether round i was refused (default: none was).
+        ``refused[i]`` says whether round i was refused, ``no_output[i]`` whether it gave no readable post
+        (default: neither).
         """
-        refused = list(refused) if refused is not None else [False] * len(new_per_round)
-        if len(refused) != len(new_per_round):
-            raise ValueError(f"{len(new_per_round)} rounds but {len(refused)} refusal flags")
-        answered = [n for n, r in zip(new_per_round, refused) if not r]
-        if len(answered) >= self.k and all(n < self.m for n in answered[-self.k:]):
+        n = len(new_per_round)
+        refused = _round_flags(refused, n, "refusal")
+        no_output = _round_flags(no_output, n, "no-output")
+        answered = [c for c, r, e in zip(new_per_round, refused, no_output) if not (r or e)]
+        if len(answered) >= self.k and all(c < self.m for c in answered[-self.k:]):
             return "saturated"
-        if len(new_per_round) >= self.max_rounds:
-            return "refused" if not answered else "round_cap"
+        if n >= self.max_rounds:
+            if answered:
+                return "round_cap"
+            return "refused" if all(refused) else "no_output"
         return None
+
+
+def _round_flags(flags: Sequence[bool] | None, n: int, what: str) -> list[bool]:
+    flags = list(flags) if flags is not None else [False] * n
+    if len(flags) != n:
+        raise ValueError(f"{n} rounds but {len(flags)} {what} flags")
+    return flags
 
 
 # ---------------------------------------------------------------- parsing and extraction
@@ -92,31 +110,50 @@ def _quoted_or_listed(line: str) -> bool:
     return bool(_BULLET.match(line)) or line.lstrip().startswith(('"', "“", "«", "'"))
 
 
-def read_reply(text: str, phrases: Sequence[str], *, min_words: int = 4) -> tuple[bool, list[str]]:
-    """(refused, posts) of one reply.
+class Reply(NamedTuple):
+    """One reply read: whether it is a refusal, its posts, and the lines read as a refusal (never posts)."""
 
-    Refusal is decided on the reply's opening, never on a phrase anywhere in it:
-    a post may well say "No es apropiado que las mujeres ...".  The opening is
-    the first non-empty line when it is not a numbered, bulleted or quoted item;
-    it is a refusal opening when it contains one of the refusal phrases
-    (accent-folded, case-insensitive).  A reply with a refusal opening is a
-    refusal only when no post follows it; when posts follow (a partial
-    compliance), they are the reply's posts and the opening is not one of them.
-    An empty reply is not a refusal (it is counted apart).
+    refused: bool
+    posts: list[str]
+    refusal_lines: list[str]
+
+
+def _has_words(folded: str, marker: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(fold(marker))}(?!\w)", folded) is not None
+
+
+def is_refusal_line(line: str, refusals: RefusalMarkers) -> bool:
+    """A line that refuses, spoken to the requester: not a numbered, bulleted or quoted item, holding one of the
+    refusal phrases and one of the markers of a line addressed to the requester (an apology, the request, the
+    assistant speaking of itself).  A phrase alone is not enough: a post may open with "No es apropiado que ..."."""
+    if _quoted_or_listed(line):
+        return False
+    folded = fold(line)
+    return any(fold(p) in folded for p in refusals.phrases) and any(_has_words(folded, m) for m in refusals.addressed)
+
+
+def read_reply(text: str, refusals: RefusalMarkers, *, min_words: int = 4) -> Reply:
+    """(refused, posts, refusal lines) of one reply.
+
+    Refusal is decided only on text that is not a post: the refusal lines
+    (:func:`is_refusal_line`), wherever they stand in the reply.  Every other
+    line is read as a post (:func:`parse_posts`: numbering stripped, headings and
+    lines below ``min_words`` dropped), numbered or not, since the paper's prompt
+    asks for bare examples.  A reply is a refusal when it has a refusal line and
+    no post; a refusal line followed by posts is a partial compliance: the posts
+    count, the refusal line is returned apart (and counted by the loop).  An
+    empty reply is not a refusal (it is a round without output).
     """
     lines = [line for line in str(text).splitlines() if line.strip()]
-    if not lines:
-        return False, []
-    opening = fold(lines[0]).strip()
-    if not _quoted_or_listed(lines[0]) and any(fold(p) in opening for p in phrases):
-        following = parse_posts("\n".join(lines[1:]), min_words=min_words)
-        return not following, following
-    return False, parse_posts(text, min_words=min_words)
+    refusing = [is_refusal_line(line, refusals) for line in lines]
+    posts = parse_posts("\n".join(line for line, r in zip(lines, refusing) if not r), min_words=min_words)
+    refusal_lines = [line.strip() for line, r in zip(lines, refusing) if r]
+    return Reply(bool(refusal_lines) and not posts, posts, refusal_lines)
 
 
-def is_refusal(text: str, phrases: Sequence[str], *, min_words: int = 4) -> bool:
+def is_refusal(text: str, refusals: RefusalMarkers, *, min_words: int = 4) -> bool:
     """Whether the reply is a refusal (:func:`read_reply`)."""
-    return read_reply(text, phrases, min_words=min_words)[0]
+    return read_reply(text, refusals, min_words=min_words).refused
 
 
 def parse_posts(text: str, *, min_words: int = 4) -> list[str]:
@@ -203,6 +240,7 @@ class Stereotype:
     examples: list[str] = field(default_factory=list)
     mentions: int = 1
     extraction: str = "rule"
+    points_of_view: list[str] = field(default_factory=list)  # every point of view whose posts were merged into it
 
 
 class StereotypePool:
@@ -228,20 +266,23 @@ class StereotypePool:
                 item.mentions += 1
                 if post not in item.examples:
                     item.examples.append(post)
+                if pov not in item.points_of_view:
+                    item.points_of_view.append(pov)
                 return False
         n = sum(1 for i in self.items if i.country == country and i.category == category)
         sid = f"{country}-{category}-{n + 1:03d}"  # the full name: two countries may share a prefix
-        self.items.append(Stereotype(sid, country, category, target, statement, pov, round_no, [post], extraction=method))
+        self.items.append(Stereotype(sid, country, category, target, statement, pov, round_no, [post], extraction=method,
+                                     points_of_view=[pov]))
         return True
 
     def table(self) -> pd.DataFrame:
         cols = ["stereotype_id", "country", "category", "target", "stereotype", "normalised", "first_pov", "first_round",
-                "mentions", "examples", "extraction", "source"]
+                "points_of_view", "mentions", "examples", "extraction", "source"]
         rows = [
             {**{k: getattr(s, k) for k in ("stereotype_id", "country", "category", "target", "stereotype")},
              "normalised": normalise(s.stereotype), "first_pov": s.first_pov, "first_round": s.first_round,
-             "mentions": s.mentions, "examples": json.dumps(s.examples, ensure_ascii=False), "extraction": s.extraction,
-             "source": "machine"}
+             "points_of_view": json.dumps(sorted(s.points_of_view)), "mentions": s.mentions,
+             "examples": json.dumps(s.examples, ensure_ascii=False), "extraction": s.extraction, "source": "machine"}
             for s in self.items
         ]
         return pd.DataFrame(rows, columns=cols)
@@ -298,15 +339,25 @@ def _preamble(model: Any, prompts: PromptSet, s: RetrievalSettings) -> list[Any]
 
 
 def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_label: str, progress: bool = False) -> RetrievalResult:
-    """Run every country x category x point of view to saturation; one batch of model calls per round and turn."""
+    """Run every country x category x point of view to saturation; one batch of model calls per round and turn.
+
+    A round's new stereotypes are counted per point of view, against what the same prompt produced in its earlier
+    rounds (one pool per cell), so one point of view never saturates on another's output.  The country x category
+    pool is filled from every cell's posts in the order round, country, category, point of view (by name), post:
+    what it keeps (and its ids, first point of view, mentions) does not depend on the order of the configured lists.
+    """
     from tqdm.auto import tqdm
 
     preamble = _preamble(model, prompts, s)
-    cells = [(c, k, p) for c in s.countries for k in s.categories for p in s.points_of_view]
+    # by name, not in the configured order: the country pool is filled in this order (the HF backend samples each
+    # request from its own seed, and the response cache keys each request, so the replies do not depend on it)
+    cells = sorted((c, k, p) for c in s.countries for k in s.categories for p in s.points_of_view)
     turns = {cell: prompts.retrieval_turns(s.mode, country=cell[0], category=cell[1], pov=cell[2], n_posts=s.n_posts) for cell in cells}
     pool = StereotypePool(s.near_duplicate_threshold)
+    cell_pools = {cell: StereotypePool(s.near_duplicate_threshold) for cell in cells}  # novelty per point of view
     new_counts: dict[tuple, list[int]] = {cell: [] for cell in cells}
     refused_rounds: dict[tuple, list[bool]] = {cell: [] for cell in cells}
+    no_output_rounds: dict[tuple, list[bool]] = {cell: [] for cell in cells}
     active = list(cells)
     responses, curve, extractions = [], [], []
     bar = tqdm(total=len(cells) * s.rule.max_rounds, desc="stereo retrieval", disable=not progress, unit="round")
@@ -315,12 +366,10 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
         round_no += 1
         replies = _converse_round(model, preamble, turns, active, s, round_no)
         still = []
-        posts_of = {}
-        for cell in active:
-            # the last turn's reply carries the posts (earlier turns of positive_then_negative lead up to it)
-            posts_of[cell] = read_reply(replies[cell][-1].text, prompts.refusals, min_words=s.min_words)
+        # the last turn's reply carries the posts (earlier turns of positive_then_negative lead up to it)
+        read_of = {cell: read_reply(replies[cell][-1].text, prompts.refusals, min_words=s.min_words) for cell in active}
         # every post of the round in one batch of extraction requests
-        items = [(cell, post) for cell in active for post in posts_of[cell][1]]
+        items = [(cell, post) for cell in active for post in read_of[cell].posts]
         read = _extract_posts(model, prompts, s, items)
         extracted: dict[tuple, list[tuple[str, tuple[str, str, str]]]] = {cell: [] for cell in active}
         for (cell, post), r in zip(items, read):
@@ -328,20 +377,29 @@ def retrieve(model: Any, prompts: PromptSet, s: RetrievalSettings, *, model_labe
             extractions.append({"country": cell[0], "category": cell[1], "pov": cell[2], "round": round_no, "post": post, **r})
         for cell in active:
             country, category, pov = cell
-            refused, posts = posts_of[cell]
-            n_new = sum(pool.add(country, category, pov, round_no, post, ext) for post, ext in extracted[cell])
+            reply = read_of[cell]
+            for post, ext in extracted[cell]:
+                pool.add(country, category, pov, round_no, post, ext)
+            n_new = sum(cell_pools[cell].add(country, category, pov, round_no, post, ext) for post, ext in extracted[cell])
+            # no post with a readable statement: an empty or unparseable reply, no evidence of saturation
+            no_output = not reply.refused and not any(normalise(ext[1]) for _, ext in extracted[cell])
+            last = len(replies[cell]) - 1
             for step, gen in enumerate(replies[cell]):
                 responses.append({
                     "model": model_label, "country": country, "category": category, "pov": pov, "round": round_no,
                     "step": step, "prompt": turns[cell][step], "response": gen.text, "finish_reason": gen.finish_reason,
-                    "refusal": is_refusal(gen.text, prompts.refusals, min_words=s.min_words), "empty": not gen.text.strip(), "n_posts": len(posts) if step == len(replies[cell]) - 1 else 0,
-                    "cached": gen.cached,
+                    "refusal": is_refusal(gen.text, prompts.refusals, min_words=s.min_words), "empty": not gen.text.strip(),
+                    "n_posts": len(reply.posts) if step == last else 0,
+                    "n_refusal_lines": len(reply.refusal_lines) if step == last else 0,
+                    "no_output": no_output if step == last else False, "cached": gen.cached,
                 })
             new_counts[cell].append(n_new)
-            refused_rounds[cell].append(refused)
-            reason = s.rule.decide(new_counts[cell], refused_rounds[cell])
-            curve.append({"country": country, "category": category, "pov": pov, "round": round_no, "n_posts": len(posts),
-                          "n_new": n_new, "cumulative": sum(new_counts[cell]), "refusal": refused, "stop": reason or ""})
+            refused_rounds[cell].append(reply.refused)
+            no_output_rounds[cell].append(no_output)
+            reason = s.rule.decide(new_counts[cell], refused_rounds[cell], no_output_rounds[cell])
+            curve.append({"country": country, "category": category, "pov": pov, "round": round_no, "n_posts": len(reply.posts),
+                          "n_new": n_new, "cumulative": sum(new_counts[cell]), "refusal": reply.refused,
+                          "no_output": no_output, "stop": reason or ""})
             bar.update(1)
             if reason is None:
                 still.append(cell)
@@ -385,13 +443,14 @@ def _extract_posts(model: Any, prompts: PromptSet, s: RetrievalSettings, items: 
 
 
 def _refusal_table(responses: pd.DataFrame) -> pd.DataFrame:
-    """Requests, refusals, empty replies and the refusal rate per model, country and category."""
+    """Requests, refusals, empty replies, rounds without output and the refusal rate per model, country and category."""
     refusals = (
         responses.groupby(["model", "country", "category"], sort=True)
-        .agg(n_requests=("refusal", "size"), n_refusals=("refusal", "sum"), n_empty=("empty", "sum"))
+        .agg(n_requests=("refusal", "size"), n_refusals=("refusal", "sum"), n_empty=("empty", "sum"),
+             n_no_output=("no_output", "sum"))
         .reset_index()
     )
-    refusals[["n_refusals", "n_empty"]] = refusals[["n_refusals", "n_empty"]].astype(int)
+    refusals[["n_refusals", "n_empty", "n_no_output"]] = refusals[["n_refusals", "n_empty", "n_no_output"]].astype(int)
     refusals["refusal_rate"] = refusals["n_refusals"] / refusals["n_requests"]
     return refusals
 
@@ -431,8 +490,12 @@ def retrieval_summary(result: RetrievalResult, s: RetrievalSettings, *, generato
             "n_without_target": int((stereotypes["target"].fillna("") == "").sum()),
             "mean_rounds_per_pov": float(rounds.mean()), "saturated_cells": int((curve["stop"] == "saturated").sum()),
             "round_cap_cells": int((curve["stop"] == "round_cap").sum()),
-            # cells whose every round was refused: no evidence of saturation either way
-            "refused_cells": int((curve["stop"] == "refused").sum()), "mode": s.mode,
+            # cells whose every round was refused, or that gave no readable post in any round: no evidence of
+            # saturation either way
+            "refused_cells": int((curve["stop"] == "refused").sum()),
+            "no_output_cells": int((curve["stop"] == "no_output").sum()),
+            "refused_rounds": int(curve["refusal"].sum()), "no_output_rounds": int(curve["no_output"].sum()),
+            "mode": s.mode,
             "rule": {"k": s.rule.k, "m": s.rule.m, "max_rounds": s.rule.max_rounds},
             # the extraction step is ours (the paper does not describe it)
             "extraction": {"method": s.extraction, "posts_read": len(ext),

@@ -22,8 +22,9 @@ Four interchangeable models, chosen by ``study.stereo.overlap.similarity.method`
   registry, OpenAI-compatible endpoints included) is asked whether two
   statements about the same target-group class say the same thing.  The
   answer must be exactly "sí" or "no" (case, accents and final punctuation
-  aside); anything else is *unparseable*, a refusal phrase is a *refusal*, and
-  both count as "not present".  Requests go through the response cache.
+  aside); anything else is *unparseable*, or a *refusal* when it reads as one
+  (``retrieval.read_reply``: a refusal phrase on a line addressed to the
+  requester), and both count as "not present".  Requests go through the response cache.
 
 Every model returns one score per pair in [0, 1] (the judge: 1 = yes, 0 = no
 or no usable answer); :class:`stereolens.studies.stereo.overlap.Matcher`
@@ -40,6 +41,7 @@ import numpy as np
 
 from stereolens.errors import ConfigError, ModelLoadError
 from stereolens.stages.kit import GENERATIVE_KINDS, model_label
+from stereolens.studies.stereo.prompts import RefusalMarkers
 from stereolens.studies.stereo.text import fold, similarity
 
 METHODS = ("lexical", "embedding", "offline", "judge")
@@ -293,13 +295,13 @@ class JudgeSimilarity:
 
     method = "judge"
 
-    def __init__(self, model: Any, template: str, refusal_phrases: Sequence[str], *, label: str, category_names: dict[str, str],
+    def __init__(self, model: Any, template: str, refusals: RefusalMarkers, *, label: str, category_names: dict[str, str],
                  max_tokens: int = 8, seed: int = 0) -> None:
         if not template:
             raise ConfigError("study.stereo.overlap.similarity.method=judge: the prompt templates lack `overlap_judge`")
         self.model = model
         self.template = template
-        self.refusal_phrases = tuple(refusal_phrases)
+        self.refusals = refusals
         self.label = label
         self.category_names = category_names
         self.max_tokens = int(max_tokens)
@@ -324,7 +326,7 @@ class JudgeSimilarity:
         out = []
         for (a, b), gen in zip(pairs, gens):
             verdict = parse_judgement(gen.text)
-            refused = verdict is None and is_refusal(gen.text, self.refusal_phrases)
+            refused = verdict is None and is_refusal(gen.text, self.refusals)
             status = "refusal" if refused else {True: "yes", False: "no", None: "unparseable"}[verdict]
             self.answers.append({"left_id": getattr(a, "stereotype_id", ""), "right_id": getattr(b, "stereotype_id", ""),
                                  "answer": gen.text, "verdict": status, "cached": bool(gen.cached)})

@@ -40,7 +40,8 @@ from stereolens.tracking import declare_run
 
 STUDY = "stereo"
 RETRIEVE_METRICS = ("n_requests", "n_refusals", "n_empty", "n_stereotypes", "n_without_target", "mean_rounds_per_pov",
-                    "saturated_cells", "round_cap_cells", "refused_cells", "cached_responses", "extraction_parse_failures")
+                    "saturated_cells", "round_cap_cells", "refused_cells", "no_output_cells", "refused_rounds",
+                    "no_output_rounds", "cached_responses", "extraction_parse_failures")
 VALIDATE_METRICS = ("n_items", "n_judgements", "n_validated", "validation_rate")
 RUNS = {
     "retrieve": declare_run(STUDY, "retrieve", params=("study",), metrics=RETRIEVE_METRICS),
@@ -151,7 +152,8 @@ def retrieve(args: argparse.Namespace) -> None:
             run.log_artifact(out / f)
         run.log_artifact(REPORTS / "retrieval" / "refusals.csv")
     print(f"stereo-retrieve: {summary['n_stereotypes']} stereotypes from {summary['n_requests']} responses "
-          f"({n_cached} from the cache, {summary['n_refusals']} refusals, {summary['mean_rounds_per_pov']:.1f} rounds per point of view) "
+          f"({n_cached} from the cache, {summary['n_refusals']} refusals, {summary['no_output_rounds']} rounds without a readable "
+          f"post, {summary['mean_rounds_per_pov']:.1f} rounds per point of view) "
           f"in {time.perf_counter() - started:.0f}s")
 
 
