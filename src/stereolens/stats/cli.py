@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Give exactly one of --rate, --effect, --discordance (with --difference) or --dataset.")
     question = parser.add_argument_group("the question (one of)")
     question.add_argument("--rate", type=float,
-                          help="true share of untied pairs whose stereotypical sentence wins, e.g. 0.60 (0.40 is "
-                               "the same question mirrored)")
+                          help="true share of untied pairs whose stereotypical sentence wins, e.g. 0.60; 0.40 asks "
+                               "the same question mirrored")
     question.add_argument("--effect", type=float, help="standardised paired effect d_z of continuous scores, e.g. 0.2")
     question.add_argument("--discordance", type=float,
                           help="share of items on which exactly one of two models is stereotypical, e.g. 0.2")
