@@ -181,9 +181,8 @@ def test_paired_table_corrects_over_the_cells_of_a_model_pair():
         multipletests(cells["p_value"].astype(float), method="fdr_bh")[1].tolist())
     overall = table.iloc[0]
     assert overall["p_holm"] is None and overall["n"] == 240
-    direct = paired_share_difference(
-        scores.loc[scores.model == "model-a", "score_stereo"].to_numpy() > scores.loc[scores.model == "model-a", "score_anti"].to_numpy(),
-        scores.loc[scores.model == "model-b", "score_stereo"].to_numpy() > scores.loc[scores.model == "model-b", "score_anti"].to_numpy())
+    a, b = scores.loc[scores.model == "model-a"], scores.loc[scores.model == "model-b"]
+    direct = paired_share_difference((a.score_stereo > a.score_anti).to_numpy(), (b.score_stereo > b.score_anti).to_numpy())
     assert overall["difference"] == pytest.approx(direct.difference) and overall["p_value"] == pytest.approx(direct.p_value)
 
 

@@ -103,6 +103,8 @@ def test_output_writes_the_same_object(argv, capsys, tmp_path):
     ([], "give exactly one of"),
     (["--rate", "0.6", "--effect", "0.2"], "not --rate and --effect"),
     (["--discordance", "0.2"], "--discordance and --difference go together"),
+    (["--difference", "0.05"], "--discordance and --difference go together"),
+    (["--rate", "0.6", "--output", "{tmp}"], "it is a folder"),
     (["--discordance", "0.1", "--difference", "0.2"], "--difference must be nonzero and at most the --discordance"),
     (["--effect", "0"], "--effect must be a nonzero"),
     (["--rate", "0.6", "--alpha", "1.5"], "--alpha must be in (0, 1)"),

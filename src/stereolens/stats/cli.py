@@ -63,18 +63,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _power(args: argparse.Namespace) -> int:
-    from stereolens.io import finite_json, write_json
+    from stereolens.io import check_writable, finite_json, write_json
     from stereolens.stats.power import check_probability
 
+    if (args.difference is None) != (args.discordance is None):
+        raise ConfigError("--discordance and --difference go together (the two models' disagreement and the "
+                          "difference of their bias scores)")
     asked = [name for name, given in (("--rate", args.rate is not None), ("--effect", args.effect is not None),
                                       ("--discordance", args.discordance is not None),
                                       ("--dataset", args.dataset is not None)) if given]
     if len(asked) != 1:
         raise ConfigError("give exactly one of --rate, --effect, --discordance (with --difference) or --dataset"
                           + (f", not {' and '.join(asked)}" if asked else ""))
-    if (args.difference is None) != (args.discordance is None):
-        raise ConfigError("--discordance and --difference go together (the two models' disagreement and the "
-                          "difference of their bias scores)")
     check_probability(args.alpha, "--alpha")
     check_probability(args.power, "--power")
     check_probability(args.ties, "--ties", low_open=False)
@@ -82,6 +82,7 @@ def _power(args: argparse.Namespace) -> int:
         raise ConfigError(f"--cells must be a whole number >= 1, got {args.cells}")
     if args.cell and args.dataset is None:
         raise ConfigError("--cell names a column of the --dataset file; give --dataset too")
+    check_writable(args.output)
 
     if args.rate is not None:
         result, text = _rate(args)
