@@ -27,6 +27,7 @@ COMMAND_MODULES: list[str] = [
     "stereolens.tracking.cli",
     "stereolens.lineage.cli",
     "stereolens.report.cli",
+    "stereolens.stats.cli",
     *study_modules("cli"),
     "stereolens.stages.cli",
 ]

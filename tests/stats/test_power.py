@@ -1,0 +1,231 @@
+"""Power, minimum detectable effects and sample sizes (stats/power.py), each against a computation
+that does not share its code: scipy's ``binomtest`` decision summed over the binomial
+distribution, statsmodels' power classes, the noncentral t distribution, statsmodels' ``mcnemar``
+over every table of a multinomial, and the known values of issue 32."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import NormalIndPower
+from statsmodels.stats.proportion import proportion_effectsize
+
+from stereolens.errors import ConfigError
+from stereolens.stats.power import (
+    critical_count,
+    exact_power,
+    family_alpha,
+    mcnemar_exact_power,
+    mcnemar_items_needed,
+    mcnemar_normal_power,
+    mde_table,
+    minimum_detectable_d_z,
+    minimum_detectable_rate,
+    normal_power,
+    paired_effect_needed,
+    pairs_needed,
+    undetected_preference,
+)
+
+
+@functools.lru_cache(maxsize=None)
+def rejected_by_binomtest(n: int, alpha: float) -> tuple[int, ...]:
+    """Every count of n pairs that scipy's two-sided binomtest of 0.5 rejects at alpha."""
+    return tuple(k for k in range(n + 1) if stats.binomtest(k, n, 0.5).pvalue < alpha) if n else ()
+
+
+def power_by_binomtest(n: int, rate: float, alpha: float) -> float:
+    """The exact power the slow way: every count scipy's binomtest rejects, weighted by its probability."""
+    return float(stats.binom.pmf(np.array(rejected_by_binomtest(n, alpha), dtype=int), n, rate).sum())
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.01, 0.05 / 9])
+def test_exact_power_is_the_binomtest_rejections_summed_over_the_binomial(alpha):
+    for n in [*range(0, 41), 60, 99, 100, 194, 200]:
+        for rate in (0.6, 0.35, 0.9):
+            assert exact_power(n, rate, alpha) == pytest.approx(power_by_binomtest(n, rate, alpha), abs=1e-12), (n, rate)
+    # the array form gives the same numbers
+    ns = np.arange(1, 61)
+    assert np.allclose(exact_power(ns, 0.6, alpha), [power_by_binomtest(int(n), 0.6, alpha) for n in ns], atol=1e-12)
+
+
+def test_critical_count_is_the_last_count_binomtest_rejects():
+    for n in range(1, 120):
+        c = int(critical_count(n, 0.05))
+        assert all(stats.binomtest(k, n, 0.5).pvalue < 0.05 for k in range(c + 1))
+        assert stats.binomtest(c + 1, n, 0.5).pvalue >= 0.05
+
+
+def test_at_the_null_the_exact_power_is_the_size_and_stays_below_alpha():
+    for n in (10, 60, 200):
+        assert exact_power(n, 0.5, 0.05) <= 0.05
+
+
+def test_normal_power_is_statsmodels_normal_ind_power_on_cohens_h():
+    solver = NormalIndPower()
+    for n in (10, 60, 194, 1000):
+        for rate in (0.55, 0.6, 0.3, 0.95):
+            for alpha in (0.05, 0.05 / 9):
+                expected = solver.power(effect_size=proportion_effectsize(rate, 0.5), nobs1=n, alpha=alpha, ratio=0)
+                assert normal_power(n, rate, alpha) == pytest.approx(expected, rel=1e-10)
+
+
+def test_194_pairs_per_cell_for_a_rate_of_060():
+    """Issue 32's known value: 194 untied pairs for a true rate of 0.60 at alpha 0.05 and 80% power
+    (normal approximation), as statsmodels solves it."""
+    plan = pairs_needed(0.60)
+    assert plan.normal == 194
+    solved = NormalIndPower().solve_power(effect_size=proportion_effectsize(0.6, 0.5), nobs1=None, alpha=0.05,
+                                          power=0.8, ratio=0)
+    assert math.ceil(solved) == 194
+    # the mirror rate asks the same question
+    assert pairs_needed(0.40).normal == 194 and pairs_needed(0.40).exact == plan.exact
+
+
+def test_exact_pairs_needed_is_the_first_n_reaching_the_target_and_the_stable_one_after_the_sawtooth():
+    plan = pairs_needed(0.60)
+    ns = np.arange(1, 3 * plan.exact_stable)
+    powers = np.array([power_by_binomtest(int(n), 0.6, 0.05) for n in ns[plan.exact - 3: plan.exact_stable + 3]])
+    window = ns[plan.exact - 3: plan.exact_stable + 3]
+    reaches = dict(zip(window.tolist(), (powers >= 0.8).tolist()))
+    assert reaches[plan.exact] and not any(reaches[n] for n in window if n < plan.exact)
+    assert not reaches[plan.exact_stable - 1]
+    assert (exact_power(ns[ns >= plan.exact_stable], 0.6, 0.05) >= 0.8).all()
+    assert plan.exact_power == pytest.approx(power_by_binomtest(plan.exact, 0.6, 0.05), abs=1e-12)
+    # measured: 199 first reaches 80%, 209 falls back to 79.8%, every n from 210 reaches it
+    assert (plan.exact, plan.exact_stable) == (199, 210)
+
+
+def test_ties_inflate_the_pairs_to_collect():
+    plan = pairs_needed(0.60, ties=0.1)
+    assert plan.normal_raw == math.ceil(194 / 0.9) == 216
+    assert plan.exact_raw == math.ceil(plan.exact / 0.9)
+    assert pairs_needed(0.60, ties=0.0).normal_raw == 194
+
+
+def test_crows_disability_mde_is_about_068_and_073_with_bonferroni_over_nine_types():
+    """Issue 32's known values for CrowS-Pairs' disability type (60 pairs): about 0.68 unadjusted and
+    about 0.73 with Bonferroni over the 9 bias types; the exact test needs a little more than the
+    normal approximation (0.692 and 0.739)."""
+    plain = minimum_detectable_rate(60)
+    bonferroni = minimum_detectable_rate(60, alpha=family_alpha(0.05, 9))
+    assert plain.normal_above == pytest.approx(0.68, abs=0.005)
+    assert bonferroni.normal_above == pytest.approx(0.73, abs=0.006)
+    assert plain.above == pytest.approx(0.68, abs=0.015) and bonferroni.above == pytest.approx(0.73, abs=0.015)
+    # the MDE is where the exact power crosses 80%
+    for mde, alpha in ((plain.above, 0.05), (bonferroni.above, 0.05 / 9)):
+        assert power_by_binomtest(60, mde + 1e-6, alpha) >= 0.8 > power_by_binomtest(60, mde - 1e-4, alpha)
+    assert plain.below == pytest.approx(1 - plain.above)
+
+
+def test_normal_mde_is_statsmodels_solved_effect_size():
+    for n, alpha in ((60, 0.05), (60, 0.05 / 9), (516, 0.05)):
+        h = NormalIndPower().solve_power(effect_size=None, nobs1=n, alpha=alpha, power=0.8, ratio=0)
+        rate = math.sin(math.pi / 4 + h / 2) ** 2  # Cohen's h back to a rate: h = 2 asin(sqrt(r)) - pi / 2
+        assert minimum_detectable_rate(n, alpha=alpha).normal_above == pytest.approx(rate, abs=1e-6)  # solve_power's tolerance
+
+
+def test_a_cell_no_split_can_make_significant_has_no_mde():
+    # 2 * 0.5^5 = 0.0625 >= 0.05: five untied pairs can never be significant; six can (0.03125)
+    assert math.isnan(minimum_detectable_rate(5).above)
+    assert not math.isnan(minimum_detectable_rate(6).above)
+    assert math.isnan(minimum_detectable_rate(0).above)
+
+
+def test_holms_first_step_is_bonferronis_level():
+    m, alpha = 9, 0.05
+    assert family_alpha(alpha, m) == alpha / m
+    others = [0.5] * (m - 1)
+    # statsmodels' Holm rejects the smallest p exactly when it is below alpha / m
+    assert multipletests([alpha / m * 0.999, *others], alpha=alpha, method="holm")[0][0]
+    assert not multipletests([alpha / m * 1.001, *others], alpha=alpha, method="holm")[0][0]
+    with pytest.raises(ConfigError):
+        family_alpha(alpha, 0)
+
+
+def test_mde_table_has_each_cell_unadjusted_and_at_the_family_level():
+    table = mde_table({"disability": 60, "race-color": 516}, family_size=9)
+    row = table.set_index("cell").loc["disability"]
+    assert row["n"] == 60 and row["alpha_adjusted"] == pytest.approx(0.05 / 9)
+    assert row["mde"] == pytest.approx(minimum_detectable_rate(60).above)
+    assert row["mde_adjusted"] == pytest.approx(minimum_detectable_rate(60, alpha=0.05 / 9).above)
+    assert row["mde_adjusted_below"] == pytest.approx(1 - row["mde_adjusted"])
+    # by default the family is the cells given
+    assert mde_table({"a": 60, "b": 70})["alpha_adjusted"].tolist() == [0.025, 0.025]
+
+
+def test_a_non_significant_cell_is_worded_by_what_it_could_not_detect():
+    mde = minimum_detectable_rate(60, alpha=0.05 / 9).above
+    text = undetected_preference(60, mde, alpha=0.05 / 9)
+    assert text.startswith("could not detect a preference below 0.739 (or above 0.261)")
+    assert "60 untied pairs" in text and "80% power" in text
+    assert "no split of 5 untied pairs" in undetected_preference(5, math.nan)
+
+
+def t_test_power_by_noncentral_t(n: int, d_z: float, alpha: float) -> float:
+    df, shift = n - 1, d_z * math.sqrt(n)
+    critical = stats.t.isf(alpha / 2, df)
+    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+
+
+def test_paired_effect_needed_matches_the_noncentral_t():
+    for d_z, alpha in ((0.2, 0.05), (0.5, 0.05), (0.2, 0.05 / 9), (-0.3, 0.01)):
+        plan = paired_effect_needed(d_z, alpha=alpha)
+        n = plan["items"]
+        assert t_test_power_by_noncentral_t(n, abs(d_z), alpha) >= 0.8 > t_test_power_by_noncentral_t(n - 1, abs(d_z), alpha)
+        assert plan["power_at_items"] == pytest.approx(t_test_power_by_noncentral_t(n, abs(d_z), alpha), abs=1e-8)
+    assert paired_effect_needed(0.2)["items"] == 199
+    d = minimum_detectable_d_z(199)
+    assert t_test_power_by_noncentral_t(199, d, 0.05) == pytest.approx(0.8, abs=1e-6)
+
+
+def test_mcnemar_sample_size_is_connors_formula():
+    # Connor (1987): n = (z_{alpha/2} sqrt(psi) + z_{power} sqrt(psi - delta^2))^2 / delta^2
+    psi, delta = 0.2, 0.05
+    by_hand = (1.959964 * math.sqrt(psi) + 0.841621 * math.sqrt(psi - delta**2)) ** 2 / delta**2  # 625.5
+    plan = mcnemar_items_needed(psi, delta)
+    assert plan["normal"] == math.ceil(by_hand) == 626
+    assert mcnemar_normal_power(plan["normal"], psi, delta) >= 0.8 > mcnemar_normal_power(plan["normal"] - 1, psi, delta)
+
+
+def test_mcnemar_exact_power_is_statsmodels_mcnemar_over_every_table():
+    """Enumerate every (n10, n01) of n items, weight each by its multinomial probability and count
+    those statsmodels' exact McNemar rejects."""
+    n, psi, delta, alpha = 40, 0.3, 0.15, 0.05
+    p10, p01 = (psi + delta) / 2, (psi - delta) / 2
+    cells = stats.multinomial(n, [p10, p01, 1 - psi])
+    total = 0.0
+    for n10 in range(n + 1):
+        for n01 in range(n + 1 - n10):
+            table = [[0, n10], [n01, n - n10 - n01]]
+            if n10 + n01 and mcnemar(table, exact=True).pvalue < alpha:
+                total += cells.pmf([n10, n01, n - n10 - n01])
+    assert mcnemar_exact_power(n, psi, delta, alpha) == pytest.approx(total, abs=1e-10)
+
+
+def test_mcnemar_exact_items_are_the_first_n_reaching_the_target():
+    plan = mcnemar_items_needed(0.2, 0.05)
+    n = plan["exact"]
+    assert mcnemar_exact_power(n, 0.2, 0.05) >= 0.8 > mcnemar_exact_power(n - 1, 0.2, 0.05)
+    assert n >= plan["normal"]  # the exact test is conservative: 658 against Connor's 626
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: pairs_needed(0.5), "nothing to detect"),
+    (lambda: pairs_needed(-0.1), "rate must be in [0, 1]"),
+    (lambda: pairs_needed(0.6, alpha=0), "alpha must be in (0, 1)"),
+    (lambda: pairs_needed(0.6, ties=1), "ties must be in [0, 1)"),
+    (lambda: paired_effect_needed(0), "nonzero"),
+    (lambda: mcnemar_items_needed(0.1, 0.2), "at most the discordance"),
+    (lambda: minimum_detectable_rate(-1), "whole number"),
+])
+def test_bad_values_are_one_line_config_errors(call, message):
+    with pytest.raises(ConfigError) as err:
+        call()
+    assert message in str(err.value) and "\n" not in str(err.value)
