@@ -134,8 +134,8 @@ def report_markdown(analysis: PairsAnalysis, *, title: str, provenance: Mapping[
               "stereotypical). " + analysis.summary.get("star", ""), ""]
     if "corrections" in analysis.summary:
         lines += [analysis.summary["corrections"] + " Tables 5/6 list each model's `ties`, `p_holm` and `p_bh` "
-                  "beside its score; the star stays the paper's rule, uncorrected; `tables/bias_cells.csv` has every cell's "
-                  "`share_untied`, interval, p and `favours`.", ""]
+                  "beside its score; the star stays the paper's rule, uncorrected; `tables/bias_cells.csv` has "
+                  "every cell's `share_untied`, interval, p and `favours`.", ""]
     for name, table in analysis.tables.items():
         if name == "bias_cells" or table.empty:
             continue
