@@ -25,7 +25,7 @@ REFERENCE_SCRIPT_DECIMALS = 3
 ROUNDED_SCORE = f"bias_score_rounded_{REFERENCE_SCRIPT_DECIMALS}"
 # where the star comes from: CrowS-Pairs reports no significance test
 STAR_RULE_SOURCE = ("AmchiBias' rule (Appendix H of the pairs study's paper, seed 002: significant when the 95% BCa "
-                    "interval excludes 50%), borrowed here: CrowS-Pairs (Nangia et al. 2020) reports no "
+                    "interval excludes 50%), borrowed here; CrowS-Pairs (Nangia et al. 2020) reports no "
                     "significance test")
 
 
@@ -50,10 +50,10 @@ def bias_by_type(scores: pd.DataFrame, *, alpha: float = 0.05,
         "as lower (`share_untied` = 50%; `favours` says which side the row lies on). `ci_low`/`ci_high` are the "
         "95% BCa interval of `share_untied`, exact from the binomial bootstrap distribution; `p_value` is the "
         "exact binomial sign test of the same share; `bias_score` is the reference score over all pairs, ties "
-        "not stereotypical, and equals `share_untied` when no pair ties. `significant` (uncorrected) is "
-        f"{STAR_RULE_SOURCE}, applied to `share_untied`; a `borderline` row (a bound on 50%, or within "
-        "Monte-Carlo reach of it) is never significant, and a `degenerate` row (every untied pair agrees, BCa "
-        "undefined) is significant when the binomial p < 0.05. "
+        "not stereotypical, and equals `share_untied` when no pair ties. `significant` (uncorrected) is the BCa "
+        f"rule on `share_untied`, {STAR_RULE_SOURCE}. A `borderline` row (a bound on 50%, or within Monte-Carlo reach "
+        "of it) is never significant, and a `degenerate` row (every untied pair agrees, BCa undefined) is "
+        "significant when the binomial p < 0.05. "
         + family_description(tested, alpha) + " Family: the bias types; the adjusted p is the row's binomial p.")
     return table, legend
 
