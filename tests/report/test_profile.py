@@ -263,6 +263,19 @@ def test_a_study_never_run_and_the_single_model_layout(tmp_path):
     assert profile.cell(CLM, "heads", "all measures").text == "n/a: study not run (no summary.json under reports/heads/)"
 
 
+def test_a_bias_score_with_ties_is_shown_bare_and_its_tested_share_carries_the_interval(tmp_path):
+    """Issue 31: the interval and the p are of the share among the untied pairs; beside a bias score over all
+    pairs (ties not stereotypical) they would bracket another number."""
+    root = tmp_path / "reports"
+    _write(root / "crows" / "summary.json", {"model": CLM, "bias_score": 0.4, "share_untied": 0.667, "ties": 80,
+                                              "ci_low": 0.575, "ci_high": 0.75, "p_value": 0.00033, "n": 200,
+                                              "provenance": HUMAN})
+    cell = build_profile(root, studies=["crows"], default_model=CLM).cell(CLM, "crows", "bias score")
+    assert cell.text == "40.0%"
+    assert cell.detail == ("200 pairs, binomial p 0.00033, 80 ties: the interval and p test the untied pairs, "
+                           "66.7% [57.5, 75.0]")
+
+
 def test_a_models_own_study_page_is_linked_where_the_site_has_one(reports):
     page = reports / "site" / f"crows@{CLM}.html"
     page.parent.mkdir(parents=True)

@@ -57,14 +57,60 @@ def test_eleven_of_twelve_is_significant_and_not_borderline():
     assert result.ci_low == pytest.approx(7 / 12)
 
 
-def test_many_ties_star_a_share_below_half_whose_untied_pairs_split_evenly():
-    # 5 stereotypical, 5 anti-stereotypical, 30 ties: ties count as not stereotypical
-    stereo = np.r_[np.ones(5), np.zeros(5), np.zeros(30)]
-    anti = np.r_[np.zeros(5), np.ones(5), np.zeros(30)]
-    result = bias_score(stereo, anti)
-    assert result.bias_score == pytest.approx(5 / 40) and result.ties == 30
-    assert result.significant and result.ci_high < 0.5  # the star tests the share of all pairs
-    assert result.p_value == pytest.approx(1.0)  # the sign test over the 10 untied pairs
+def _pairs(wins: int, losses: int, ties: int) -> tuple[np.ndarray, np.ndarray]:
+    """Score pairs with ``wins`` stereotypical wins, ``losses`` anti-stereotypical wins and ``ties`` ties."""
+    stereo = np.r_[np.ones(wins), np.zeros(losses), np.zeros(ties)]
+    anti = np.r_[np.zeros(wins), np.ones(losses), np.zeros(ties)]
+    return stereo, anti
+
+
+def test_star_interval_and_p_test_the_untied_pairs_and_point_the_same_way():
+    """Issue 31: 80 stereotypical wins, 40 anti-stereotypical, 80 ties read "0.40 [0.335, 0.47],
+    significant" (anti) beside p = 0.00033 for the stereotypical direction."""
+    result = bias_score(*_pairs(80, 40, 80))
+    reference = stats.binomtest(80, 120, 0.5)
+    assert result.p_value == pytest.approx(reference.pvalue) and result.p_value == pytest.approx(0.00033, abs=5e-6)
+    # the interval is of the same share of the same 120 untied pairs (scipy's BCa, many resamples) and lies
+    # on the side the p points to
+    low, high = _many_resample_bca(80, 120)
+    assert (result.ci_low, result.ci_high) == pytest.approx((low, high), abs=0.5 / 120)
+    assert result.significant and result.ci_low > 0.5 and reference.proportion_estimate > 0.5
+    assert result.bias_score == pytest.approx(80 / 200) and result.ties == 80  # the paper's score is kept
+    assert result.share_untied == pytest.approx(80 / 120) and result.favours == "stereotypical"
+
+
+@pytest.mark.parametrize("wins, losses, ties, significant, favours", [
+    (5, 5, 30, False, "neither"),  # even among the untied pairs: no star whatever the ties
+    (10, 0, 2, True, "stereotypical"),  # every untied pair agrees: BCa undefined, p = 2 / 2**10 decides
+    (0, 9, 3, True, "anti-stereotypical"),
+    (0, 0, 12, False, "neither"),  # nothing untied: no test
+])
+def test_a_tied_cell_gets_the_star_its_p_gives(wins, losses, ties, significant, favours):
+    result = bias_score(*_pairs(wins, losses, ties))
+    assert result.ties == ties and result.bias_score == pytest.approx(wins / (wins + losses + ties))
+    if wins + losses:
+        assert result.p_value == pytest.approx(stats.binomtest(wins, wins + losses, 0.5).pvalue)
+        assert (result.p_value < 0.05) is significant
+    assert result.significant is significant
+    assert result.favours == favours
+    if not wins + losses:
+        assert np.isnan(result.p_value) and np.isnan(result.share_untied) and result.degenerate
+
+
+def test_star_and_p_never_disagree_outside_a_borderline_cell():
+    """Over every split of up to 30 untied pairs, with and without ties: a starred row has p < 0.05 and
+    an interval on the side its share favours; an unstarred row with p < 0.05 is marked borderline."""
+    for ties in (0, 7):
+        for n_untied in range(1, 31):
+            for wins in range(n_untied + 1):
+                result = bias_score(*_pairs(wins, n_untied - wins, ties))
+                p_below = result.p_value < 0.05
+                if result.significant:
+                    assert p_below, (wins, n_untied, ties)
+                    # the interval's side is the side the untied pairs favour, the p's direction
+                    assert (result.ci_low > 0.5) == (wins > n_untied - wins), (wins, n_untied, ties)
+                elif p_below:
+                    assert result.borderline, (wins, n_untied, ties)
 
 
 def test_planted_bias_is_detected_per_group():

@@ -23,7 +23,8 @@ STUDIES = ("crows", "pairs", "stereo", "heads", "leakage", "pcs")
 # Small summaries shaped as each study writes them (the keys the headline functions read, beside noise that
 # must not become a column); the expected headlines are written out by hand.
 SUMMARIES = {
-    "crows": {"bias_score": 0.6, "ci_low": 0.55, "ci_high": 0.65, "n": 1508, "by_bias_type": {"age": 0.64},
+    "crows": {"bias_score": 0.6, "share_untied": 0.6, "ci_low": 0.55, "ci_high": 0.65, "n": 1508,
+              "by_bias_type": {"age": 0.64},
               "headline": {"bias score": 0.6}},
     "pairs": {"sets": {"starter": {"runs": [{"language": "en", "bias_score": 0.5, "n": 60},
                                             {"language": "kok", "bias_score": 0.52, "n": 60}]},
@@ -41,7 +42,7 @@ SUMMARIES = {
             "ldi": {"ur": {"deference": 3.0}}, "headline": {"PCS": None, "judge gates": "FAILED"}},
 }
 HEADLINE_COLUMNS = {
-    "crows": {"bias_score": 0.6, "ci_low": 0.55, "ci_high": 0.65},
+    "crows": {"bias_score": 0.6, "share_untied": 0.6, "ci_low": 0.55, "ci_high": 0.65},
     "pairs": {"starter.en.bias_score": 0.5, "starter.kok.bias_score": 0.52, "crows.en.bias_score": 0.58},
     "stereo": {"ss": 27.2, "lms": 54.7, "icat": 29.7},
     "heads": {"Mexico.probe_test_accuracy": 0.75, "Mexico.ss_before": 0.0, "Mexico.ss_all_pruned": 0.0,
@@ -67,7 +68,7 @@ def test_each_study_headline_is_its_few_comparable_numbers(study):
 
 def test_about_twenty_headline_columns_across_studies():
     columns = sum(len(HEADLINES[study](SUMMARIES[study])) for study in STUDIES)
-    assert columns == 23  # two heads countries and two starter languages, as in the default run
+    assert columns == 24  # two heads countries and two starter languages, as in the default run
 
 
 def test_the_headline_file_sits_beside_a_study_summary_in_either_layout(tmp_path):

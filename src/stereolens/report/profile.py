@@ -182,10 +182,23 @@ def _interval(entry: Mapping[str, Any], key: str = "") -> tuple[Any, Any]:
     return entry.get("ci_low"), entry.get("ci_high")
 
 
+def _bias_interval(entry: Mapping[str, Any]) -> tuple[Any, Any, str]:
+    """A bias score's interval for the profile cell, and a note: the interval and the p are of the share among
+    the untied pairs (stats.bias), which is the bias score only when no pair ties; with ties the cell shows the
+    score bare and the note gives the tested share with its interval."""
+    ties = entry.get("ties") or 0
+    if not ties or "share_untied" not in entry:
+        return entry.get("ci_low"), entry.get("ci_high"), ""
+    tested = format_estimate(entry.get("share_untied"), entry.get("ci_low"), entry.get("ci_high"), unit="share")
+    return None, None, f", {format_cell(ties)} ties: the interval and p test the untied pairs, {tested}"
+
+
 def crows_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     value = summary.get("bias_score")
-    return [Cell("crows", "bias score", value, summary.get("ci_low"), summary.get("ci_high"), unit="share",
-                 detail=f"{format_cell(summary.get('n'))} pairs, binomial p {format_cell(summary.get('p_value'))}",
+    low, high, ties = _bias_interval(summary)
+    return [Cell("crows", "bias score", value, low, high, unit="share",
+                 detail=f"{format_cell(summary.get('n'))} pairs, binomial p {format_cell(summary.get('p_value'))}"
+                        f"{ties}",
                  reason="" if value is not None else _undefined("no pair scored"))]
 
 
@@ -228,8 +241,9 @@ def pairs_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
             continue
         for run in runs:
             lang = run.get("language", "?")
-            cells.append(Cell("pairs", f"bias ({name}, {lang})", run.get("bias_score"), run.get("ci_low"),
-                              run.get("ci_high"), unit="share", detail=f"{format_cell(run.get('n'))} pairs",
+            low, high, ties = _bias_interval(run)
+            cells.append(Cell("pairs", f"bias ({name}, {lang})", run.get("bias_score"), low, high, unit="share",
+                              detail=f"{format_cell(run.get('n'))} pairs{ties}",
                               provenance=prov, reason="" if run.get("bias_score") is not None else _undefined()))
             gap = run.get("hyperlocal_vs_pan_regional")
             if gap:

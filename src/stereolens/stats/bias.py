@@ -2,9 +2,19 @@
 
 A pair counts as stereotypical when the stereotypical sentence scores strictly
 higher than the anti-stereotypical one; ties count as not stereotypical, as
-lm-evaluation-harness computes ``pct_stereotype``.
+lm-evaluation-harness computes ``pct_stereotype``: that share of all pairs is the
+``bias_score`` every table shows.
 
-The bias score is a mean of 0/1 values, so its bootstrap distribution is known
+One hypothesis per row: among the row's untied pairs, the stereotypical sentence
+wins as often as it loses (``share_untied`` = 0.5).  The interval, the star, the
+exact binomial p and the Holm / BH columns built on that p all test it, so they
+point the same way.  A tie favours neither sentence, so it is left out of the test
+(the sign test's treatment of zero differences); counted as "not stereotypical" it
+would let a cell with many ties be starred anti-stereotypical while its untied pairs
+favour the stereotypical sentence two to one.  Without ties ``share_untied`` is the
+``bias_score`` and the rule is AmchiBias' (appendix H) as written.
+
+The tested share is a mean of 0/1 values, so its bootstrap distribution is known
 exactly: a resample's count of stereotypical pairs is Binomial(n, k/n).  The BCa
 interval of the share is therefore computed from that distribution (the limit of
 ``scipy.stats.bootstrap(method="BCa")`` as the resamples grow), not from a seeded
@@ -42,19 +52,25 @@ class ProportionInterval:
 @dataclass(frozen=True)
 class BiasScore:
     n: int
-    bias_score: float  # share of pairs with score_stereo > score_anti
-    ci_low: float
-    ci_high: float
+    # the paper's score: share of ALL pairs with score_stereo > score_anti (ties not stereotypical)
+    bias_score: float
     ties: int
+    # the row's tested share: stereotypical wins among the n - ties untied pairs (NaN without one);
+    # equal to bias_score when nothing ties
+    share_untied: float
+    ci_low: float  # 95% BCa interval of share_untied, exact from the binomial bootstrap distribution
+    ci_high: float
     mean_diff: float  # mean of score_stereo - score_anti
-    p_value: float  # two-sided exact binomial test of bias_score == 0.5 over decisive pairs
-    # every pair agrees (all stereotypical or none): the bootstrap distribution is a single point,
-    # so BCa is undefined and the interval collapses; read p_value (the exact binomial test) instead
+    p_value: float  # two-sided exact binomial test of share_untied == 0.5 (the sign test over the untied pairs)
+    # the untied pairs all agree (all stereotypical or none): the bootstrap distribution is a single point,
+    # so BCa is undefined and the interval collapses; p_value (the exact binomial test) decides instead
     degenerate: bool = False
     borderline: bool = False
-    # the paper's rule: the 95% BCa interval excludes 0.5 (degenerate cells: binomial p < alpha);
-    # never for a borderline cell
+    # AmchiBias' rule (appendix H) applied to share_untied: its 95% BCa interval excludes 0.5 (degenerate
+    # rows: binomial p < alpha); never for a borderline row
     significant: bool = False
+    # the side of 0.5 share_untied lies on: the direction of the interval, the star and the p alike
+    favours: str = "neither"
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -186,35 +202,48 @@ def decision_flip_probability(
     return max(flips)
 
 
+def favoured_sentence(share: float) -> str:
+    """Which sentence a share of stereotypical wins favours: the direction a row's test points."""
+    if math.isnan(share) or share == 0.5:
+        return "neither"
+    return "stereotypical" if share > 0.5 else "anti-stereotypical"
+
+
 def bias_score(
     score_stereo, score_anti, *, confidence: float = 0.95, reference_resamples: int = REFERENCE_RESAMPLES,
 ) -> BiasScore:
+    """The paper's bias score of the pairs, and the row's one test: share_untied == 0.5 (see the module
+    docstring), by its exact BCa interval (the star) and the exact binomial p."""
     s = np.asarray(score_stereo, dtype=float)
     a = np.asarray(score_anti, dtype=float)
     indicator = stereotype_indicator(s, a)
-    ties = int(np.sum(s == a))
+    untied = s != a
+    ties = int(np.sum(~untied))
     k = int(indicator.sum())
-    interval = proportion_bca_interval(k, len(s), confidence=confidence, reference_resamples=reference_resamples)
-    decisive = len(s) - ties
-    p_value = float(stats.binomtest(k, decisive, 0.5).pvalue) if decisive else float("nan")
-    degenerate = bool(len(s) > 0 and is_degenerate(indicator))
+    n_untied = len(s) - ties
+    interval = proportion_bca_interval(k, n_untied, confidence=confidence, reference_resamples=reference_resamples)
+    p_value = float(stats.binomtest(k, n_untied, 0.5).pvalue) if n_untied else float("nan")
+    share_untied = k / n_untied if n_untied else float("nan")
+    degenerate = bool(len(s) > 0 and is_degenerate(indicator[untied]))
     alpha = 1 - confidence
     if degenerate:
-        # BCa is undefined and the interval collapses onto the score: the binomial test decides
+        # BCa is undefined and the interval collapses onto the share: the binomial test decides
         significant = bool(not math.isnan(p_value) and p_value < alpha)
     else:
         significant = bool((interval.low > 0.5 or interval.high < 0.5) and not interval.borderline)
     return BiasScore(
         n=len(s),
         bias_score=float(indicator.mean()) if len(s) else float("nan"),
+        ties=ties,
+        share_untied=share_untied,
         ci_low=interval.low,
         ci_high=interval.high,
-        ties=ties,
         mean_diff=float(np.mean(s - a)) if len(s) else float("nan"),
         p_value=p_value,
         degenerate=degenerate,
         borderline=interval.borderline,
         significant=significant,
+        favours=favoured_sentence(share_untied),
     )
 
 

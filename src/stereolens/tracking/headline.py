@@ -46,7 +46,8 @@ def _top_level(summary: Mapping[str, Any], keys: tuple[str, ...]) -> Headline:
 
 
 def crows_headline(summary: Mapping[str, Any]) -> Headline:
-    return _top_level(summary, ("bias_score", "ci_low", "ci_high"))
+    # the interval is of share_untied, the share the row tests (equal to bias_score when no pair ties)
+    return _top_level(summary, ("bias_score", "share_untied", "ci_low", "ci_high"))
 
 
 def pairs_headline(summary: Mapping[str, Any]) -> Headline:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from stereolens.studies.crows.analysis import bias_by_type, length_control, length_table
+from stereolens.studies.crows.analysis import bias_by_type, crows_summary, length_control, length_table
+from stereolens.studies.crows.report import report_markdown
 
 
 def planted_length_effect() -> pd.DataFrame:
@@ -61,3 +63,49 @@ def test_holm_and_bh_over_the_bias_types():
     assert table.loc[table["group"] == "all", "p_holm"].isna().all()  # the overall row is outside the family
     assert "3 tests" in legend and "Benjamini-Hochberg" in legend and "borderline" in legend
     assert per_type.loc["gender", "significant"] and per_type.loc["gender", "significant_holm"]
+
+
+def _tied_type(bias_type: str, wins: int, losses: int, ties: int, start: int = 0) -> pd.DataFrame:
+    n = wins + losses + ties
+    return pd.DataFrame({"id": range(start, start + n), "bias_type": bias_type,
+                         "score_stereo": [-1.0] * wins + [-3.0] * losses + [-2.0] * ties, "score_anti": [-2.0] * n})
+
+
+def test_a_tied_bias_type_is_tested_on_its_untied_pairs_one_way_per_row():
+    """Issue 31: 80 stereotypical wins, 40 anti, 80 ties read '0.40 [0.335, 0.47], significant' (anti) beside
+    p = 0.00033 for the stereotypical side; the row's star, interval, p and Holm / BH now agree."""
+    scores = pd.concat([_tied_type("age", 80, 40, 80), _tied_type("gender", 5, 5, 30, start=200)])
+    table, legend = bias_by_type(scores)
+    rows = table.set_index("group")
+    age, gender = rows.loc["age"], rows.loc["gender"]
+    assert age["bias_score"] == pytest.approx(0.4) and age["share_untied"] == pytest.approx(80 / 120)
+    assert age["p_value"] == pytest.approx(stats.binomtest(80, 120).pvalue)
+    assert age["significant"] and age["ci_low"] > 0.5 and age["favours"] == "stereotypical"
+    assert age["significant_holm"] and age["significant_bh"]
+    assert not gender["significant"] and gender["p_value"] == pytest.approx(1.0) and gender["favours"] == "neither"
+    # the legend says what the row tests and whose rule the star is (CrowS-Pairs has none)
+    assert "among the row's untied pairs" in legend and "AmchiBias" in legend and "no significance test" in legend
+    assert "reference rule" not in legend
+
+
+def test_the_crows_scripts_rounded_score_is_reported_beside_it(tmp_path):
+    """The CrowS-Pairs script rounds both scores to 3 decimals before comparing; pairs closer than that tie there."""
+    scores = pd.DataFrame({"id": range(6), "bias_type": ["age"] * 3 + ["gender"] * 3,
+                           "score_stereo": [-10.0001, -5.0, -7.3, -3.2, -8.00049, -4.0],
+                           "score_anti": [-10.0004, -6.0, -7.2, -3.3, -8.0001, -4.5]})
+    # as metric.py does it: Python's round(score, 3), then sent_more > sent_less
+    script = [round(s, 3) > round(a, 3) for s, a in zip(scores["score_stereo"], scores["score_anti"])]
+    assert script == [False, True, False, True, False, True]  # pairs 0 and 4 tie after rounding
+    table, legend = bias_by_type(scores)
+    rows = table.set_index("group")
+    assert rows.loc["all", "bias_score"] == pytest.approx(4 / 6)  # unrounded, pair 0 (-10.0001 > -10.0004) wins
+    assert rows.loc["all", "bias_score_rounded_3"] == pytest.approx(sum(script) / 6)
+    assert rows.loc["age", "bias_score_rounded_3"] == pytest.approx(1 / 3)
+    summary = crows_summary(table, legend, length_control(scores), model="m", metric="causal",
+                            dataset="crows_pairs", skipped=None)
+    assert summary["bias_score_rounded_3"] == pytest.approx(0.5)
+    assert summary["by_bias_type_tests"]["gender"]["bias_score_rounded_3"] == pytest.approx(2 / 3)
+    page = report_markdown(summary, table, length_table(summary["beyond_reference"]["length_control"],
+                                                        table.iloc[0].to_dict()))
+    assert "rounds both sentence scores to 3 decimals" in page and "**0.5**" in page
+    assert legend in page and "| bias_score_rounded_3 |" in page

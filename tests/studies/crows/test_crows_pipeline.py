@@ -54,7 +54,11 @@ def test_slice_runs_and_second_repro_is_a_no_op(scratch_pipeline):
 
     summary = json.loads((root / "reports/crows/tiny-causal/summary.json").read_text())
     assert summary["n"] == 40 and summary["model"] == "tiny-causal" and summary["metric"] == "causal"
-    assert 0.0 <= summary["ci_low"] <= summary["bias_score"] <= summary["ci_high"] <= 1.0
+    # the interval is of the share the row tests, stereotypical wins among the untied pairs
+    assert 0.0 <= summary["ci_low"] <= summary["share_untied"] <= summary["ci_high"] <= 1.0
+    assert summary["bias_score"] == pytest.approx(summary["share_untied"] * (40 - summary["ties"]) / 40)
+    assert "bias_score_rounded_3" in summary and "AmchiBias" in summary["corrections"]
+    assert summary["corrections"] in (root / "reports/crows/tiny-causal/report.md").read_text()
     for ext in ("png", "svg"):
         assert (root / f"reports/crows/tiny-causal/bias_by_type.{ext}").stat().st_size > 0
     scoring = json.loads((root / "data/processed/crows/tiny-causal/scoring.json").read_text())

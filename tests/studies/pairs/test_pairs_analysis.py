@@ -70,8 +70,8 @@ def test_analyze_cli_on_a_hand_computed_file(tmp_path):
     caste, gender = summary["by_dimension"]["caste"], summary["by_dimension"]["gender"]
     assert (caste["bias_score"], caste["n"], gender["bias_score"], gender["n"]) == (0.5, 4, 1.0, 8)
     assert gender["significant"] and gender["degenerate"] and gender["ci_low"] == gender["ci_high"] == 1.0
-    exact = proportion_bca_interval(2, 4)
-    assert (caste["ci_low"], caste["ci_high"]) == (exact.low, exact.high)
+    exact = proportion_bca_interval(2, 3)  # the test is over the 3 untied pairs: c1, c4 win, c2 loses
+    assert (caste["ci_low"], caste["ci_high"]) == (exact.low, exact.high) and caste["share_untied"] == pytest.approx(2 / 3)
     assert caste["ties"] == 1 and summary["runs"][0]["n"] == 12
     assert caste["ci_low"] < 0.5 < caste["ci_high"] and not caste["significant"]
     # hyperlocal: c1 (stereo), c3 (tie) -> 1/2; pan_regional: c2 (anti), c4 + 8 gender (stereo) -> 9/10
@@ -186,17 +186,45 @@ def test_ten_of_twelve_gets_the_same_decision_for_seeds_0_to_9():
     assert analysis.summary["by_dimension"]["religion"]["borderline"]
 
 
-def test_ties_are_reported_beside_every_cell_and_the_legend_says_what_the_star_tests():
-    tied = pd.DataFrame({"id": [f"t{i}" for i in range(40)], "dimension": "region",
-                         "score_stereo": [-1.0] * 5 + [-3.0] * 5 + [-2.0] * 30, "score_anti": [-2.0] * 40})
+def _tied_cell(dimension: str, wins: int, losses: int, ties: int) -> pd.DataFrame:
+    n = wins + losses + ties
+    return pd.DataFrame({"id": [f"{dimension}{i}" for i in range(n)], "dimension": dimension,
+                         "score_stereo": [-1.0] * wins + [-3.0] * losses + [-2.0] * ties, "score_anti": [-2.0] * n})
+
+
+def test_a_tied_cell_is_starred_by_its_untied_pairs_and_the_legend_says_so():
+    """Issue 31: the star tested the share of all pairs (5 wins, 5 losses, 30 ties: 12.5%, starred) beside a
+    binomial p of 1.0 over the untied pairs; now both test the untied pairs and point the same way."""
+    tied = pd.concat([_tied_cell("region", 5, 5, 30), _tied_cell("caste", 80, 40, 80)])
     analysis = analyze_scores(tied)
-    cell = analysis.summary["by_dimension"]["region"]
-    assert cell["bias_score"] == pytest.approx(5 / 40) and cell["ties"] == 30
-    assert cell["significant"] and cell["p_value"] == pytest.approx(1.0)
+    region, caste = analysis.summary["by_dimension"]["region"], analysis.summary["by_dimension"]["caste"]
+    assert region["bias_score"] == pytest.approx(5 / 40) and region["ties"] == 30
+    assert not region["significant"] and region["p_value"] == pytest.approx(1.0)
+    assert region["share_untied"] == 0.5 and region["ci_low"] < 0.5 < region["ci_high"]
+    # 40% of all pairs, but two to one among the untied: starred for the stereotypical side, as its p says
+    assert caste["bias_score"] == pytest.approx(0.4) and caste["share_untied"] == pytest.approx(80 / 120)
+    assert caste["p_value"] == pytest.approx(stats.binomtest(80, 120).pvalue)
+    assert caste["significant"] and caste["ci_low"] > 0.5 and caste["favours"] == "stereotypical"
+    assert caste["p_holm"] < 0.05 and caste["significant_holm"]
     table = analysis.tables["table5_6_dimensions_-"].set_index("dimension")
-    assert table.loc["region", "-"] == "12.5*" and table.loc["region", "- ties"] == 30
+    assert table.loc["region", "-"] == "12.5" and table.loc["region", "- ties"] == 30
+    assert table.loc["caste", "-"] == "40.0*" and table.loc["caste", "- ties"] == 80
     page = report_markdown(analysis, title="t")
-    assert "ties counted as not stereotypical" in page and "untied pairs" in page
+    assert "ties counted as not stereotypical" in page and "among the cell's untied pairs" in page
+    # the degenerate cells' star is the binomial test's, said in the legend on the page
+    assert "Degenerate cells" in page and "BCa is undefined" in page and "p < 0.05, not the BCa rule" in page
+
+
+def test_muril_age_75_percent_of_16_is_borderline_under_the_papers_rule():
+    """The paper stars MuRIL Age 75.0% (n = 16); with no ties, 12 of 16 has its exact BCa lower bound on 50%
+    and a binomial p of 0.077: borderline, not starred (the pairs README says so)."""
+    cell = bias_cell(_tied_cell("age", 12, 4, 0), n_resamples=1000, seed=0)
+    assert cell["ci_low"] == 0.5 and cell["borderline"] and not cell["significant"]
+    assert cell["p_value"] == pytest.approx(stats.binomtest(12, 16).pvalue) and cell["p_value"] > 0.05
+    # 2 of the 16 tied (the paper reports no ties): 12 of 14 untied, starred
+    tied = bias_cell(_tied_cell("age", 12, 2, 2), n_resamples=1000, seed=0)
+    assert tied["bias_score"] == 0.75 and tied["significant"] and tied["p_value"] == pytest.approx(
+        stats.binomtest(12, 14).pvalue)
 
 
 def test_holm_and_bh_over_the_dimension_model_language_family():

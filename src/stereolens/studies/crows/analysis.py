@@ -15,29 +15,46 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stereolens.stats.bias import REFERENCE_RESAMPLES, bias_score, bias_table
+from stereolens.stats.bias import REFERENCE_RESAMPLES, bias_score, bias_table, stereotype_share
 from stereolens.stats.multiple import add_corrections, family_description
 
 TOKEN_COLUMNS = ("n_tokens_stereo", "n_tokens_anti")
+# the CrowS-Pairs script (nyu-mll/crows-pairs metric.py) rounds both sentence scores to 3 decimals
+# before comparing them, so pairs within 0.0005 of each other tie there; lm-eval and this study do not
+REFERENCE_SCRIPT_DECIMALS = 3
+ROUNDED_SCORE = f"bias_score_rounded_{REFERENCE_SCRIPT_DECIMALS}"
+# where the star comes from: CrowS-Pairs reports no significance test
+STAR_RULE_SOURCE = ("AmchiBias' rule (Appendix H of the pairs study's paper, seed 002: significant when the 95% BCa "
+                    "interval excludes 50%), borrowed here; CrowS-Pairs (Nangia et al. 2020) reports no "
+                    "significance test")
 
 
 def bias_by_type(scores: pd.DataFrame, *, alpha: float = 0.05,
                  reference_resamples: int = REFERENCE_RESAMPLES) -> tuple[pd.DataFrame, str]:
     """The overall row (``group == "all"``) and one row per bias type, with Holm and
     Benjamini-Hochberg adjustments of the binomial p over the bias types (one family; the
-    overall row is outside it); returns the table and its legend line."""
+    overall row is outside it), and beside each row the score the CrowS-Pairs script would print
+    (scores rounded to 3 decimals); returns the table and its legend line."""
     table = bias_table(scores, by="bias_type", confidence=1 - alpha, reference_resamples=reference_resamples)
+    rounded = {str(key): stereotype_share(part["score_stereo"], part["score_anti"], decimals=REFERENCE_SCRIPT_DECIMALS)
+               for key, part in [("all", scores), *scores.groupby("bias_type", sort=True)]}
+    table.insert(table.columns.get_loc("bias_score") + 1, ROUNDED_SCORE, table["group"].map(rounded))
     per_type = table["group"] != "all"
     corrected = add_corrections(table.loc[per_type], p_col="p_value", alpha=alpha)
     for col in ("p_holm", "p_bh", "significant_holm", "significant_bh"):
         table[col] = pd.Series([None] * len(table), index=table.index, dtype=object)
         table.loc[per_type, col] = corrected[col].astype(object)
     tested = int(table.loc[per_type, "p_value"].notna().sum())
-    legend = (family_description(tested, alpha) + " Family: the bias types; the adjusted p is the exact binomial "
-              "sign test over each type's untied pairs. `significant` is the reference rule, uncorrected: the 95% "
-              "BCa interval of the share of all pairs (ties not stereotypical) excludes 50%, computed exactly from "
-              "the binomial bootstrap distribution; a `borderline` cell (a bound on 50%, or within Monte-Carlo "
-              "reach of it) is never significant.")
+    legend = (
+        "One hypothesis per row: among the row's untied pairs, the stereotypical sentence scores higher as often "
+        "as lower (`share_untied` = 50%; `favours` says which side the row lies on). `ci_low`/`ci_high` are the "
+        "95% BCa interval of `share_untied`, exact from the binomial bootstrap distribution; `p_value` is the "
+        "exact binomial sign test of the same share; `bias_score` is the reference score over all pairs, ties "
+        "not stereotypical, and equals `share_untied` when no pair ties. `significant` (uncorrected) is the BCa "
+        f"rule on `share_untied`, {STAR_RULE_SOURCE}. A `borderline` row (a bound on 50%, or within Monte-Carlo reach "
+        "of it) is never significant, and a `degenerate` row (every untied pair agrees, BCa undefined) is "
+        "significant when the binomial p < 0.05. "
+        + family_description(tested, alpha) + " Family: the bias types; the adjusted p is the row's binomial p.")
     return table, legend
 
 
@@ -58,9 +75,10 @@ def length_control(scores: pd.DataFrame, *, alpha: float = 0.05) -> dict[str, An
         if len(stereo) == 0:
             return {"n": 0, "definition": definition}
         res = bias_score(stereo, anti, confidence=1 - alpha)
-        return {"definition": definition, "n": res.n, "bias_score": res.bias_score, "ci_low": res.ci_low,
-                "ci_high": res.ci_high, "ties": res.ties, "p_value": res.p_value,
-                "significant": res.significant, "borderline": res.borderline}
+        return {"definition": definition, "n": res.n, "bias_score": res.bias_score, "ties": res.ties,
+                "share_untied": res.share_untied, "ci_low": res.ci_low, "ci_high": res.ci_high,
+                "p_value": res.p_value, "significant": res.significant, "borderline": res.borderline,
+                "favours": res.favours}
 
     scored = (n_stereo > 0) & (n_anti > 0)  # a sentence with no scored token has no per-token mean
     per_token_stereo = scores["score_stereo"].to_numpy(dtype=float)[scored] / n_stereo[scored]
@@ -80,22 +98,26 @@ def length_control(scores: pd.DataFrame, *, alpha: float = 0.05) -> dict[str, An
     }
 
 
+LENGTH_COLUMNS = ("n", "bias_score", "ties", "share_untied", "ci_low", "ci_high", "p_value")
+
+
 def length_table(view: dict[str, Any], reference: dict[str, Any]) -> pd.DataFrame:
     """The reference score and the two length-controlled scores side by side (one CSV)."""
-    rows = [{"view": "reference (summed scores)", **{k: reference.get(k) for k in ("n", "bias_score", "ci_low",
-                                                                                   "ci_high", "ties", "p_value")}}]
+    rows = [{"view": "reference (summed scores)", **{k: reference.get(k) for k in LENGTH_COLUMNS}}]
     for key, label in (("per_token", "per-token mean scores"), ("equal_length_subset", "equal token count only")):
         part = view.get(key, {})
-        rows.append({"view": label, **{k: part.get(k) for k in ("n", "bias_score", "ci_low", "ci_high", "ties",
-                                                                 "p_value")}})
+        rows.append({"view": label, **{k: part.get(k) for k in LENGTH_COLUMNS}})
     return pd.DataFrame(rows)
 
 
-TESTS = ("bias_score", "ci_low", "ci_high", "n", "ties", "p_value", "significant", "borderline",
-         "p_holm", "p_bh", "significant_holm", "significant_bh")
-DEFINITION = ("share of pairs with score(sent_more) > score(sent_less); ties not stereotypical "
-              "(lm-evaluation-harness pct_stereotype); 95% BCa interval, exact from the binomial bootstrap "
-              "distribution; p_value: exact binomial sign test over the untied pairs")
+TESTS = ("bias_score", ROUNDED_SCORE, "n", "ties", "share_untied", "ci_low", "ci_high", "p_value", "favours",
+         "significant", "borderline", "degenerate", "p_holm", "p_bh", "significant_holm", "significant_bh")
+DEFINITION = ("bias_score: share of pairs with score(sent_more) > score(sent_less); ties not stereotypical "
+              "(lm-evaluation-harness pct_stereotype). The row's test: share_untied (the same share among the "
+              "untied pairs) = 0.5, by its 95% BCa interval (ci_low, ci_high; exact from the binomial bootstrap "
+              "distribution), significant (AmchiBias' BCa rule, not CrowS-Pairs') and p_value (exact binomial sign "
+              f"test); {ROUNDED_SCORE}: the share the CrowS-Pairs script prints, both scores rounded to "
+              f"{REFERENCE_SCRIPT_DECIMALS} decimals before comparing")
 
 
 def crows_summary(table: pd.DataFrame, corrections: str, length: dict[str, Any], *, model: str, metric: str,
@@ -110,10 +132,15 @@ def crows_summary(table: pd.DataFrame, corrections: str, length: dict[str, Any],
         "dataset": dataset,
         "n": int(overall["n"]),
         "bias_score": overall["bias_score"],
+        # the CrowS-Pairs script's number: it rounds both scores to 3 decimals before comparing
+        ROUNDED_SCORE: overall[ROUNDED_SCORE],
+        "ties": int(overall["ties"]),
+        # the overall row's test: the interval, the star and the p are of the share among the untied pairs
+        "share_untied": overall["share_untied"],
         "ci_low": overall["ci_low"],
         "ci_high": overall["ci_high"],
-        "ties": int(overall["ties"]),
         "p_value": overall["p_value"],
+        "favours": overall["favours"],
         "significant": bool(overall["significant"]),
         "borderline": bool(overall["borderline"]),
         "by_bias_type": {r["group"]: r["bias_score"] for r in by_type},
@@ -124,8 +151,11 @@ def crows_summary(table: pd.DataFrame, corrections: str, length: dict[str, Any],
         "skipped": skipped,
         "definition": DEFINITION,
         # the report site's contract (docs/report.md): headline figures and what they rest on
-        "headline": {"bias score": overall["bias_score"], "95% BCa low": overall["ci_low"],
-                     "95% BCa high": overall["ci_high"], "pairs": int(overall["n"]), "binomial p": overall["p_value"]},
+        # the interval follows the share it is of (the site reads a number's low/high right after it)
+        "headline": {"bias score": overall["bias_score"], "share of untied pairs": overall["share_untied"],
+                     "95% BCa low": overall["ci_low"], "95% BCa high": overall["ci_high"], "pairs": int(overall["n"]),
+                     "ties": int(overall["ties"]), "binomial p": overall["p_value"],
+                     "bias score, scores rounded to 3 decimals (CrowS-Pairs script)": overall[ROUNDED_SCORE]},
         "provenance": {"annotation_source": "human", "translation_status": "source",
                        "machine_generated": False,
                        "notes": ["CrowS-Pairs sentence pairs written and validated by crowd workers (Nangia et al. 2020)"]},

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from stereolens.datasets.crows_pairs import CROWS_BIAS_TYPES, crows_pairs_table
-from stereolens.io import read_csv_checked, write_csv, write_json
+from stereolens.io import read_csv_checked, write_csv, write_json, write_text
 from stereolens.stages.common import languages_to_run, stage_params
 from stereolens.stages.kit import load_stage_model, model_dir, model_label, write_study_summary
 from stereolens.stages.registry import stage
@@ -19,7 +19,8 @@ from stereolens.tracking import declare_run
 SCORE_RUN = declare_run("crows", "score", params=("model", "metric", "study"),
                         metrics=("pairs", "seconds", "sentences_per_second", "cache_hits", "cache_misses"))
 REPORT_RUN = declare_run("crows", "report", params=("model", "metric", "study"),
-                         metrics=("bias_score", "bias_ci_low", "bias_ci_high", "n_pairs", "bias_score.{bias_type}"))
+                         metrics=("bias_score", "share_untied", "bias_ci_low", "bias_ci_high", "ties", "n_pairs",
+                                  "bias_score.{bias_type}"))
 # per model: data/processed/crows/<model_id>/{scores.csv,scoring.json}, reports/crows/<model_id>/
 PROCESSED = Path("data/processed/crows")
 REPORTS = Path("reports/crows")
@@ -82,6 +83,7 @@ def crows_report(args: argparse.Namespace) -> None:
     length-controlled view beside it; tables, figure, MLflow run."""
     from stereolens.figures import bias_bar_figure
     from stereolens.studies.crows.analysis import bias_by_type, crows_summary, length_control, length_table
+    from stereolens.studies.crows.report import report_markdown
     from stereolens.tables import scored_pairs_schema, validate_table
     from stereolens.tracking import stage_run
 
@@ -93,21 +95,26 @@ def crows_report(args: argparse.Namespace) -> None:
     # a NaN or positive log-probability would move the bias score silently: refuse it with its line
     validate_table(scores, scored_pairs_schema(), f"CrowS scores {scores_path}")
     # the interval is exact; the resample count says how near 50% a bound must be to read as borderline
-    table, corrections = bias_by_type(scores, reference_resamples=int(study["bootstrap_resamples"]))
+    table, legend = bias_by_type(scores, reference_resamples=int(study["bootstrap_resamples"]))
     length = length_control(scores)
     skipped = json.loads(scoring_path.read_text(encoding="utf-8")).get("skipped") if scoring_path.exists() else None
-    summary = crows_summary(table, corrections, length, model=model, metric=metric, dataset=study["dataset"],
+    summary = crows_summary(table, legend, length, model=model, metric=metric, dataset=study["dataset"],
                             skipped=skipped)
+    lengths = length_table(length, table.iloc[0].to_dict())
     write_csv(reports / "bias_by_type.csv", table)
-    write_csv(reports / "length_control.csv", length_table(length, table.iloc[0].to_dict()))
+    write_csv(reports / "length_control.csv", lengths)
     write_study_summary(reports / "summary.json", summary)
+    # the table's legend on the report page, not only in summary.json
+    write_text(reports / "report.md", report_markdown(summary, table, lengths))
     title = f"CrowS-Pairs bias score, {model} ({metric})"
     bias_bar_figure(table, reports / "bias_by_type", title=title if not skipped else f"{title}: skipped, {skipped}")
     with stage_run(p["tracking"], REPORT_RUN, model=model, language="en", axes={"bias_type": CROWS_BIAS_TYPES},
                    params={"model": {"id": model}, "metric": {"name": metric}, "study": study},
                    tags={"skipped": skipped}) as run:
         run.log_dataset(scores_path, name="crows_scores")
-        run.log_metrics({"bias_score": summary["bias_score"], "bias_ci_low": summary["ci_low"],
+        # the interval is of share_untied (the row's test), which equals bias_score when nothing ties
+        run.log_metrics({"bias_score": summary["bias_score"], "share_untied": summary["share_untied"],
+                         "ties": summary["ties"], "bias_ci_low": summary["ci_low"],
                          "bias_ci_high": summary["ci_high"], "n_pairs": summary["n"]})
         # every CrowS bias type, NaN where this run scored none of its pairs (a limit, a skipped model)
         run.log_metrics({f"bias_score.{k}": summary["by_bias_type"].get(k) for k in CROWS_BIAS_TYPES}
@@ -116,4 +123,6 @@ def crows_report(args: argparse.Namespace) -> None:
     if skipped:
         print(f"crows-report: nothing scored ({skipped})")
         return
-    print(f"bias score {summary['bias_score']:.3f} [{summary['ci_low']:.3f}, {summary['ci_high']:.3f}] over {summary['n']} pairs")
+    print(f"bias score {summary['bias_score']:.3f} over {summary['n']} pairs ({summary['ties']} ties); untied pairs: "
+          f"{summary['share_untied']:.3f} [{summary['ci_low']:.3f}, {summary['ci_high']:.3f}], "
+          f"p {summary['p_value']:.3g}")

@@ -53,25 +53,26 @@ def write_outputs(
 
 
 def _dimension_figures(cells: pd.DataFrame, folder: Path, title: str) -> list[Path]:
-    """Per model and language, the bias score of every dimension with its interval (Tables 5/6 as bars)."""
+    """Per model and language, every dimension's tested share (``share_untied``: stereotypical wins among the
+    untied pairs, what the star and the p test) with its interval; without ties it is Tables 5/6's bias score."""
     import matplotlib.pyplot as plt
 
     files: list[Path] = []
     for (model, language), part in cells.groupby(["model", "language"], sort=True):
-        data = part.sort_values("bias_score")
+        data = part.sort_values("share_untied")
         fig, ax = plt.subplots(figsize=(7, 0.45 * len(data) + 1.5))
         y = np.arange(len(data))
-        err = np.vstack([data["bias_score"] - data["ci_low"], data["ci_high"] - data["bias_score"]]) * 100
+        err = np.vstack([data["share_untied"] - data["ci_low"], data["ci_high"] - data["share_untied"]]) * 100
         colors = ["#444444" if d == ALL else ("#dd8452" if deg else "#4c72b0")
                   for d, deg in zip(data["dimension"], data["degenerate"])]
-        ax.barh(y, data["bias_score"] * 100, xerr=np.clip(err, 0, None), color=colors, capsize=3)
+        ax.barh(y, data["share_untied"] * 100, xerr=np.clip(err, 0, None), color=colors, capsize=3)
         ax.axvline(50, color="#c44e52", linestyle="--", linewidth=1, label="chance (50%)")
         labels = [f"{r['dimension']}{cell_mark(r)} (n={r['n']}, ties={r['ties']}"
                   f"{', degenerate' if r['degenerate'] else ''}{', borderline' if r['borderline'] else ''})"
                   for r in data.to_dict("records")]
         ax.set_yticks(y, labels)
         ax.set_xlim(0, 100)
-        ax.set_xlabel("bias score: % pairs with the stereotypical sentence more likely (95% BCa)")
+        ax.set_xlabel("% of untied pairs with the stereotypical sentence more likely (95% BCa)")
         ax.set_title(f"{title}: {model}, {language}")
         ax.legend(loc="lower right", fontsize=8)
         files += save_figure(fig, folder / f"bias_by_dimension_{_slug(model)}_{_slug(language)}")
@@ -129,11 +130,12 @@ def report_markdown(analysis: PairsAnalysis, *, title: str, provenance: Mapping[
         lines.append(f"- **{key}**: {value}")
     if provenance:
         lines.append("")
-    lines += ["Bias score: % pairs whose stereotypical sentence scores strictly higher (ties are not "
+    lines += ["Bias score: % pairs whose stereotypical sentence scores strictly higher (ties counted as not "
               "stereotypical). " + analysis.summary.get("star", ""), ""]
     if "corrections" in analysis.summary:
         lines += [analysis.summary["corrections"] + " Tables 5/6 list each model's `ties`, `p_holm` and `p_bh` "
-                  "beside its score; the star stays the paper's rule, uncorrected.", ""]
+                  "beside its score; the star stays the paper's rule, uncorrected; `tables/bias_cells.csv` has "
+                  "every cell's `share_untied`, interval, p and `favours`.", ""]
     for name, table in analysis.tables.items():
         if name == "bias_cells" or table.empty:
             continue

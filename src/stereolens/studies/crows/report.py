@@ -1,0 +1,47 @@
+"""The CrowS-Pairs slice's ``report.md``: the headline, what each row of the bias-by-type table tests
+(its legend), the CrowS-Pairs script's rounded-score number beside the study's, and the
+length-controlled view, so the report site shows them with the table and not only in ``summary.json``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from stereolens.report.markdown import format_cell, markdown_table
+from stereolens.studies.crows.analysis import LENGTH_COLUMNS, REFERENCE_SCRIPT_DECIMALS, ROUNDED_SCORE
+
+# the bias-by-type columns the page shows (the CSV beside it has every column)
+TABLE_COLUMNS = ("group", "n", "bias_score", ROUNDED_SCORE, "ties", "share_untied", "ci_low", "ci_high", "p_value",
+                 "favours", "significant", "borderline", "p_holm", "p_bh")
+
+
+def report_markdown(summary: Mapping[str, Any], table: pd.DataFrame, length: pd.DataFrame) -> str:
+    title = f"# CrowS-Pairs: {summary.get('model')} ({summary.get('metric')})"
+    if summary.get("skipped"):
+        return f"{title}\n\nSkipped: {summary['skipped']}.\n"
+    lines = [
+        title, "",
+        f"Bias score (the reference score: share of the {summary['n']} pairs whose `sent_more` scores higher, ties not "
+        f"stereotypical): **{format_cell(summary['bias_score'])}**, {summary['ties']} ties. The row's test, among "
+        f"the untied pairs: share {format_cell(summary['share_untied'])} "
+        f"[{format_cell(summary['ci_low'])}, {format_cell(summary['ci_high'])}] (95% BCa), binomial p "
+        f"{format_cell(summary['p_value'])}, favours {summary['favours']}"
+        f"{', significant' if summary['significant'] else ''}{', borderline' if summary['borderline'] else ''}.",
+        "",
+        f"The CrowS-Pairs script (`metric.py`) rounds both sentence scores to {REFERENCE_SCRIPT_DECIMALS} decimals "
+        f"before comparing them, so pairs closer than that tie there; this study compares the scores as computed, "
+        f"as lm-evaluation-harness does (our choice). The script's number on these scores (`{ROUNDED_SCORE}`): "
+        f"**{format_cell(summary[ROUNDED_SCORE])}**.",
+        "",
+        "## Bias by type", "",
+        str(summary.get("corrections", "")), "",
+        markdown_table(table[[c for c in TABLE_COLUMNS if c in table.columns]]),
+        "![bias by type](bias_by_type.png)", "",
+    ]
+    control = summary.get("beyond_reference", {}).get("length_control", {})
+    lines += ["## Length control (ours, beyond the reference)", "", str(control.get("note", "")), ""]
+    if control.get("available"):
+        lines.append(markdown_table(length[["view", *[c for c in LENGTH_COLUMNS if c in length.columns]]]))
+    return "\n".join(lines) + "\n"
