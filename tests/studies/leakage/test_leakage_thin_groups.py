@@ -142,6 +142,23 @@ def test_thin_rule_drop_leaves_the_thin_rows_out_and_fills_nothing_more(human_di
     assert len(both) == 960 - 352 - 64 and not both["group"].isin(THIN_HI).any()
 
 
+def test_the_command_line_lists_thin_groups_and_the_fit_applies_the_rule(survey, tmp_path, capsys):
+    from stereolens.cli import main
+    from stereolens.studies.leakage.matrices import write_matrix
+
+    human = tmp_path / "human"
+    assert main(["leakage", "human", "--survey", str(survey), "--output", str(human)]) == 0
+    assert "note: HI immigrant: 1 annotator(s), fewer than 5: kept and listed as thin" in capsys.readouterr().out
+    write_matrix(_target(survey), tmp_path / "model_hi.csv")
+    for rule, n_obs in (("keep", 960), ("drop", 896)):
+        out = tmp_path / rule
+        assert main(["leakage", "fit", "--human", str(human), "--model-scores", str(tmp_path / "model_hi.csv"),
+                     "--target", "hi", "--thin-groups", rule, "--output", str(out)]) == 0
+        fit = json.loads((out / "fit.json").read_text())
+        assert (fit["n_obs"], fit["thin_rule"], fit["n_zero_filled_missing_human"]) == (n_obs, rule, 352)
+        assert fit[f"n_thin_{'kept' if rule == 'keep' else 'dropped'}"] == 64
+
+
 def test_a_bad_thin_rule_is_refused():
     from stereolens.errors import ConfigError
     from stereolens.studies.leakage.fit import check_thin_rule

@@ -102,13 +102,16 @@ def leakage_human(args: argparse.Namespace) -> None:
             thin.append(judged_thin)
         # the groups rated by too few annotators, kept in H (not missing): read by leakage-fit for its thin rule
         thin = [t for t in thin if not t.empty]
-        write_thin_groups(pd.concat(thin, ignore_index=True) if thin else pd.DataFrame(columns=THIN_GROUPS_COLUMNS),
-                          HUMAN_DIR)
+        thin_table = pd.concat(thin, ignore_index=True) if thin else pd.DataFrame(columns=THIN_GROUPS_COLUMNS)
+        write_thin_groups(thin_table, HUMAN_DIR)
         write_json(HUMAN_DIR / "provenance.json", {lang: provenance[lang] for lang in langs})
         for lang in langs:
             run.log_dataset(HUMAN_DIR / f"H_{lang}.csv", name=f"H_{lang}", context="training")
     print(f"human matrices: {', '.join(f'H_{k}' for k in langs)} -> {HUMAN_DIR}"
-          + (f" ({', '.join(from_judgements)} from judgements through QC)" if from_judgements else ""))
+          + (f" ({', '.join(from_judgements)} from judgements through QC)" if from_judgements else "")
+          + (f"; thin groups kept with their values and listed: "
+             + ", ".join(f"{r.language} {r.group} (n = {r.n_annotators})" for r in thin_table.itertuples())
+             if len(thin_table) else ""))
 
 
 def least_human_source(sources: Any) -> str:
