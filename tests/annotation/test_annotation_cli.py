@@ -77,9 +77,8 @@ def test_leakage_parser_is_shared():
 
 def test_leakage_human_writes_matrices(data_mirror, tmp_path, capsys):
     survey = data_mirror / "stereotype_leakage"
-    # one annotator per group suffices to reproduce the published files (the study's own rule is 5)
-    assert main(["leakage", "human", "--survey", str(survey), "--output", str(tmp_path),
-                 "--min-annotators-per-group", "1"]) == 0
+    # the study's minimum (5) flags the thinner groups the published files keep; it does not blank them
+    assert main(["leakage", "human", "--survey", str(survey), "--output", str(tmp_path)]) == 0
     for lang in ("EN", "RU", "ZH", "HI"):
         ours = read_matrix(tmp_path / f"H_{lang}.csv", missing_code=None)
         published = read_matrix(survey / f"aggregated_data_{lang}.csv")
@@ -88,3 +87,5 @@ def test_leakage_human_writes_matrices(data_mirror, tmp_path, capsys):
         np.testing.assert_allclose(ours.to_numpy(dtype=float), published.to_numpy(dtype=float), rtol=5e-7, atol=0)
     header = (tmp_path / "H_EN.csv").read_text().splitlines()[0]
     assert header.startswith("Traits,woman,immigrant,")
+    assert (tmp_path / "thin_groups.csv").read_text().splitlines() == [
+        "language,group,n_annotators,min_annotators_per_group", "HI,immigrant,1,5", "HI,Asian person,4,5"]

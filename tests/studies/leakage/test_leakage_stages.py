@@ -88,9 +88,16 @@ def test_leakage_stages_end_to_end(tmp_path, monkeypatch, data_mirror, tiny_caus
     hi_fit = next(f for f in summary["fits"] if f["panel"] == "tiny/ilps" and f["target"] == "HI")
     assert hi_fit["missing_human"] == "zero" and hi_fit["n_obs"] == 960
     assert hi_fit["n_zero_filled_missing_human"] == fit["n_zero_filled_missing_human"] > 0
+    # only the 999 cells are filled: 10 groups unrated in EN or HI (320 rows); the two thin Hindi groups
+    # (immigrant n = 1, Asian person n = 4) keep their published ratings (issue 31: was 384 filled)
+    assert (fit["n_zero_filled_missing_human"], fit["n_thin_kept"], fit["thin_rule"]) == (320, 64, "keep")
+    assert (hi_fit["n_thin_kept"], hi_fit["thin_rule"]) == (64, "keep")
+    assert "64 rows of thin groups kept with their values (flagged)" in text
+    assert summary["thin_groups"]["groups"] == {"HI": ["immigrant (n = 1)", "Asian person (n = 4)"]}
     assert f"{fit['n_zero_filled_missing_human']} (group, trait) rows with a missing human cell zero-filled" in text
     alt = json.loads(Path("data/processed/leakage/tiny/fit/hi/tiny/ilps/alternative_missing/fit.json").read_text())
     assert alt["missing"] == "drop" and alt["n_dropped_missing_human"] == fit["n_zero_filled_missing_human"]
+    assert alt["n_obs"] == 960 - 320 and alt["n_thin_kept"] == 64  # the thin rule applies under both treatments
     coefficients = pd.read_csv(report / "coefficients.csv")
     assert set(coefficients["converged"]) <= {True, False}
     assert set(coefficients["missing"]) == {"zero", "drop"} and set(coefficients["configured"]) == {True, False}

@@ -31,8 +31,8 @@ INATTENTIVE, INCONSISTENT = "a6", "a7"
 ASSIGNED = {
     "woman": GOOD + [INATTENTIVE, INCONSISTENT],  # 6 pass -> kept
     "man": GOOD[:5] + [INATTENTIVE],  # 5 pass (boundary) -> kept
-    "Texan": GOOD[:4] + [INCONSISTENT],  # 5 raw, 4 pass -> missing
-    "lesbian": GOOD[:3],  # 3 -> missing
+    "Texan": GOOD[:4] + [INCONSISTENT],  # 5 raw, 4 pass -> thin (kept, listed)
+    "lesbian": GOOD[:3],  # 3 -> thin (kept, listed)
 }
 
 
@@ -146,7 +146,7 @@ def test_simulated_survey_through_qc_to_h_matrices(tmp_path, monkeypatch, survey
     assert groups.loc[("EN", "lesbian"), "n_annotators"] == 3 and not groups.loc[("EN", "lesbian"), "meets_min"]
     assert groups.loc[("EN", "man"), "n_annotators"] == 5 and groups.loc[("EN", "man"), "meets_min"]
 
-    # pole-split means over the passing annotators' first answers; thin groups are missing columns
+    # pole-split means over the passing annotators' first answers; thin groups keep theirs and are listed
     pairs = _pairs(lex)
     for group, who in (("woman", GOOD), ("man", GOOD[:5])):
         for pair in pairs:
@@ -154,8 +154,15 @@ def test_simulated_survey_through_qc_to_h_matrices(tmp_path, monkeypatch, survey
                 expect = expected_cell(table[table.language == "EN"], group, trait, pair, who)
                 # the matrix file holds SIGNIFICANT_DIGITS significant digits: half a unit of the last
                 assert h_en.loc[trait, group] == pytest.approx(expect, rel=0.5 * 10 ** (1 - SIGNIFICANT_DIGITS))
-    assert h_en[["Texan", "lesbian"]].isna().all().all()
-    assert h_en.drop(columns=["woman", "man"]).isna().all().all()
+    # Texan (4 passing) and lesbian (3) are thin at the minimum of 5: their means stay (a missing cell would be
+    # zero-filled by the fit as if nobody had rated them) and thin_groups.csv lists them (issue 31)
+    assert h_en.loc["powerless", "Texan"] == pytest.approx(
+        expected_cell(table[table.language == "EN"], "Texan", "powerless", pairs[0], GOOD[:4]))
+    assert h_en[["Texan", "lesbian"]].notna().all().all()
+    thin = pd.read_csv(human / "thin_groups.csv")
+    assert sorted(map(tuple, thin[["language", "group", "n_annotators"]].values.tolist())) == [
+        ("EN", "Texan", 4), ("EN", "lesbian", 3)]
+    assert h_en.drop(columns=["woman", "man", "Texan", "lesbian"]).isna().all().all()
     assert h_en[["woman", "man"]].notna().all().all()
     assert h_de[["woman", "man"]].notna().all().all() and h_de.drop(columns=["woman", "man"]).isna().all().all()
     assert h_de.loc["powerless", "woman"] == pytest.approx(
@@ -182,7 +189,9 @@ def test_judgement_languages_beside_the_published_survey(tmp_path, monkeypatch, 
     assert list(check["language"]) == ["RU"] and (check["max_abs_diff"] < 1e-6).all()
     published = read_matrix(survey / "aggregated_data_RU.csv")
     pd.testing.assert_frame_equal(read_matrix(human / "H_RU.csv"), published, check_dtype=False)
-    assert read_matrix(human / "H_EN.csv")["Texan"].isna().all()  # the simulated EN, not the published one
+    # the simulated EN (2 groups rated by 5 or more, Texan and lesbian thin), not the published one (Texan rated by 34)
+    assert read_matrix(human / "H_EN.csv")["muscovite"].isna().all()
+    assert pd.read_csv(human / "thin_groups.csv")[["language", "group"]].values.tolist() == [["EN", "Texan"], ["EN", "lesbian"]]
     prov = json.loads((human / "provenance.json").read_text())
     assert (prov["EN"]["source"], prov["RU"]["source"]) == ("judgements", "published survey")
     assert set(pd.read_csv(human / "qc" / "per_language.csv")["language"]) == {"EN"}  # DE is not a study language

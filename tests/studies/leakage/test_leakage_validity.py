@@ -1,8 +1,9 @@
 """Known answers for the validity review of the leakage study (ISSUE27: leakage items and multiple comparisons).
 
 Each test fails on the code before the review: unconverged fits' edges were reported, missing human cells
-were dropped by default, each choice pair was asked in one order, every left pole was "negative", the
-published path kept groups of one annotator, and the edges carried no multiple-comparison correction.
+were dropped by default, each choice pair was asked in one order, every left pole was "negative", the two
+survey paths read different minimum keys, and the edges carried no multiple-comparison correction.  (Issue
+31 revised the annotator minimum: a thin group keeps its values, test_leakage_thin_groups.py.)
 """
 
 from __future__ import annotations
@@ -239,28 +240,8 @@ def test_an_unknown_polarity_is_refused_in_one_line(tmp_path):
 # ----------------------------------------------------------------------------- 6. one annotator rule
 
 
-def test_one_minimum_of_annotators_for_the_published_survey(tmp_path, monkeypatch, data_mirror):
-    from stereolens.cli import main
-    from stereolens.studies.leakage.matrices import read_matrix
-
-    survey = Path(data_mirror) / "stereotype_leakage"
-    if not survey.is_dir():
-        pytest.skip(f"leakage survey not in the data mirror ({survey})")
-    study = dict(DEFAULT, languages=["hi"], seed_dir=str(SEED), survey=str(survey))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"tracking": {"enabled": False}, "study": {"leakage": study}}))
-    monkeypatch.chdir(tmp_path)
-    assert main(["stage", "leakage-human"]) == 0
-    h_hi = read_matrix(Path("data/processed/leakage/human/H_HI.csv"))
-    published = read_matrix(survey / "aggregated_data_HI.csv")
-    # the published file keeps immigrant (1 annotator) and Asian person (4); the study's rule (5) does not
-    assert published[["immigrant", "Asian person"]].notna().all().all()
-    assert h_hi[["immigrant", "Asian person"]].isna().all().all()
-    pd.testing.assert_frame_equal(h_hi.drop(columns=["immigrant", "Asian person"]),
-                                  published.drop(columns=["immigrant", "Asian person"]), check_dtype=False)
-    check = pd.read_csv("data/processed/leakage/human/published_check.csv")
-    assert check[["missing_mismatch", "groups_below_min", "cells_blanked_below_min"]].values.tolist() == [[0, 2, 64]]
-    prov = json.loads(Path("data/processed/leakage/human/provenance.json").read_text())
-    assert prov["HI"]["groups_below_min"] == ["immigrant (n = 1)", "Asian person (n = 4)"]
+# The published path's thin groups (Hindi immigrant n = 1, Asian person n = 4): kept with their published values
+# and listed, not blanked (issue 31): test_leakage_thin_groups.py::test_hindi_thin_groups_keep_their_published_values
 
 
 def test_the_new_survey_path_reads_the_same_key(tmp_path, monkeypatch, capsys):
@@ -278,7 +259,8 @@ def test_the_new_survey_path_reads_the_same_key(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["stage", "leakage-human"]) == 0
     h_en = read_matrix(Path("data/processed/leakage/human/H_EN.csv"))
-    assert h_en[["lesbian", "Texan"]].notna().all().all()  # 3 and 4 passing annotators: kept at a minimum of 3
+    assert h_en[["lesbian", "Texan"]].notna().all().all()  # 3 and 4 passing annotators: not thin at a minimum of 3
+    assert pd.read_csv("data/processed/leakage/human/thin_groups.csv").empty
     # the old per-path key is refused, naming the one key
     judgements["qc"]["min_annotations_per_group"] = 5
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"tracking": {"enabled": False}, "study": {"leakage": study}}))

@@ -1,9 +1,11 @@
 """``stereolens leakage fit`` and ``stereolens leakage human``: the study on your own files, outside DVC.
 
     stereolens leakage fit --human DIR --model-scores FILE --target LANG \\
-        [--baseline FILE] [--scale raw|standardised] [--missing zero|drop] --output DIR
+        [--baseline FILE] [--scale raw|standardised] [--missing zero|drop] [--thin-groups keep|drop] --output DIR
 
-``DIR`` holds ``H_<LANG>.csv`` files; ``FILE`` and the baseline use the same layout
+``DIR`` holds ``H_<LANG>.csv`` files (and, written by ``stereolens leakage human`` or the
+leakage-human stage, ``thin_groups.csv``: the groups rated by too few annotators, kept or
+dropped by ``--thin-groups``, never zero-filled); ``FILE`` and the baseline use the same layout
 (first column ``Traits``, one column per group, empty cells missing).  Writes
 ``coefficients.csv`` (term, estimate, se, z, p, ci_low, ci_high), ``edges.json``
 and ``fit.json`` (what was fitted, which terms were available, notes).
@@ -23,10 +25,13 @@ def run_fit(args: argparse.Namespace) -> int:
     from stereolens.errors import DataError
     from stereolens.io import check_writable
     from stereolens.io import read_csv_checked
-    from stereolens.studies.leakage.matrices import check_matrix_labels, read_human_dir, read_score_matrix
+    from stereolens.studies.leakage.matrices import (check_matrix_labels, read_human_dir, read_score_matrix,
+                                                     read_thin_groups)
 
     check_writable(Path(args.output) / "fit.json")
     human = read_human_dir(args.human)
+    # a folder of your own H matrices may have no thin-group list: then no group is thin
+    thin = read_thin_groups(args.human, required=False)
     lang = args.target.upper()
     if lang not in human:
         raise DataError(
@@ -49,7 +54,8 @@ def run_fit(args: argparse.Namespace) -> int:
             f"model score matrix {args.model_scores} line 1: no column for group(s) {', '.join(absent)} "
             f"that H_{lang}.csv scores (add the columns, empty cells for groups the model was not asked about)"
         )
-    fit = fit_leakage(target, human, lang, baseline=baseline, scale=args.scale, missing=args.missing, alpha=args.alpha)
+    fit = fit_leakage(target, human, lang, baseline=baseline, scale=args.scale, missing=args.missing, alpha=args.alpha,
+                      thin=thin, thin_rule=args.thin_groups)
     out = Path(args.output)
     write_csv(out / "coefficients.csv", fit.coefficients)
     edges = leakage_edges(fit, alpha=args.alpha)
@@ -77,7 +83,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", default=None, help="monolingual LM matrix for the target language (optional)")
     p.add_argument("--scale", choices=("raw", "standardised"), default="raw")
     p.add_argument("--missing", choices=("zero", "drop"), default="zero",
-                   help="missing human cells: 0 (default, the reference code's treatment) or drop")
+                   help="missing human cells (no value, the published 999): 0 (default, the reference code's "
+                        "treatment) or drop")
+    p.add_argument("--thin-groups", choices=("keep", "drop"), default="keep",
+                   help="groups rated by too few annotators (thin_groups.csv in --human): keep their values (default, "
+                        "as the reference code does) or drop their rows; never zero-filled")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level for edges and CIs")
     p.add_argument("--lexicon", default="data/seed/leakage",
                    help="folder with traits.csv and groups.csv (default data/seed/leakage): unknown traits or groups "
@@ -93,19 +103,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     human.add_argument("--min-foreign-nonshared", type=int, default=None,
                        help="annotators needed to report a group unique to another country (default 5, the published rule)")
     human.add_argument("--min-annotators-per-group", type=int, default=None,
-                       help="annotators needed to report any group (default 5, study.leakage.min_annotators_per_group; "
-                            "1 reproduces the published files)")
+                       help="annotators below which a rated group is thin (default 5, "
+                            "study.leakage.min_annotators_per_group): kept with its values and listed in thin_groups.csv")
     human.set_defaults(func=run_human)
 
 
 def run_human(args: argparse.Namespace) -> int:
     from stereolens.studies.leakage.matrices import (DEFAULT_MIN_FOREIGN_NONSHARED, MIN_ANNOTATORS_PER_GROUP,
-                                                     survey_to_matrices, write_matrices)
+                                                     survey_annotation_counts, survey_to_matrices, thin_groups_table,
+                                                     write_matrices, write_thin_groups)
 
     minimum = DEFAULT_MIN_FOREIGN_NONSHARED if args.min_foreign_nonshared is None else args.min_foreign_nonshared
     per_group = MIN_ANNOTATORS_PER_GROUP if args.min_annotators_per_group is None else args.min_annotators_per_group
-    matrices = survey_to_matrices(Path(args.survey), args.languages, args.name_map, min_foreign_nonshared=minimum,
-                                  min_annotators=per_group)
-    for path in write_matrices(matrices, args.output):
+    matrices = survey_to_matrices(Path(args.survey), args.languages, args.name_map, min_foreign_nonshared=minimum)
+    counts = survey_annotation_counts(Path(args.survey), args.languages, args.name_map)
+    thin = thin_groups_table(matrices, counts, per_group)
+    for path in [*write_matrices(matrices, args.output), write_thin_groups(thin, args.output)]:
         print(f"wrote {path}")
+    for row in thin.itertuples():
+        print(f"note: {row.language} {row.group}: {row.n_annotators} annotator(s), fewer than {per_group}: kept and "
+              "listed as thin")
     return 0

@@ -5,6 +5,7 @@ from stereolens.config.schema import boolean, fraction, integer, list_of, number
 
 METHODS = ("set", "ilps", "choice")          # the same tuple as methods.ALL_METHODS
 MISSING_TREATMENTS = ("zero", "drop")        # the same tuple as fit.MISSING_TREATMENTS
+THIN_RULES = ("keep", "drop")                # the same tuple as fit.THIN_RULES
 _method_list = list_of(one_of(METHODS), unique=True)
 
 SCHEMA = section(
@@ -15,7 +16,7 @@ SCHEMA = section(
     methods=section(masked=_method_list, causal=_method_list, seq2seq=_method_list, chat=_method_list,
                     completion=_method_list),
     choice=section(both_orders=boolean(), n_samples=integer(1), temperature=number(0)),
-    fit=section(missing=one_of(MISSING_TREATMENTS), alpha=number(above=0, below=1)),
+    fit=section(missing=one_of(MISSING_TREATMENTS), thin_groups=one_of(THIN_RULES), alpha=number(above=0, below=1)),
     report=section(qualitative_top_k=integer(1)),
     batch_tokens=integer(1),
 )

@@ -2,10 +2,15 @@
 
 MLLM_tgt = sum_l alpha_l H_l + beta LM_tgt + C, fitted with statsmodels MixedLM
 and a random intercept per trait (as AnnaSou/Stereotype_Leakage ``mixed_effect.py``),
-one row per (group, trait) cell.  Missing human cells are filled with 0 by default
-(``missing="zero"``, that code's treatment: a culture that did not rate a group holds
-no stereotype of it, the premise of Cao et al. 2024 section 4.2.4); ``missing="drop"`` leaves
-those cells out instead.  Scores are used ``raw`` (default) or ``standardised``
+one row per (group, trait) cell.  Missing human cells (the 999 code of the published
+files: a group a language's annotators did not rate, or a group unique to another country
+rated by fewer than five) are filled with 0 by default (``missing="zero"``, that code's
+treatment, ``human_df.replace([999], 0.0)``: a culture that did not rate a group holds no
+stereotype of it, the premise of Cao et al. 2024 section 4.2.4); ``missing="drop"`` leaves
+those rows out instead.  A *thin* group (rated, but by fewer annotators than the study's
+minimum; the published files keep two, Hindi immigrant and Asian person) is not missing:
+``thin_rule="keep"`` (default, what that code does) fits its values and counts the rows,
+``thin_rule="drop"`` leaves its rows out; never zero-filled.  Scores are used ``raw`` (default) or ``standardised``
 (z-scored per column over the fitted rows).  The baseline term is left out, and
 the output says so, when no monolingual model matrix is given.
 """
@@ -26,6 +31,8 @@ from stereolens.errors import ConfigError, DataError
 Scale = Literal["raw", "standardised"]
 Missing = Literal["drop", "zero"]
 MISSING_TREATMENTS = ("zero", "drop")
+ThinRule = Literal["keep", "drop"]
+THIN_RULES = ("keep", "drop")
 COEFFICIENT_COLUMNS = ["term", "estimate", "se", "z", "p", "ci_low", "ci_high"]
 OPTIMISERS = ("lbfgs", "bfgs", "powell", "nm")
 
@@ -51,7 +58,8 @@ class LeakageFit:
     converged: bool
     trait_variance: float
     notes: list[str] = field(default_factory=list)
-    # n_cells, n_unscored, n_missing_human (dropped or zero-filled as ``missing`` says), n_missing_baseline
+    # n_cells, n_unscored, n_missing_human (dropped or zero-filled as ``missing`` says), n_missing_baseline,
+    # n_thin (rows of a thin group, kept or dropped as thin_rule says), thin_rule, thin_groups (language -> groups)
     cell_counts: dict[str, Any] = field(default_factory=dict)
     optimiser: str | None = None  # the statsmodels optimiser whose result was kept
     optimisers: list[dict[str, Any]] = field(default_factory=list)  # every optimiser tried: converged, llf
@@ -68,6 +76,12 @@ class LeakageFit:
             "missing": self.missing,
             "n_dropped_missing_human": self.cell_counts.get("n_missing_human", 0) if self.missing == "drop" else 0,
             "n_zero_filled_missing_human": self.cell_counts.get("n_missing_human", 0) if self.missing == "zero" else 0,
+            # groups rated by too few annotators: never zero-filled; their rows are kept (their values fitted)
+            # or dropped as thin_rule says
+            "thin_rule": self.cell_counts.get("thin_rule", "keep"),
+            "thin_groups": self.cell_counts.get("thin_groups", {}),
+            "n_thin_kept": self.cell_counts.get("n_thin", 0) if self.cell_counts.get("thin_rule", "keep") == "keep" else 0,
+            "n_thin_dropped": self.cell_counts.get("n_thin", 0) if self.cell_counts.get("thin_rule") == "drop" else 0,
             "cell_counts": self.cell_counts,
             "converged": self.converged,
             "optimiser": self.optimiser,
@@ -95,10 +109,20 @@ def design_table(
     target_language: str,
     missing: Missing = "zero",
     scale: Scale = "raw",
+    thin: Mapping[str, Sequence[str]] | None = None,
+    thin_rule: ThinRule = "keep",
 ) -> tuple[pd.DataFrame, list[str]]:
-    """One row per (trait, group) with columns y, H_<LANG>..., LM_<TGT>; the notes on what was dropped."""
-    if missing not in ("drop", "zero"):
+    """One row per (trait, group) with columns y, H_<LANG>..., LM_<TGT>; the notes on what was dropped.
+
+    ``thin`` maps a language to its thin groups (rated by fewer annotators than the study's minimum,
+    :func:`stereolens.studies.leakage.matrices.read_thin_groups`): their cells hold values and are not
+    missing; ``thin_rule`` keeps those rows (``keep``) or leaves them out (``drop``).  Only the cells with no
+    value (the published files' 999) are ``missing``: filled with 0 (``zero``) or their rows dropped (``drop``).
+    """
+    if missing not in MISSING_TREATMENTS:
         raise ConfigError(f"missing must be drop or zero, got {missing!r}")
+    if thin_rule not in THIN_RULES:
+        raise ConfigError(f"thin_rule must be keep or drop, got {thin_rule!r}")
     if scale not in ("raw", "standardised"):
         raise ConfigError(f"scale must be raw or standardised, got {scale!r}")
     if not human:
@@ -117,6 +141,22 @@ def design_table(
     df = df[df["y"].notna()]
     if len(df) < n_all:
         notes.append(f"{n_all - len(df)} of {n_all} cells have no model score")
+    n_scored = len(df)
+    # the thin groups of the languages fitted here; a row is thin when its group is thin in any of them (its
+    # cells in another language that has no value are still missing there, and zero-filled or dropped as such)
+    by_upper = {k.upper(): k for k in human}
+    thin_groups = {lang.upper(): [g for g in groups if g in human[by_upper[lang.upper()]].columns]
+                   for lang, groups in (thin or {}).items() if lang.upper() in by_upper}
+    thin_groups = {lang: groups for lang, groups in thin_groups.items() if groups}
+    is_thin = df["group"].isin({g for groups in thin_groups.values() for g in groups})
+    listed = ", ".join(f"{lang} {', '.join(groups)}" for lang, groups in sorted(thin_groups.items()))
+    if thin_rule == "drop":
+        df = df[~is_thin]
+        if is_thin.any():
+            notes.append(f"dropped {int(is_thin.sum())} rows of groups rated by too few annotators ({listed})")
+    elif is_thin.any():
+        notes.append(f"kept {int(is_thin.sum())} rows of groups rated by too few annotators with their values "
+                     f"({listed}; flagged, not zero-filled)")
     missing_human = df[hterms].isna().any(axis=1)
     if missing == "drop":
         df = df[~missing_human]
@@ -131,8 +171,9 @@ def design_table(
             notes.append(f"dropped {int(no_lm.sum())} cells without a baseline score")
             df = df[~no_lm]
     df = df.reset_index(drop=True)
-    counts = {"n_cells": int(n_all), "n_unscored": int(n_all - len(missing_human)),
+    counts = {"n_cells": int(n_all), "n_unscored": int(n_all - n_scored),
               "n_missing_human": int(missing_human.sum()), "missing_human": missing,
+              "n_thin": int(is_thin.sum()), "thin_rule": thin_rule, "thin_groups": thin_groups,
               "n_missing_baseline": int(no_lm.sum()) if baseline is not None else 0}
     if scale == "standardised":
         cols = ["y", *hterms] + ([baseline_term(target_language)] if baseline is not None else [])
@@ -155,18 +196,22 @@ def fit_leakage(
     alpha: float = 0.05,
     optimisers: Sequence[str] = OPTIMISERS,
     maxiter: int | None = None,
+    thin: Mapping[str, Sequence[str]] | None = None,
+    thin_rule: ThinRule = "keep",
 ) -> LeakageFit:
     """Mixed-effects fit of Equation 1 with a random intercept per trait.
 
     Every optimiser in ``optimisers`` is tried and the best result kept (:func:`_select_result`):
     one optimiser can report convergence at a degenerate point, e.g. L-BFGS stopping at a singular
     random-effects covariance with an infinite log-likelihood and an intercept SE of 1e7.
-    ``maxiter`` caps each optimiser's iterations (None: statsmodels' default).
+    ``maxiter`` caps each optimiser's iterations (None: statsmodels' default).  ``thin`` and ``thin_rule``:
+    the groups rated by too few annotators and how they enter (:func:`design_table`).
     """
     import statsmodels.formula.api as smf
 
     df, notes = design_table(
-        target, human, baseline=baseline, target_language=target_language, missing=missing, scale=scale
+        target, human, baseline=baseline, target_language=target_language, missing=missing, scale=scale,
+        thin=thin, thin_rule=thin_rule,
     )
     terms, constant = _fit_terms(df, human, target_language, baseline_available=baseline is not None, notes=notes)
     if len(df) <= len(terms) + 2:
@@ -213,15 +258,25 @@ def check_missing_treatment(missing: str) -> str:
     return missing
 
 
+def check_thin_rule(rule: str) -> str:
+    if rule not in THIN_RULES:
+        raise ConfigError(f"study.leakage.fit.thin_groups must be one of {', '.join(THIN_RULES)} "
+                          f"(keep: the published values, the reference code's use; drop: leave the rows out), got {rule!r}")
+    return rule
+
+
 def fit_missing_treatments(
     target: pd.DataFrame, human: Mapping[str, pd.DataFrame], target_language: str, *,
     baseline: pd.DataFrame | None, scale: Scale, missing: Missing, alpha: float, model: str,
+    thin: Mapping[str, Sequence[str]] | None = None, thin_rule: ThinRule = "keep",
 ) -> list[tuple[str, LeakageFit, list[dict[str, Any]]]]:
     """(treatment, fit, edges) under the configured treatment of missing human cells, then under the other:
-    the configured one is the reported one, the other is fitted beside it so the report can show both edge sets."""
+    the configured one is the reported one, the other is fitted beside it so the report can show both edge sets.
+    Both apply the same thin rule."""
     out = []
     for treatment in (missing, *[t for t in MISSING_TREATMENTS if t != missing]):
-        fit = fit_leakage(target, human, target_language, baseline=baseline, scale=scale, missing=treatment, alpha=alpha)
+        fit = fit_leakage(target, human, target_language, baseline=baseline, scale=scale, missing=treatment, alpha=alpha,
+                          thin=thin, thin_rule=thin_rule)
         out.append((treatment, fit, leakage_edges(fit, alpha=alpha, model=model, converged_only=False)))
     return out
 
@@ -346,19 +401,28 @@ def non_target_family(coefficients: pd.DataFrame) -> pd.DataFrame:
                         & coefficients["p"].notna()]
 
 
+def correction_family(coefficients: pd.DataFrame) -> pd.DataFrame:
+    """The tests Holm and Benjamini-Hochberg correct over: the leakage tests (:func:`non_target_family`) of the
+    fits whose MixedLM converged, the fits whose edges can be reported.  A fit that did not converge reports no
+    edge, so its p-values would only enlarge the family (and raise every adjusted p) without being read."""
+    family = non_target_family(coefficients)
+    return family[family["converged"].astype(bool)]
+
+
 def with_edge_corrections(
     coefficients: pd.DataFrame, edges: Sequence[Mapping[str, Any]], *, alpha: float = 0.05
 ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Holm and Benjamini-Hochberg over the leakage tests, beside the paper's p < alpha rule.
 
-    ``coefficients`` stacks every fit (columns panel, target, missing, term, p, ...); the family is
-    every non-target human term (:func:`non_target_family`) of one missing-cell treatment, i.e. every
-    edge the report could have drawn.  Returns the table with ``p_holm``, ``p_bh``, ``significant_holm``,
-    ``significant_bh`` (NaN / False outside the family) and the edges with their adjusted p-values.
+    ``coefficients`` stacks every fit (columns panel, target, missing, converged, term, p, ...); the family
+    of one missing-cell treatment is every non-target human term of its converged fits
+    (:func:`correction_family`), i.e. every edge the report could have drawn.  Returns the table with
+    ``p_holm``, ``p_bh``, ``significant_holm``, ``significant_bh`` (NaN / False outside the family, so for
+    every term of a fit that did not converge) and the edges with their adjusted p-values.
     """
     from stereolens.stats.multiple import add_corrections
 
-    family = non_target_family(coefficients)
+    family = correction_family(coefficients)
     corrected = add_corrections(family, p_col="p", alpha=alpha, family=family["missing"])
     out = coefficients.copy()
     for col in ("p_holm", "p_bh"):
@@ -375,7 +439,7 @@ def with_edge_corrections(
 
 def family_size(coefficients: pd.DataFrame, missing: str) -> int:
     """How many leakage tests one treatment's family holds (the n of the correction legend)."""
-    return int((non_target_family(coefficients)["missing"] == missing).sum())
+    return int((correction_family(coefficients)["missing"] == missing).sum())
 
 
 def beta_table(

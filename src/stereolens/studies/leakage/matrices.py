@@ -35,9 +35,10 @@ DEFAULT_NAME_MAP = Path("data/seed/leakage/survey_group_names.csv")
 DEFAULT_MIN_FOREIGN_NONSHARED = 5
 # The study's one rule for every group, published survey and new surveys alike (config key
 # study.leakage.min_annotators_per_group): Cao et al. 2024 section 3.2 "a minimum of five annotations per
-# social group"; a group rated by fewer is a missing column, not a noisy one.  The published files
-# break it for shared groups (Hindi: immigrant n = 1, Asian person n = 4), so the published path
-# reproduces them first and applies the rule after.
+# social group".  The published files break it for two shared groups (Hindi: immigrant n = 1, Asian
+# person n = 4) and the reference fit uses their values: a group rated by fewer is *thin*, kept in the H
+# matrix and listed in thin_groups.csv, and the fit treats it by study.leakage.fit.thin_groups; it is not
+# a missing (never rated, 999) column.
 MIN_ANNOTATORS_PER_GROUP = 5
 
 
@@ -212,25 +213,53 @@ def survey_annotation_counts(
     return pd.concat(frames, ignore_index=True)
 
 
-def apply_min_annotators(
-    matrices: Mapping[str, pd.DataFrame], counts: pd.DataFrame, minimum: int
-) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
-    """Blank every group column rated by fewer than ``minimum`` annotators in that language.
+THIN_GROUPS_FILE = "thin_groups.csv"
+THIN_GROUPS_COLUMNS = ["language", "group", "n_annotators", "min_annotators_per_group"]
 
-    ``counts`` is :func:`survey_annotation_counts`' table (language, group, n_annotators).  Returns the
-    matrices and the groups blanked here (language, group, n_annotators), those already missing left out.
+
+def thin_groups_table(
+    matrices: Mapping[str, pd.DataFrame], counts: pd.DataFrame, minimum: int
+) -> pd.DataFrame:
+    """The groups that carry ratings but were rated by fewer than ``minimum`` annotators in a language.
+
+    ``counts`` is :func:`survey_annotation_counts`' table (language, group, n_annotators).  Such a group is
+    *thin*, not missing: its cells keep their values in the H matrix (the published files keep them, and the
+    reference fit ``mixed_effect.py`` uses them) and the fit treats them by ``study.leakage.fit.thin_groups``.
+    A column with no value (nobody rated it, or the 999 code of the published files) is missing, never thin.
+    Returns THIN_GROUPS_COLUMNS, one row per thin (language, group), in matrix column order.
     """
-    out, blanked = {}, []
+    rows = []
     n = counts.set_index(["language", "group"])["n_annotators"]
     for lang, matrix in matrices.items():
-        m = matrix.copy()
-        for group in m.columns:
+        for group in matrix.columns:
             k = int(n.get((lang, group), 0))
-            if k < minimum and m[group].notna().any():
-                m[group] = np.nan
-                blanked.append({"language": lang, "group": group, "n_annotators": k})
-        out[lang] = m
-    return out, pd.DataFrame(blanked, columns=["language", "group", "n_annotators"])
+            if k < minimum and matrix[group].notna().any():
+                rows.append({"language": lang, "group": group, "n_annotators": k, "min_annotators_per_group": minimum})
+    return pd.DataFrame(rows, columns=THIN_GROUPS_COLUMNS)
+
+
+def write_thin_groups(table: pd.DataFrame, directory: str | os.PathLike) -> Path:
+    return write_csv(Path(directory) / THIN_GROUPS_FILE, table[THIN_GROUPS_COLUMNS])
+
+
+def read_thin_groups(directory: str | os.PathLike, *, required: bool = True) -> dict[str, list[str]]:
+    """Language -> its thin groups, from ``thin_groups.csv`` beside the H matrices (:func:`thin_groups_table`).
+
+    ``required=False`` (a folder of your own H matrices) reads a folder without the file as one with no
+    thin group."""
+    path = Path(directory) / THIN_GROUPS_FILE
+    if not path.is_file():
+        if required:
+            raise DataError(f"{path} not found: rerun the leakage-human stage (it lists the groups rated by too few "
+                            "annotators beside the H matrices)")
+        return {}
+    from stereolens.io import read_csv_checked
+
+    table = read_csv_checked(path, ["language", "group"], what="thin group table", dtype={"language": str, "group": str})
+    out: dict[str, list[str]] = {}
+    for row in table.itertuples(index=False):
+        out.setdefault(str(row.language).upper(), []).append(str(row.group))
+    return out
 
 
 def write_matrix(df: pd.DataFrame, path: str | os.PathLike) -> Path:

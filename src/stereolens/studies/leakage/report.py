@@ -114,8 +114,16 @@ def _human_lines(human: Mapping[str, Any]) -> list[str]:
             f"Human stereotypes ({lang}): judgements {h.get('path')} (annotation source `{h.get('annotation_source')}`), "
             f"after quality control {h.get('n_annotators_passed')} of {h.get('n_annotators')} annotators kept; "
             f"{h.get('n_groups_rated')} groups rated, {h.get('n_groups_kept')} with at least "
-            f"{h.get('min_annotators_per_group')} annotators (the rest are missing cells)."
+            f"{h.get('min_annotators_per_group')} annotators (a rated group with fewer is thin; an unrated one is missing)."
         )
+    thin = {lang: h["groups_below_min"] for lang, h in human.items() if h.get("groups_below_min")}
+    if thin:
+        minimum = next(h.get("min_annotators_per_group") for h in human.values() if h.get("groups_below_min"))
+        lines.append(
+            f"Thin groups (rated by fewer than {minimum} annotators, the paper's stated minimum): "
+            + "; ".join(f"{lang} {', '.join(groups)}" for lang, groups in thin.items())
+            + ". The published files keep their values and so does the H matrix: they are not missing cells and are "
+            "never set to 0; each fit keeps or drops their rows by its thin rule (below).")
     return lines
 
 
@@ -154,14 +162,21 @@ def _position_bias_lines(position_bias: Mapping[str, Mapping[str, float | None]]
             "preference for either position.", "", markdown_table(pd.DataFrame(rows))]
 
 
+def _thin_phrase(s: Mapping[str, Any]) -> str:
+    """How a fit treated the rows of groups rated by too few annotators."""
+    if s.get("thin_rule", "keep") == "drop":
+        return f"{s.get('n_thin_dropped', 0)} rows of thin groups dropped"
+    return f"{s.get('n_thin_kept', 0)} rows of thin groups kept with their values (flagged)"
+
+
 def _fit_line(s: Mapping[str, Any]) -> str:
-    """One fit's terms, cells, missing-cell treatment and convergence."""
+    """One fit's terms, cells, missing-cell and thin-group treatment and convergence."""
     dropped = (f"{s.get('n_dropped_missing_human', 0)} (group, trait) rows dropped for a missing human cell"
                if s["missing"] == "drop" else
                f"{s.get('n_zero_filled_missing_human', 0)} (group, trait) rows with a missing human cell zero-filled")
     conv = "converged" if s.get("converged") else "NOT converged (its edges are not reported)"
     return (f"- {s['panel']} -> {s['target_language']}: terms {', '.join(s['terms'])} + intercept; "
-            f"n = {s['n_obs']} cells, {s['n_traits']} traits; {dropped}; scale {s['scale']}; "
+            f"n = {s['n_obs']} cells, {s['n_traits']} traits; {dropped}; {_thin_phrase(s)}; scale {s['scale']}; "
             f"MixedLM {conv} ({s.get('optimiser') or 'optimiser not recorded'}). "
             + " ".join(f"_{n}_" for n in s.get("notes", [])))
 
@@ -213,9 +228,11 @@ def report_markdown(
     reported = [e for e in edges if e.get("configured", True) and e.get("converged", True)]
     unconverged = [e for e in edges if e.get("configured", True) and not e.get("converged", True)]
     configured = fit_summaries[0]["missing"] if fit_summaries else "zero"
+    thin_rule = fit_summaries[0].get("thin_rule", "keep") if fit_summaries else "keep"
     lines = [f"# Stereotype leakage (Cao et al. 2024): {model_id}", "",
-             f"**{len(reported)} {label}** (missing human cells: "
-             f"{'filled with 0, the reference code' if configured == 'zero' else 'dropped'}"
+             f"**{len(reported)} {label}** (missing human cells, the published 999 code: "
+             f"{'filled with 0, as the reference code does' if configured == 'zero' else 'dropped'}; groups rated by "
+             f"too few annotators: {'kept with their values, as the reference code does' if thin_rule == 'keep' else 'dropped'}"
              f"{'; ' + str(len(unconverged)) + ' more from fits that did not converge, not reported' if unconverged else ''}).", ""]
     if without:
         lines += [f"No monolingual baseline LM_tgt in {len(without)} of {len(fit_summaries)} fits "
@@ -236,10 +253,12 @@ def report_markdown(
     lines += _edge_lines(reported, unconverged, label=label, alpha=alpha, correction_legend=correction_legend)
     if "missing" in coefficients.columns and coefficients["missing"].nunique() > 1:
         lines += ["### Edges under both treatments of missing human cells", "",
-                  "zero: missing cells filled with 0 (the reference code `mixed_effect.py`; a culture that did not rate "
-                  "a group holds no stereotype of it, so leakage through the non-shared groups of section 4.2.4 can "
-                  "show); drop: the cells left out (the non-shared groups leave the fit). "
-                  f"Configured: {configured}.", "", markdown_table(edge_sets_side_by_side(coefficients, alpha))]
+                  "zero: missing cells (the published files' 999) filled with 0 (the reference code `mixed_effect.py` "
+                  "replaces 999 by 0; a culture that did not rate a group holds no stereotype of it, so leakage through "
+                  "the non-shared groups of section 4.2.4 can show); drop: those rows left out (the non-shared groups "
+                  "leave the fit). Neither touches a group rated by too few annotators: it is not a missing cell and "
+                  f"follows the thin rule ({thin_rule}) under both. Configured: {configured}.", "",
+                  markdown_table(edge_sets_side_by_side(coefficients, alpha))]
     lines += ["![flow](flow.png)", "", "## Coefficients", "", markdown_table(coefficients)]
     lines += ["## Monolingual baseline coefficients (Table 3 shape)", ""]
     if beta.empty or beta.drop(columns=["model"]).isna().all().all():

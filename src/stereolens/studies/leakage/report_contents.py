@@ -55,7 +55,10 @@ def build_report(
     label = edges_label(all(s["baseline_available"] for s in fits.fit_summaries))
     configured_missing = fits.fit_summaries[0]["missing"]
     n_family = family_size(coefficients, configured_missing)
-    correction_legend = family_description(n_family, alpha)
+    n_converged = sum(bool(f.get("converged")) for f in fits.fit_summaries)
+    correction_legend = (family_description(n_family, alpha) + f" The family: the non-target human terms of the "
+                         f"{n_converged} converged fit(s) of {len(fits.fit_summaries)} (missing human cells "
+                         f"{configured_missing}); a fit that did not converge reports no edge and is left out of it.")
     bias = position_bias_by_panel(fits.coverage)
     status = {lang: lex.translation_status(lang) for lang in languages}
     note = ("English templates and prompt are authored around the survey's own wording; Russian, Chinese and Hindi "
@@ -120,9 +123,13 @@ def report_summary(
                 "n_edges_alternative": len(other),
                 "edges_alternative": [_edge_line(e, corrected=False) for e in other]},
             "n_edges_not_converged": sum(1 for e in edges if e["configured"] and not e["converged"]),
+            # groups rated by too few annotators: kept with their values or dropped (never zero-filled)
+            "thin_groups": {"rule": fit_summaries[0].get("thin_rule", "keep"),
+                            "groups": {lang: h["groups_below_min"] for lang, h in human_provenance.items()
+                                       if h.get("groups_below_min")}},
             "multiple_comparisons": {
                 "rule": f"paper's rule: alpha > 0 and p < {alpha:g}, per coefficient",
-                "family": f"every non-target human term of every fit with missing human cells {configured_missing}",
+                "family": f"every non-target human term of every converged fit with missing human cells {configured_missing}",
                 "n_tests": n_family, "legend": correction_legend,
                 "n_edges_holm": sum(bool(e["p_holm"] < alpha) for e in reported),
                 "n_edges_bh": sum(bool(e["p_bh"] < alpha) for e in reported)},
@@ -134,6 +141,8 @@ def report_summary(
                       "missing_human": s["missing"],
                       "n_dropped_missing_human": s.get("n_dropped_missing_human"),
                       "n_zero_filled_missing_human": s.get("n_zero_filled_missing_human"),
+                      "thin_rule": s.get("thin_rule"), "n_thin_kept": s.get("n_thin_kept"),
+                      "n_thin_dropped": s.get("n_thin_dropped"),
                       "converged": s.get("converged"), "optimiser": s.get("optimiser")}
                      for s in fit_summaries],
             "coverage": dict(coverage),

@@ -65,7 +65,7 @@ def _fit_dir(model_id: str) -> Path:
 def leakage_human(args: argparse.Namespace) -> None:
     """Build H_<LANG> (traits x groups): the published survey (checked against the published files) for
     its four languages, or, for languages in ``study.leakage.judgements``, new judgements through QC."""
-    from stereolens.studies.leakage.matrices import LANGUAGE_FILES
+    from stereolens.studies.leakage.matrices import LANGUAGE_FILES, THIN_GROUPS_COLUMNS, write_thin_groups
     from stereolens.tracking import stage_run
 
     p = _study(args, "tracking")
@@ -90,15 +90,28 @@ def leakage_human(args: argparse.Namespace) -> None:
         run.log_metrics({f"max_abs_diff_{lang}": None for lang in from_judgements}
                         | {f"annotators_passed_{lang}": None for lang in published})
         provenance: dict[str, Any] = {}
+        thin: list[pd.DataFrame] = []
         if published:
-            provenance.update(_published_matrices(Path(study["survey"]), published, run, min_annotators_per_group(study)))
+            prov, published_thin = _published_matrices(Path(study["survey"]), published, run,
+                                                       min_annotators_per_group(study))
+            provenance.update(prov)
+            thin.append(published_thin)
         if survey_qc:
-            provenance.update(_write_judgement_matrices(survey_qc, judg, run))
+            prov, judged_thin = _write_judgement_matrices(survey_qc, judg, run)
+            provenance.update(prov)
+            thin.append(judged_thin)
+        # the groups rated by too few annotators, kept in H (not missing): read by leakage-fit for its thin rule
+        thin = [t for t in thin if not t.empty]
+        thin_table = pd.concat(thin, ignore_index=True) if thin else pd.DataFrame(columns=THIN_GROUPS_COLUMNS)
+        write_thin_groups(thin_table, HUMAN_DIR)
         write_json(HUMAN_DIR / "provenance.json", {lang: provenance[lang] for lang in langs})
         for lang in langs:
             run.log_dataset(HUMAN_DIR / f"H_{lang}.csv", name=f"H_{lang}", context="training")
     print(f"human matrices: {', '.join(f'H_{k}' for k in langs)} -> {HUMAN_DIR}"
-          + (f" ({', '.join(from_judgements)} from judgements through QC)" if from_judgements else ""))
+          + (f" ({', '.join(from_judgements)} from judgements through QC)" if from_judgements else "")
+          + (f"; thin groups kept with their values and listed: "
+             + ", ".join(f"{r.language} {r.group} (n = {r.n_annotators})" for r in thin_table.itertuples())
+             if len(thin_table) else ""))
 
 
 def least_human_source(sources: Any) -> str:
@@ -124,31 +137,35 @@ def min_annotators_per_group(study: dict[str, Any]) -> int:
     return value
 
 
-def _published_matrices(survey: Path, langs: list[str], run: Any, minimum: int) -> dict[str, Any]:
-    """The Cao et al. 2024 survey files -> H matrices, gated on reproducing the published aggregated files, then the
-    study's minimum of annotators per group applied (the published files keep thinner shared groups)."""
-    from stereolens.studies.leakage.matrices import (apply_min_annotators, read_matrix, survey_annotation_counts,
-                                                     survey_file, survey_to_matrices, write_matrix)
+def _published_matrices(survey: Path, langs: list[str], run: Any, minimum: int) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The Cao et al. 2024 survey files -> H matrices, gated on reproducing the published aggregated files.
+
+    The published files keep two shared groups rated by fewer than the study's minimum (Hindi: immigrant n = 1,
+    Asian person n = 4) and the reference fit uses their values: they stay in H with those values and are listed
+    in ``thin_groups.csv`` (the fit's own rule, ``study.leakage.fit.thin_groups``, decides how they enter), never
+    blanked into the missing (999) cells that the fit fills with 0.  Returns (provenance, thin groups)."""
+    from stereolens.studies.leakage.matrices import (read_matrix, survey_annotation_counts, survey_file,
+                                                     survey_to_matrices, thin_groups_table, write_matrix)
     from stereolens.quality.gates import Expectation, run_gate
 
-    reproduced = survey_to_matrices(survey, languages=langs)
+    matrices = survey_to_matrices(survey, languages=langs)
     counts = survey_annotation_counts(survey, languages=langs)
-    matrices, blanked = apply_min_annotators(reproduced, counts, minimum)
+    thin = thin_groups_table(matrices, counts, minimum)
     rows = []
-    for lang, m in reproduced.items():
-        write_matrix(matrices[lang], HUMAN_DIR / f"H_{lang}.csv")
+    for lang, m in matrices.items():
+        write_matrix(m, HUMAN_DIR / f"H_{lang}.csv")
         published = survey / f"aggregated_data_{lang}.csv"
         if published.exists():
             ref = read_matrix(published).reindex(index=m.index, columns=m.columns)
             both = m.notna() & ref.notna()
             diff = (m - ref).abs()[both]
-            mine = blanked[blanked["language"] == lang]
+            mine = thin[thin["language"] == lang]
             rows.append({"language": lang, "cells": int(m.size), "missing": int(m.isna().sum().sum()),
                          "missing_mismatch": int((m.isna() != ref.isna()).sum().sum()),
                          "max_abs_diff": float(diff.max().max()) if both.any().any() else 0.0,
-                         "groups_below_min": len(mine), "cells_blanked_below_min": int(len(mine) * len(m.index))})
+                         "groups_below_min": len(mine), "cells_below_min": int(len(mine) * len(m.index))})
     check = pd.DataFrame(rows, columns=["language", "cells", "missing", "missing_mismatch", "max_abs_diff",
-                                        "groups_below_min", "cells_blanked_below_min"])
+                                        "groups_below_min", "cells_below_min"])
     write_csv(HUMAN_DIR / "published_check.csv", check)
     write_csv(HUMAN_DIR / "annotation_counts.csv", counts)
     if not check.empty:
@@ -160,10 +177,13 @@ def _published_matrices(survey: Path, langs: list[str], run: Any, minimum: int) 
     checked = {r["language"]: r["max_abs_diff"] for r in rows}
     run.log_metrics({f"max_abs_diff_{lang}": checked.get(lang) for lang in langs})
     return {lang: {"source": "published survey", "path": str(survey_file(survey, lang)),
-                   "min_annotators_per_group": minimum,
-                   "groups_below_min": [f"{r.group} (n = {r.n_annotators})"
-                                        for r in blanked[blanked["language"] == lang].itertuples()]}
-            for lang in matrices}
+                   "min_annotators_per_group": minimum, "groups_below_min": _below_min(thin, lang)}
+            for lang in matrices}, thin
+
+
+def _below_min(thin: pd.DataFrame, lang: str) -> list[str]:
+    """A language's thin groups as provenance.json lists them: "immigrant (n = 1)"."""
+    return [f"{r.group} (n = {r.n_annotators})" for r in thin[thin["language"] == lang].itertuples()]
 
 
 def _judgement_matrices(study: dict[str, Any], judg: dict[str, Any], langs: list[str]) -> Any:
@@ -192,9 +212,10 @@ def _judgement_matrices(study: dict[str, Any], judg: dict[str, Any], langs: list
     return out
 
 
-def _write_judgement_matrices(survey_qc: Any, judg: dict[str, Any], run: Any) -> dict[str, Any]:
-    """H matrices and the QC tables (annotators, passing per language, annotators per group)."""
-    from stereolens.studies.leakage.matrices import write_matrix
+def _write_judgement_matrices(survey_qc: Any, judg: dict[str, Any], run: Any) -> tuple[dict[str, Any], pd.DataFrame]:
+    """H matrices and the QC tables (annotators, passing per language, annotators per group); returns
+    (provenance, thin groups: rated by fewer passing annotators than the minimum, kept in H and flagged)."""
+    from stereolens.studies.leakage.matrices import thin_groups_table, write_matrix
     from stereolens.quality.gates import Expectation, run_gate
 
     qc_dir = HUMAN_DIR / "qc"
@@ -209,6 +230,7 @@ def _write_judgement_matrices(survey_qc: Any, judg: dict[str, Any], run: Any) ->
     run_gate(summary, [Expectation("expect_column_min_to_be_between", column="n_groups_kept", min_value=1)],
              study="leakage", artefact=str(qc_dir), suite="leakage_human_judgements_qc", report_dir=HUMAN_GATES_DIR)
     run.log_metrics({f"annotators_passed_{r.language}": int(r.n_passed) for r in summary.itertuples()})
+    thin = thin_groups_table(survey_qc.matrices, survey_qc.groups, survey_qc.min_annotations_per_group)
     provenance = {}
     for r in summary.itertuples():
         provenance[r.language] = {
@@ -216,8 +238,9 @@ def _write_judgement_matrices(survey_qc: Any, judg: dict[str, Any], run: Any) ->
             "n_annotators": int(r.n_annotators), "n_annotators_passed": int(r.n_passed),
             "n_groups_rated": int(r.n_groups_rated), "n_groups_kept": int(r.n_groups_kept),
             "min_annotators_per_group": survey_qc.min_annotations_per_group,
+            "groups_below_min": _below_min(thin, r.language),
         }
-    return provenance
+    return provenance, thin
 
 
 # --------------------------------------------------------------------------- model scores
@@ -280,8 +303,9 @@ def leakage_scores(args: argparse.Namespace) -> None:
 @stage("leakage-fit", configure=_lang_arg, per_model=True)
 def leakage_fit(args: argparse.Namespace) -> None:
     """Mixed-effects leakage fit for every (model, method) scored in one target language."""
-    from stereolens.studies.leakage.fit import check_missing_treatment, fit_missing_treatments, human_term
-    from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix
+    from stereolens.studies.leakage.fit import (check_missing_treatment, check_thin_rule, fit_missing_treatments,
+                                                human_term)
+    from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix, read_thin_groups
     from stereolens.tracking import stage_run
 
     p = stage_params(args, STUDY_KEY, "model.id", "tracking")
@@ -297,10 +321,12 @@ def leakage_fit(args: argparse.Namespace) -> None:
         write_json(out_root / "summary.json", summary)
         return
     human, source = read_human_dir(HUMAN_DIR), _human_source(read_human_provenance(HUMAN_DIR))
+    thin = read_thin_groups(HUMAN_DIR)
     baseline_path = scores_dir / language / "baseline.csv"
     baseline = read_score_matrix(baseline_path, "baseline matrix") if manifest.get("baseline") else None
     terms = [human_term(lang) for lang in sorted(study["languages"], key=str.upper)]
     missing = check_missing_treatment(fit_cfg.get("missing", "zero"))
+    thin_rule = check_thin_rule(fit_cfg.get("thin_groups", "keep"))
     alpha = float(fit_cfg.get("alpha", 0.05))
     for model_id, info in manifest["models"].items():
         for method in [m for m in info["methods"] if m in (fit_cfg.get("methods") or [m])]:
@@ -310,7 +336,8 @@ def leakage_fit(args: argparse.Namespace) -> None:
                            axes={"term": terms}) as run:
                 out = out_root / model_id / method
                 fits = fit_missing_treatments(target, human, language, baseline=baseline, missing=missing, alpha=alpha,
-                                              scale=fit_cfg.get("scale", "raw"), model=f"{model_id}/{method}")
+                                              scale=fit_cfg.get("scale", "raw"), model=f"{model_id}/{method}",
+                                              thin=thin, thin_rule=thin_rule)
                 entry = {"model": model_id, "method": method, **_write_fits(fits, out)}
                 primary_fit = fits[0][1]
                 # a human term the fit left out (constant in this language) is NaN, not absent

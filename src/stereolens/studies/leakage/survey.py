@@ -15,8 +15,10 @@ attention check (``group`` and ``trait_pair`` may be empty) answered correctly w
 
 Per language the judgements go through :func:`stereolens.annotation.qc.run_qc` (attention checks,
 self-agreement on repeated items, annotators per group); the first answers of the annotators who
-pass are averaged with :func:`stereolens.annotation.aggregate.pole_split_mean`, and a group rated by
-fewer than ``min_annotations_per_group`` passing annotators becomes a missing column.
+pass are averaged with :func:`stereolens.annotation.aggregate.pole_split_mean`.  A group rated by fewer
+than ``min_annotations_per_group`` passing annotators keeps its mean and is flagged (``groups.meets_min``):
+it is thin, not missing (the leakage fit treats thin groups by its own rule); a group no passing annotator
+rated is a missing column.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class SurveyMatrices:
     matrices: dict[str, pd.DataFrame]  # LANG -> traits x groups (NaN = missing)
     annotators: pd.DataFrame  # run_qc's annotator table, all languages
     per_language: pd.DataFrame  # language, n_annotators, n_passed, n_failed, pass_rate, ...
-    groups: pd.DataFrame  # language, group, n_annotators (passing), meets_min
+    groups: pd.DataFrame  # language, group, n_annotators (passing), rated, meets_min (False: thin or unrated)
     sources: dict[str, str] = field(default_factory=dict)  # LANG -> annotation source(s) of its rows
     min_annotations_per_group: int = 5
     ignored_languages: list[str] = field(default_factory=list)
@@ -152,10 +154,10 @@ def judgements_to_matrices(
         table = pd.DataFrame({"language": lang, "group": list(groups)})
         table["n_annotators"] = table["group"].map(counts).fillna(0).astype(int)
         table["rated"] = table["group"].isin(set(sub.loc[~sub_attention, "group"]))
+        # Cao et al. 2024: at least five valid annotations per group.  A group with fewer keeps its mean here and
+        # is thin (listed by the human stage, treated by the fit's thin rule): blanking it would make it a
+        # missing cell, which the fit fills with 0 as if nobody had rated the group
         table["meets_min"] = table["n_annotators"] >= qc.min_annotations_per_group
-        # Cao et al. 2024: at least five valid annotations per group; fewer is a missing cell, not a noisy one
-        for g in table.loc[~table["meets_min"], "group"]:
-            matrix[g] = np.nan
         matrices[lang] = matrix
         annotators.append(report.annotators.assign(language=lang))
         per_language.append(report.per_language.assign(language=lang))
