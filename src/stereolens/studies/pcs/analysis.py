@@ -401,6 +401,14 @@ def _n_responses(resp: pd.DataFrame, language: str) -> int:
 # ---------------------------------------------------------------- invalid responses
 
 
+def invalid_reasons(frame: pd.DataFrame) -> pd.Series:
+    """Each row's ``invalid_reason`` as the collect stage's validity check wrote it (empty = valid; no column:
+    every row valid): the one reading of validity the analysis and the human-validation round share."""
+    if "invalid_reason" not in frame.columns:
+        return pd.Series("", index=frame.index, dtype=object)
+    return frame["invalid_reason"].fillna("").astype(str).str.strip()
+
+
 def drop_invalid_responses(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The scores of valid responses, and per model x language x condition the responses left out and why.
 
@@ -410,8 +418,7 @@ def drop_invalid_responses(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     """
     keys = ["model", "language", "condition"]
     response = keys + ["scenario_id"] + (["sample"] if "sample" in scores.columns else [])
-    reason = (scores["invalid_reason"].fillna("").astype(str).str.strip() if "invalid_reason" in scores.columns
-              else pd.Series("", index=scores.index))
+    reason = invalid_reasons(scores)
     responses = scores[response].assign(invalid_reason=reason.to_numpy()).drop_duplicates(response)
     table = responses.groupby(keys, sort=True).agg(n_responses=("invalid_reason", "size"),
                                                    n_excluded=("invalid_reason", lambda r: int((r != "").sum())))
@@ -603,11 +610,25 @@ def check_human_preferences(df: pd.DataFrame, *, what: str = "human preferences"
     return out
 
 
-def human_validation(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Table 17 counts per language and the two-sided binomial tests on decisive cases (p = 0.5)."""
+def human_validation(df: pd.DataFrame, excluded: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Table 17 counts per language and the two-sided binomial tests on decisive cases (p = 0.5).
+
+    ``excluded`` (one row per pair, ``language`` and ``comparison``; the round's ``excluded_pairs``) are the
+    pairs left out because a response was invalid: counted per language and comparison in
+    ``<comparison>_excluded_invalid`` columns and ``n_excluded_invalid`` of each test, never tested.
+    Without it (preferences from elsewhere) the columns are absent.
+    """
     prefs = check_human_preferences(df)
+    if excluded is not None:
+        missing = [c for c in ("language", "comparison") if c not in excluded.columns]
+        unknown = sorted(set(excluded.get("comparison", pd.Series(dtype=object)).astype(str)) - set(COMPARISONS))
+        if missing or unknown:
+            raise DataError(f"excluded human-validation pairs: missing column(s) {missing}" if missing else
+                            f"excluded human-validation pairs: comparison(s) {unknown} are not A-C or B-C")
+    languages = sorted(set(prefs["language"]) | (set(excluded["language"]) if excluded is not None else set()))
     rows = []
-    for lang, group in prefs.groupby("language", sort=True):
+    for lang in languages:
+        group = prefs.loc[prefs["language"] == lang]
         row: dict[str, Any] = {"language": lang}
         for comp, (first, second) in COMPARISONS.items():
             sub = group.loc[group["comparison"] == comp, "preference"]
@@ -616,6 +637,10 @@ def human_validation(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
             row[f"{tag}_{second}"] = int((sub == second).sum())
             row[f"{tag}_tie"] = int((sub == TIE).sum())
         row["n"] = int(len(group))
+        if excluded is not None:
+            for comp in COMPARISONS:
+                row[f"{comp.replace('-', '_')}_excluded_invalid"] = int(
+                    ((excluded["language"] == lang) & (excluded["comparison"] == comp)).sum())
         rows.append(row)
     table = pd.DataFrame(rows)
     if len(table):
@@ -635,6 +660,8 @@ def human_validation(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
             f"share_{second}": k_second / decisive if decisive else math.nan,
             "p": p,
         }
+        if excluded is not None:
+            tests[comp]["n_excluded_invalid"] = int((excluded["comparison"] == comp).sum())
     return table, tests
 
 
@@ -675,12 +702,14 @@ def analyze_scores(
     hindi: str = "hi",
     urdu: str = "ur",
     human: pd.DataFrame | None = None,
+    human_excluded: pd.DataFrame | None = None,
     sensitivity_steps: Sequence[float] = SENSITIVITY_GAIN_STEPS,
 ) -> PCSAnalysis:
     """Every metric and test of Fifteen Percent Fluency sections 3.6, 4 and appendices C-I from judged scores.
 
     ``min_gain_steps``: a scenario-feature enters PCS only when B - A exceeds this many steps of the judges'
     scale (and capability utilisation is defined only when mean B - mean A does); see the module docstring.
+    ``human_excluded``: the human-validation pairs left out for an invalid response, counted in Table 17.
     """
     min_gain = min_gain_points(min_gain_steps)
     scores = check_scores(scores)
@@ -720,7 +749,7 @@ def analyze_scores(
     statistics = analysis_statistics(scores, resp, tri, ldi, means_a, min_gain_steps=min_gain_steps, hindi=hindi,
                                      urdu=urdu, n_excluded_invalid=int(excluded_responses["n_excluded"].sum()))
     if human is not None and len(human):
-        table, tests = human_validation(human)
+        table, tests = human_validation(human, excluded=human_excluded)
         tables["table17_human_validation"] = table
         statistics["human_validation"] = tests
     return PCSAnalysis(summary=finite_json(summary), tables=tables, statistics=finite_json(statistics), cells=tri)

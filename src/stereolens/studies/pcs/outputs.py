@@ -46,6 +46,7 @@ def write_analysis(
     hindi: str = "hi",
     urdu: str = "ur",
     human: pd.DataFrame | None = None,
+    human_excluded: pd.DataFrame | None = None,
     configuration: Mapping[str, Any] | None = None,
     gates: Mapping[str, Any] | None = None,
     validity: pd.DataFrame | None = None,
@@ -54,11 +55,13 @@ def write_analysis(
     """Analyse ``scores`` and write summary, statistics, tables, figures and report under ``output``.
 
     ``human`` may carry a ``source`` column (human / simulated / llm_panel); the
-    report says so in a visible line when the preferences are not human.
+    report says so in a visible line when the preferences are not human.  ``human_excluded``: the
+    round's pairs left out for an invalid response (counted in Table 17).
     """
     out = Path(output)
     human_source = human_sources(human)
-    analysis = analyze_scores(scores, min_gain_steps=min_gain_steps, hindi=hindi, urdu=urdu, human=human)
+    analysis = analyze_scores(scores, min_gain_steps=min_gain_steps, hindi=hindi, urdu=urdu, human=human,
+                              human_excluded=human_excluded)
     if human_source:
         analysis.statistics["human_validation_source"] = human_source
     files = [write_study_summary(out / "summary.json", {**analysis.summary, **report_contract(

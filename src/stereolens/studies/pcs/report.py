@@ -227,6 +227,11 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
         "scenario_rm_anova_language": "Beyond the paper: Table 15's ANOVA treats each (response, feature) row as "
                                       "independent; here each scenario's mean Prompt A score is the unit, language "
                                       "within scenario (repeated-measures ANOVA, statsmodels AnovaRM).",
+        "table17_human_validation": "Counts of the majority-vote preferences per language; the binomial tests run "
+                                    "on the decisive ones. `A_C_excluded_invalid` / `B_C_excluded_invalid` (where "
+                                    "present): pairs never shown to annotators because a response of the pair is "
+                                    "invalid (empty, refusal, wrong language; ours: the paper does not say), listed "
+                                    "in human_validation/excluded_pairs.csv.",
     }
     for name in ("table10_model_summary", "pcs_min_gain_sensitivity", "table01_model_dimension", "pcs_by_language",
                  "pcs_dimension_language", "excluded_responses", "table02_ldi_by_language", "table15_anova_language",
