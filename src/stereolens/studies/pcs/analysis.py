@@ -50,6 +50,7 @@ from scipy import stats
 
 from stereolens.errors import DataError
 from stereolens.io import finite_json
+from stereolens.stats.multiple import add_corrections, family_description
 # re-exported: the one default, defined without heavy imports
 from stereolens.studies.pcs import DEFAULT_MIN_GAIN_STEPS, SENSITIVITY_GAIN_STEPS
 
@@ -338,24 +339,44 @@ def independent_test(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     return {**out, "t": float(res.statistic), "p": float(res.pvalue), "d": cohen_d_independent(x, y)}
 
 
-def anova_by_dimension(resp: pd.DataFrame, factor: str = "language") -> pd.DataFrame:
-    """Table 15: one-way ANOVA of Prompt A response scores across ``factor`` levels, per dimension."""
+# the paper's significance level (Tables 15 and 16 star p < .05), also the corrections' alpha
+ALPHA = 0.05
+# Tables 15 and 16 each run one test per row; the corrections run over the rows of one table
+CORRECTION_FAMILIES = {
+    "table15_anova_language": "every dimension of this table (one one-way ANOVA of Prompt A scores across languages "
+                              "per dimension); `significant` is the paper's rule, uncorrected (p < .05)",
+    "table16_paired_a_vs_c": "every language of this table (one paired A-vs-C t-test per language, over the "
+                             "scenario-feature cells of every model)",
+}
+
+
+def anova_by_dimension(resp: pd.DataFrame, factor: str = "language", *, alpha: float = ALPHA) -> pd.DataFrame:
+    """Table 15: one-way ANOVA of Prompt A response scores across ``factor`` levels, per dimension, with Holm and
+    Benjamini-Hochberg adjusted p over the table's dimensions (a dimension without a test stays out)."""
     base = resp.loc[resp["condition"] == "A"]
     rows = []
     for dim, group in base.groupby("dimension", sort=True):
         res = one_way_anova(group, "score", factor)
-        rows.append({"dimension": dim, **res, "significant": bool(res["p"] < 0.05) if not math.isnan(res["p"]) else False})
+        rows.append({"dimension": dim, **res, "significant": bool(res["p"] < alpha) if not math.isnan(res["p"]) else False})
     cols = ["dimension", "F", "p", "eta2", "df_between", "df_within", "k", "n", "significant"]
-    return pd.DataFrame(rows, columns=cols).sort_values("eta2", ascending=False, na_position="last").reset_index(drop=True)
+    table = pd.DataFrame(rows, columns=cols).sort_values("eta2", ascending=False, na_position="last")
+    return add_corrections(table.reset_index(drop=True), p_col="p", alpha=alpha)
 
 
-def paired_tests_by_language(tri: pd.DataFrame) -> pd.DataFrame:
-    """Table 16: paired A vs C per language over the scenario-feature cells."""
+def paired_tests_by_language(tri: pd.DataFrame, *, alpha: float = ALPHA) -> pd.DataFrame:
+    """Table 16: paired A vs C per language over the scenario-feature cells, with Holm and Benjamini-Hochberg
+    adjusted p over the table's languages."""
     rows = []
     for lang, group in tri.groupby("language", sort=True):
         rows.append({"language": lang, **paired_test(group["A"].to_numpy(), group["C"].to_numpy())})
     cols = ["language", "mean_a", "mean_c", "t", "p", "d", "dz", "n"]
-    return pd.DataFrame(rows, columns=cols)
+    return add_corrections(pd.DataFrame(rows, columns=cols), p_col="p", alpha=alpha)
+
+
+def correction_legends(tables: Mapping[str, pd.DataFrame], alpha: float = ALPHA) -> dict[str, str]:
+    """The legend line of each corrected table: the corrections, the family's size and what the family is."""
+    return {name: f"{family_description(int(tables[name]['p'].notna().sum()), alpha)} Family: {family}."
+            for name, family in CORRECTION_FAMILIES.items() if name in tables}
 
 
 def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> dict[str, Any]:
@@ -748,6 +769,7 @@ def analyze_scores(
     }
     statistics = analysis_statistics(scores, resp, tri, ldi, means_a, min_gain_steps=min_gain_steps, hindi=hindi,
                                      urdu=urdu, n_excluded_invalid=int(excluded_responses["n_excluded"].sum()))
+    statistics["corrections"] = correction_legends(tables)
     if human is not None and len(human):
         table, tests = human_validation(human, excluded=human_excluded)
         tables["table17_human_validation"] = table

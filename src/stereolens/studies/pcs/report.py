@@ -238,7 +238,9 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
                  "scenario_rm_anova_language", "table16_paired_a_vs_c", "table13_hud_by_feature",
                  "table14_feature_ranking", "table17_human_validation"):
         if name in tables:
-            lines += ["", f"## {name}", ""] + ([notes[name], ""] if name in notes else []) + [markdown_table(tables[name])]
+            # a table with adjusted p-values carries the corrections' legend (family and its size) under its title
+            legend = [text for text in (notes.get(name), (statistics.get("corrections") or {}).get(name)) if text]
+            lines += ["", f"## {name}", ""] + [line for text in legend for line in (text, "")] + [markdown_table(tables[name])]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
     return "\n".join(lines) + "\n"
