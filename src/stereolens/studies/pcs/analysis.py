@@ -413,6 +413,59 @@ def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> 
     }
 
 
+# which of the two Hindi-Urdu tests the headline rests on (ours): the paper's, so the number compares with its
+# p = .262; the scenario-level test is shown beside it, and a disagreement is said in words
+HINDI_URDU_HEADLINE_TEST = "response_level"
+HINDI_URDU_TESTS = {
+    "response_level": "the paper's response-level t-test (independent t-test of Prompt A scores, every response x "
+                      "feature row one observation, appendix H.3)",
+    "scenario_level": "the scenario-level paired t-test (mean Prompt A score per matched scenario, ours)",
+}
+
+
+def hindi_urdu_summary(response_level: Mapping[str, Any], scenario_level: Mapping[str, Any],
+                       alpha: float = ALPHA) -> dict[str, Any]:
+    """Both Hindi-Urdu tests side by side, the one the headline rests on, and whether they agree.
+
+    The paper's test (``response_level``, :func:`hindi_urdu_test`) treats the features and samples of one
+    response and the two languages of one scenario as independent observations; the paired test over matched
+    scenarios (``scenario_level``, :func:`paired_language_test`) does not.  They agree when they reach the same
+    decision at ``alpha`` (and, both significant, point the same way); ``agree`` is None when either was not
+    computed.
+    """
+    def decision(p: Any) -> bool | None:
+        return None if p is None or (isinstance(p, float) and math.isnan(p)) else bool(p < alpha)
+
+    resp = {"test": HINDI_URDU_TESTS["response_level"], "t": response_level.get("t"), "p": response_level.get("p"),
+            "d": response_level.get("d"), "n_hindi": response_level.get("n_hindi"),
+            "n_urdu": response_level.get("n_urdu"), "significant": decision(response_level.get("p")),
+            "note": response_level.get("note", "")}
+    scen = {"test": HINDI_URDU_TESTS["scenario_level"], "t": scenario_level.get("t"), "p": scenario_level.get("p_t"),
+            "dz": scenario_level.get("dz"), "n_pairs": scenario_level.get("n_pairs"),
+            "p_wilcoxon": scenario_level.get("p_wilcoxon"), "significant": decision(scenario_level.get("p_t")),
+            "note": scenario_level.get("note", "")}
+    headline = HINDI_URDU_TESTS[HINDI_URDU_HEADLINE_TEST]
+    if resp["significant"] is None or scen["significant"] is None:
+        missing = [name for name, block in (("response-level", resp), ("scenario-level", scen))
+                   if block["significant"] is None]
+        agree = None
+        note = f"not compared: the {' and the '.join(missing)} test {'was' if len(missing) == 1 else 'were'} not computed"
+    else:
+        same_way = not (resp["significant"] and scen["significant"]) or np.sign(resp["t"]) == np.sign(scen["t"])
+        agree = bool(resp["significant"] == scen["significant"] and same_way)
+        if agree:
+            found = "both find a Hindi-Urdu difference" if resp["significant"] else "neither finds a Hindi-Urdu difference"
+            note = f"the two Hindi-Urdu tests agree at alpha = {alpha:g}: {found}"
+        else:
+            note = (f"the two Hindi-Urdu tests disagree at alpha = {alpha:g}: the headline, {headline}, gives p = {resp['p']:.3g}; "
+                    f"the scenario-level paired test gives p = {scen['p']:.3g} over {scen['n_pairs']} matched scenarios. "
+                    "The response-level test counts every feature and sample of a scenario as an independent "
+                    "observation and does not pair the languages' scenarios; the scenario-level test has one "
+                    "observation per matched scenario")
+    return {"headline_test": HINDI_URDU_HEADLINE_TEST, "headline_test_text": headline, "alpha": alpha,
+            "response_level": resp, "scenario_level": scen, "agree": agree, "note": note}
+
+
 def _n_responses(resp: pd.DataFrame, language: str) -> int:
     """Distinct responses (scenario, sample) of ``language`` in a response-level score table."""
     keys = ["model", "scenario_id", "condition"] + (["sample"] if "sample" in resp.columns else [])
@@ -770,6 +823,7 @@ def analyze_scores(
     statistics = analysis_statistics(scores, resp, tri, ldi, means_a, min_gain_steps=min_gain_steps, hindi=hindi,
                                      urdu=urdu, n_excluded_invalid=int(excluded_responses["n_excluded"].sum()))
     statistics["corrections"] = correction_legends(tables)
+    summary["hindi_urdu"] = hindi_urdu_summary(statistics["hindi_urdu"], statistics["hindi_urdu_scenarios"])
     if human is not None and len(human):
         table, tests = human_validation(human, excluded=human_excluded)
         tables["table17_human_validation"] = table

@@ -25,12 +25,17 @@ def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any]
     # "authored (machine-written translation, unreviewed): 12, source (English original): 6" -> counts per status
     status = str((configuration or {}).get("prompt translation status", ""))
     counts = {label: int(n) for label, n in re.findall(r"(\w+)(?: \([^)]*\))?: (\d+)", status)}
+    hindi_urdu = summary.get("hindi_urdu") or {}
     return {
         "headline": {"PCS": summary.get("pcs"),
                      "capability utilisation": summary.get("cap_util") if summary.get("cap_util") is not None
                      else summary.get("cap_util_note") or None,
                      "excluded cells": summary.get("n_excluded"),
-                     "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run"},
+                     "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run",
+                     # both Hindi-Urdu p-values, the one the headline rests on named (summary.json hindi_urdu)
+                     "Hindi-Urdu p (headline: the paper's response-level t-test)":
+                         (hindi_urdu.get("response_level") or {}).get("p"),
+                     "Hindi-Urdu p (matched scenarios, paired t-test)": (hindi_urdu.get("scenario_level") or {}).get("p")},
         "provenance": {"annotation_source": ", ".join(filter(None, ["llm_panel", human_source])),
                        "translation_status": counts, "machine_generated": False,
                        "notes": ["scores come from the configured judge panel (language models)"]

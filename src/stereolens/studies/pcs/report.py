@@ -169,6 +169,35 @@ def gates_table(gates: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["gate", "observed", "threshold", "passed"])
 
 
+def hindi_urdu_lines(both: Mapping[str, Any], statistics: Mapping[str, Any]) -> list[str]:
+    """The Hindi-Urdu headline lines: the test the headline rests on, the other test beside it, and whether they
+    agree (in bold when they do not)."""
+    hu = statistics.get("hindi_urdu") or {}
+    sc = statistics.get("hindi_urdu_scenarios") or {}
+    if not (hu or sc):
+        return []
+    lines = [f"- Hindi vs Urdu baseline: the headline rests on {both.get('headline_test_text', 'the paper’s test')} "
+             "(our choice: it is the paper's, so its p compares with the paper's p = .262)"]
+    lines.append("  - responses as units (the paper's): " + (hu["note"] if hu.get("note") else
+                 f"t = {_fmt(hu.get('t'))}, p = {_fmt_p(hu.get('p'))}, d = {_fmt(hu.get('d'))} "
+                 f"(n = {hu.get('n_hindi')} and {hu.get('n_urdu')} rows)"))
+    if sc:
+        lines.append("  - matched scenarios as units (ours, beyond the paper): " + (sc["note"] if sc.get("note") else
+                     f"paired t = {_fmt(sc.get('t'))}, p = {_fmt_p(sc.get('p_t'))}; Wilcoxon W = "
+                     f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt_p(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
+    if both.get("note"):
+        note = both["note"][0].upper() + both["note"][1:]
+        lines.append(f"  - **{note}.**" if both.get("agree") is False else f"  - {note}.")
+    return lines
+
+
+def _fmt_p(p: Any) -> str:
+    """A p-value for a reader: three decimals, or two significant digits below 0.001 (never "0.000")."""
+    if isinstance(p, float) and not math.isnan(p) and 0 < p < 0.001:
+        return f"{p:.1e}"
+    return _fmt(p)
+
+
 def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, Any], statistics: Mapping[str, Any],
                     gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
                     figures: list[str], human_source: str | None = None) -> str:
@@ -204,18 +233,7 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
     hud = (summary.get("hud") or {}).get("overall")
     lines.append(f"- HUD (overall |mean LDI Hindi - mean LDI Urdu|): "
                  f"{_fmt(hud) if hud is not None else statistics.get('hud_note') or 'n/a'}")
-    hu = statistics.get("hindi_urdu") or {}
-    if hu.get("note"):
-        lines.append(f"- Hindi vs Urdu baseline: {hu['note']}")
-    else:
-        lines.append(f"- Hindi vs Urdu baseline (responses as units, as the paper): t = {_fmt(hu.get('t'))}, "
-                     f"p = {_fmt(hu.get('p'))}, d = {_fmt(hu.get('d'))} (n = {hu.get('n_hindi')} and {hu.get('n_urdu')} rows)")
-    sc = statistics.get("hindi_urdu_scenarios") or {}
-    if sc:
-        lines.append("- Hindi vs Urdu baseline, matched scenarios as units (beyond the paper): "
-                     + (sc["note"] if sc.get("note") else
-                        f"paired t = {_fmt(sc.get('t'))}, p = {_fmt(sc.get('p_t'))}; Wilcoxon W = "
-                        f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
+    lines += hindi_urdu_lines(summary.get("hindi_urdu") or {}, statistics)
     if validity is not None and len(validity):
         lines += ["", "## Response validity", "", markdown_table(validity)]
     if human_source:
