@@ -1,5 +1,6 @@
 """What the pcs analysis reads besides the judged scores: the human-validation preferences (and the
-pairs the round left out for an invalid response), the collected responses (their validity and the translation status of their prompts)."""
+pairs the round left out for an invalid response) and the collected responses (their validity and the
+translation status of their prompts)."""
 
 from __future__ import annotations
 
