@@ -149,6 +149,11 @@ def test_hindi_urdu_headline_refused_when_too_few_valid_responses():
     assert result.summary["hud"] == {"overall": None}
     assert result.statistics["hud_note"] == "undefined: no valid Prompt A score in hi (invalid responses are excluded)"
     assert result.statistics["hindi_urdu"]["note"].startswith("not computed: 0 valid hi")
+    both = result.summary["hindi_urdu"]
+    assert both["agree"] is None and both["note"].startswith("not compared: the response-level and the scenario-level")
+    from stereolens.studies.pcs.outputs import report_contract
+    headline = report_contract(result.summary, None, None, None)["headline"]
+    assert headline["Hindi-Urdu p (headline: the paper's response-level t-test)"].startswith("not computed: 0 valid hi")
 
 
 def test_analyze_stage_takes_validity_from_the_responses(tmp_path, analyze_stage):

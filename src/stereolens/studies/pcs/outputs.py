@@ -34,13 +34,19 @@ def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any]
                      "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run",
                      # both Hindi-Urdu p-values, the one the headline rests on named (summary.json hindi_urdu)
                      "Hindi-Urdu p (headline: the paper's response-level t-test)":
-                         (hindi_urdu.get("response_level") or {}).get("p"),
-                     "Hindi-Urdu p (matched scenarios, paired t-test)": (hindi_urdu.get("scenario_level") or {}).get("p")},
+                         _p_or_why(hindi_urdu.get("response_level")),
+                     "Hindi-Urdu p (matched scenarios, paired t-test)": _p_or_why(hindi_urdu.get("scenario_level"))},
         "provenance": {"annotation_source": ", ".join(filter(None, ["llm_panel", human_source])),
                        "translation_status": counts, "machine_generated": False,
                        "notes": ["scores come from the configured judge panel (language models)"]
                        + ([f"human-validation preferences: {human_source}"] if human_source else [])},
     }
+
+
+def _p_or_why(test: Mapping[str, Any] | None) -> float | str | None:
+    """A test's p, or why it was not computed (the headline says why a figure is missing)."""
+    test = test or {}
+    return test.get("p") if test.get("p") is not None else test.get("note") or None
 
 
 def write_analysis(
