@@ -38,7 +38,7 @@ def _long(cells=CELLS, model="m1") -> pd.DataFrame:
 def test_known_pcs_cap_util_ldi_hud():
     result = pcs.analyze_scores(_long())
     s = result.summary
-    assert list(s) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud"]
+    assert list(s) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud", "hindi_urdu"]
     assert s["pcs"] == pytest.approx((0.25 + 0.5 + 0.5) / 3)
     # means A 3.25, B 5.75, C 4.75
     assert s["cap_util"] == pytest.approx(1.5 / 2.5) and s["cap_util_note"] == ""
@@ -184,6 +184,52 @@ def test_paired_tests_detect_known_shift():
     t16 = result.tables["table16_paired_a_vs_c"].iloc[0]
     assert t16["p"] < 1e-10 and t16["t"] < 0 and t16["d"] > 0
     assert result.summary["pcs"] == pytest.approx(0.25, abs=0.02)
+
+
+def _three_dimensions_three_languages() -> pd.DataFrame:
+    """Prompt A shifts by language that differ by dimension, C above A by language-dependent amounts, and one
+    dimension (UAI) with a single language, so its ANOVA has no test and stays out of the family."""
+    rng = np.random.default_rng(5)
+    cells = {}
+    shifts = {"PDI": {"de": 0.0, "hi": 0.1, "ur": 0.15}, "IDV": {"de": 0.0, "hi": 0.6, "ur": 0.5},
+              "UAI": {"hi": 0.0}}
+    lift = {"de": 0.05, "hi": 0.4, "ur": 0.15}
+    for dim, by_lang in shifts.items():
+        for lang, shift in by_lang.items():
+            for i in range(6):
+                a = 4 + shift + rng.normal(0, 0.4)
+                cells[(lang, f"{dim}{i}", dim, "f")] = (a, a + 1.5, a + lift[lang] + rng.normal(0, 0.3))
+    return _long(cells)
+
+
+def test_tables_15_and_16_carry_holm_and_bh_over_their_family(tmp_path):
+    """Issue 31: Tables 15 and 16 get the Holm and Benjamini-Hochberg columns of every starred table, each over
+    its own family (the dimensions; the languages), checked against statsmodels' multipletests, and the
+    report page states the family under each table's title."""
+    from statsmodels.stats.multitest import multipletests
+
+    from stereolens.studies.pcs.outputs import write_analysis
+
+    result, _ = write_analysis(_three_dimensions_three_languages(), tmp_path)
+    page = (tmp_path / "report.md").read_text()
+    for name, family in (("table15_anova_language", "dimension"), ("table16_paired_a_vs_c", "language")):
+        table = result.tables[name]
+        tested = table["p"].notna()
+        assert tested.sum() >= 2, name
+        p = table.loc[tested, "p"].to_numpy()
+        assert table.loc[tested, "p_holm"].to_numpy() == pytest.approx(multipletests(p, method="holm")[1])
+        assert table.loc[tested, "p_bh"].to_numpy() == pytest.approx(multipletests(p, method="fdr_bh")[1])
+        assert (table.loc[tested, "significant_holm"] == (multipletests(p, method="holm")[1] < 0.05)).all()
+        assert (table.loc[tested, "significant_bh"] == (multipletests(p, method="fdr_bh")[1] < 0.05)).all()
+        # a row without a test stays empty and does not enlarge the family
+        assert table.loc[~tested, "p_holm"].isna().all() and not table.loc[~tested, "significant_holm"].any()
+        legend = result.statistics["corrections"][name]
+        assert f"family of {int(tested.sum())} tests" in legend and f"Family: every {family}" in legend, legend
+        assert legend in page.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
+    t15 = result.tables["table15_anova_language"].set_index("dimension")
+    assert np.isnan(t15.loc["UAI", "p"])  # one language: no ANOVA
+    # the paper's own (uncorrected) star stays beside the corrections
+    assert "significant" in t15.columns
 
 
 def test_human_validation_reproduces_appendix_j():

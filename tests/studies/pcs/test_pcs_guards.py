@@ -149,6 +149,11 @@ def test_hindi_urdu_headline_refused_when_too_few_valid_responses():
     assert result.summary["hud"] == {"overall": None}
     assert result.statistics["hud_note"] == "undefined: no valid Prompt A score in hi (invalid responses are excluded)"
     assert result.statistics["hindi_urdu"]["note"].startswith("not computed: 0 valid hi")
+    both = result.summary["hindi_urdu"]
+    assert both["agree"] is None and both["note"].startswith("not compared: the response-level and the scenario-level")
+    from stereolens.studies.pcs.outputs import report_contract
+    headline = report_contract(result.summary, None, None, None)["headline"]
+    assert headline["Hindi-Urdu p (headline: the paper's response-level t-test)"].startswith("not computed: 0 valid hi")
 
 
 def test_analyze_stage_takes_validity_from_the_responses(tmp_path, analyze_stage):
@@ -237,3 +242,64 @@ def test_scenario_level_analysis_is_in_the_results():
     result = pcs.analyze_scores(full)
     assert result.statistics["hindi_urdu_scenarios"]["n_pairs"] == 8
     assert result.tables["scenario_rm_anova_language"].iloc[0]["n_scenarios"] == 8
+
+
+# ---------------------------------------------------------------- the Hindi-Urdu headline: both tests, one named
+
+
+def _disagreeing_hindi_urdu() -> pd.DataFrame:
+    """Six scenarios whose Hindi-minus-Urdu difference varies by scenario (0.9, 0.7, 0.5, 0.3, -0.3, -0.2), each
+    with four features and two samples: 48 response-level rows per language make the paper's unpaired t-test
+    significant (t = 3.87, p = 0.0002), while across the six matched scenarios the paired test is not
+    (t = 1.60, p = 0.169)."""
+    rows = []
+    for i, diff in enumerate((0.9, 0.7, 0.5, 0.3, -0.3, -0.2)):
+        for lang, shift in (("hi", diff), ("ur", 0.0)):
+            for feature, f_off in zip(("deference", "directness", "face_saving", "communication_channel"),
+                                      (-0.3, -0.1, 0.1, 0.3)):
+                for sample, s_off in ((0, -0.1), (1, 0.1)):
+                    a = 4 + shift + f_off + s_off
+                    for cond, score in (("A", a), ("B", a + 1.0), ("C", a + 0.3)):
+                        rows.append(dict(model="m", language=lang, scenario_id=f"s{i}", dimension="PDI",
+                                         feature=feature, condition=cond, sample=sample, score=score))
+    return pd.DataFrame(rows)
+
+
+def test_hindi_urdu_headline_names_its_test_and_shows_both_when_they_disagree(tmp_path):
+    """Issue 31: the response-level t-test (the paper's) and the scenario-level paired test disagree here; the
+    summary and the report page show both, say which the headline rests on, and say that they disagree."""
+    from stereolens.studies.pcs.outputs import write_analysis
+
+    df = _disagreeing_hindi_urdu()
+    rows_a = df.loc[df["condition"] == "A"]
+    by_hand_t = stats.ttest_ind(rows_a.loc[rows_a.language == "hi", "score"], rows_a.loc[rows_a.language == "ur", "score"])
+    means = rows_a.groupby(["language", "scenario_id"])["score"].mean()
+    by_hand_paired = stats.ttest_rel(means["hi"].to_numpy(), means["ur"].to_numpy())
+    assert by_hand_t.pvalue < 0.05 < by_hand_paired.pvalue  # the case is what it claims to be
+
+    analysis, _ = write_analysis(df, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    hu = summary["hindi_urdu"]
+    assert hu["note"] == analysis.summary["hindi_urdu"]["note"]
+    assert hu["headline_test"] == "response_level"
+    assert hu["response_level"]["p"] == pytest.approx(by_hand_t.pvalue)
+    assert hu["response_level"]["t"] == pytest.approx(by_hand_t.statistic)
+    assert hu["response_level"]["n_hindi"] == 48 and hu["response_level"]["significant"] is True
+    assert hu["scenario_level"]["p"] == pytest.approx(by_hand_paired.pvalue)
+    assert hu["scenario_level"]["n_pairs"] == 6 and hu["scenario_level"]["significant"] is False
+    assert hu["agree"] is False and "disagree" in hu["note"]
+    # the report site's headline block carries both p-values, the headline's named as such
+    labels = summary["headline"]
+    assert labels["Hindi-Urdu p (headline: the paper's response-level t-test)"] == pytest.approx(by_hand_t.pvalue)
+    assert labels["Hindi-Urdu p (matched scenarios, paired t-test)"] == pytest.approx(by_hand_paired.pvalue)
+    page = (tmp_path / "report.md").read_text()
+    headline = page.split("## Headline", 1)[1].split("\n## ", 1)[0]
+    assert "the headline rests on the paper's response-level t-test" in headline
+    assert "t = 3.870, p = 2.0e-04" in headline and "paired t = 1.605, p = 0.169" in headline
+    assert "**The two Hindi-Urdu tests disagree" in headline
+
+
+def test_hindi_urdu_headline_agrees_when_both_tests_agree():
+    hu = pcs.analyze_scores(_hindi_urdu()).summary["hindi_urdu"]
+    assert hu["agree"] is (hu["response_level"]["significant"] == hu["scenario_level"]["significant"]) is True
+    assert "agree" in hu["note"] and "disagree" not in hu["note"]

@@ -32,7 +32,8 @@ def _data(languages=("hi", "ur")):
                 rid = f"m|{lang}|{sid}|{cond}|0"
                 responses.append({"response_id": rid, "model": "m", "language": lang, "scenario_id": sid,
                                   "dimension": DIMS[sid], "condition": cond, "sample": 0,
-                                  "prompt": f"{sid} prompt {cond}", "response": f"{sid} reply {cond}"})
+                                  "prompt": f"{sid} prompt {cond}", "response": f"{sid} reply {cond}",
+                                  "invalid_reason": ""})
                 # two judges, two features: the means are the values above (all on the 1-7 scale)
                 for judge, off in (("j1", -0.25), ("j2", 0.25)):
                     for feat, foff in (("f1", -0.5), ("f2", 0.5)):
@@ -58,6 +59,48 @@ def test_items_are_blinded_and_carry_the_judged_truth():
     assert (s3["truth"] == "tie").all()
 
 
+def test_wrong_language_reply_is_excluded_from_the_items_and_counted_in_table_17(tmp_path):
+    """Issue 31 item 8: an English reply to a Hindi prompt is no Hindi A-vs-C item (judged or not), and the
+    pairs it would have formed are counted in the validation table and the binomial tests."""
+    from stereolens.studies.pcs.analysis import human_validation
+
+    responses, scores = _data()
+    # s1's Hindi Prompt A was answered in English (and judged: the default judges wrong-language replies);
+    # s2's Urdu Prompt C is empty (never judged)
+    wrong, empty = "m|hi|s1|A|0", "m|ur|s2|C|0"
+    responses.loc[responses["response_id"] == wrong, "invalid_reason"] = "wrong_language"
+    responses.loc[responses["response_id"] == empty, "invalid_reason"] = "empty"
+    scores = scores.loc[scores["response_id"] != empty]
+    items = ph.preference_items(responses, scores, seed=0)
+    shown = set(items["first_response_id"]) | set(items["second_response_id"])
+    assert wrong not in shown and empty not in shown
+    kept = items.groupby(["language", "comparison"])["scenario_id"].agg(lambda s: sorted(s)).to_dict()
+    assert kept == {("hi", "A-C"): ["s2", "s3"], ("hi", "B-C"): ["s1", "s2", "s3"],
+                    ("ur", "A-C"): ["s1", "s3"], ("ur", "B-C"): ["s1", "s3"]}
+
+    excluded = ph.excluded_pairs(responses, scores)
+    got = {(r.language, r.comparison, r.scenario_id, r.invalid_reason, r.response_ids) for r in excluded.itertuples()}
+    assert got == {("hi", "A-C", "s1", "wrong_language", wrong), ("ur", "A-C", "s2", "empty", empty),
+                   ("ur", "B-C", "s2", "empty", empty)}
+
+    # through the round to Table 17 and its binomial tests
+    items, _, _, prefs, excluded = human_validation_round(
+        responses, scores, ANNOTATION, {}, seed=0, interim=tmp_path / "interim", reports=tmp_path / "reports",
+        report_dir=tmp_path / "quality")
+    assert len(items) == len(prefs) == 9 and len(excluded) == 3
+    on_disk = pd.read_csv(tmp_path / "interim" / "excluded_pairs.csv", keep_default_na=False)
+    assert len(on_disk) == 3 and set(on_disk["invalid_reason"]) == {"wrong_language", "empty"}
+    table, tests = human_validation(prefs, excluded=on_disk)
+    rows = table.set_index("language")
+    assert (rows.loc["hi", "A_C_excluded_invalid"], rows.loc["hi", "B_C_excluded_invalid"]) == (1, 0)
+    assert (rows.loc["ur", "A_C_excluded_invalid"], rows.loc["ur", "B_C_excluded_invalid"]) == (1, 1)
+    assert (rows.loc["total", "A_C_excluded_invalid"], rows.loc["total", "B_C_excluded_invalid"]) == (2, 1)
+    assert rows.loc["hi", "n"] == 5 and rows.loc["ur", "n"] == 4  # the items annotators judged
+    assert tests["A-C"]["n_excluded_invalid"] == 2 and tests["B-C"]["n_excluded_invalid"] == 1
+    # perfectly reliable annotators: A-C over the kept pairs is hi s2 (A), s3 (C); ur s1 (C), s3 (C)
+    assert (tests["A-C"]["n_A"], tests["A-C"]["n_C"], tests["A-C"]["n_decisive"]) == (1, 3, 4)
+
+
 def test_stratified_cap_takes_every_dimension():
     responses, scores = _data()
     items = ph.preference_items(responses, scores, items_per_comparison=2, seed=1)
@@ -70,7 +113,7 @@ def test_simulated_round_recovers_the_truth_and_feeds_the_analysis(tmp_path):
     from stereolens.studies.pcs.analysis import human_validation
 
     responses, scores = _data()
-    items, judgements, review, prefs = human_validation_round(
+    items, judgements, review, prefs, _ = human_validation_round(
         responses, scores, ANNOTATION, {}, seed=0, interim=tmp_path / "interim", reports=tmp_path / "reports",
         report_dir=tmp_path / "quality")
     assert (judgements["source"] == "simulated").all() and (prefs["source"] == "simulated").all()
@@ -109,7 +152,7 @@ def test_human_source_imports_a_completed_csv(tmp_path):
             rows.append({"item_id": item, "annotator_id": f"ann{a}", "label": key.loc[item, "truth"]})
     path = tmp_path / "done.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    _, judgements, _, prefs = human_validation_round(responses, scores, cfg, {"judgements": str(path)}, seed=0,
+    _, judgements, _, prefs, _ = human_validation_round(responses, scores, cfg, {"judgements": str(path)}, seed=0,
                                                      interim=tmp_path / "i", reports=tmp_path / "r",
                                                      report_dir=tmp_path / "q")
     assert (judgements["source"] == "human").all() and (prefs["source"] == "human").all() and prefs["decided"].all()
@@ -153,8 +196,9 @@ def test_stage_tags_mlflow_runs_with_the_preference_source(tmp_path, monkeypatch
     responses, scores = _data()
     meta = responses.set_index("response_id")[["model", "language", "scenario_id", "dimension", "condition", "sample"]]
     scores = scores.join(meta, on="response_id")
-    write_csv(tmp_path / "data/interim/pcs/m/responses.csv", responses.assign(domain="workplace", translation_status="authored",
-                                                                                  invalid_reason=""))
+    # one English reply to a Hindi prompt A: the stages leave its pair out of the round and count it
+    responses.loc[responses["response_id"] == "m|hi|s1|A|0", "invalid_reason"] = "wrong_language"
+    write_csv(tmp_path / "data/interim/pcs/m/responses.csv", responses.assign(domain="workplace", translation_status="authored"))
     write_csv(tmp_path / "data/interim/pcs/m/scores.csv", scores)
     write_json(tmp_path / "reports/pcs/m/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
     tracking = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
@@ -172,3 +216,9 @@ def test_stage_tags_mlflow_runs_with_the_preference_source(tmp_path, monkeypatch
     assert tags == {"human_validation": "simulated", "analyze": "simulated"}
     assert set(runs["tags.judge_source"].dropna()) == {"llm_panel"}
     assert "SIMULATED" in (tmp_path / "reports/pcs/m/report.md").read_text()
+    hv = json.loads((tmp_path / "reports/pcs/m/human_validation/summary.json").read_text())
+    assert hv["n_items"] == 11 and hv["n_pairs_excluded_invalid"] == 1
+    assert hv["binomial_tests"]["A-C"]["n_excluded_invalid"] == 1
+    table17 = pd.read_csv(tmp_path / "reports/pcs/m/tables/table17_human_validation.csv").set_index("language")
+    assert table17.loc["hi", "A_C_excluded_invalid"] == 1 and table17.loc["total", "A_C_excluded_invalid"] == 1
+    assert table17.loc["total", "n"] == 11

@@ -50,6 +50,7 @@ from scipy import stats
 
 from stereolens.errors import DataError
 from stereolens.io import finite_json
+from stereolens.stats.multiple import add_corrections, family_description
 # re-exported: the one default, defined without heavy imports
 from stereolens.studies.pcs import DEFAULT_MIN_GAIN_STEPS, SENSITIVITY_GAIN_STEPS
 
@@ -338,24 +339,44 @@ def independent_test(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     return {**out, "t": float(res.statistic), "p": float(res.pvalue), "d": cohen_d_independent(x, y)}
 
 
-def anova_by_dimension(resp: pd.DataFrame, factor: str = "language") -> pd.DataFrame:
-    """Table 15: one-way ANOVA of Prompt A response scores across ``factor`` levels, per dimension."""
+# the paper's significance level (Tables 15 and 16 star p < .05), also the corrections' alpha
+ALPHA = 0.05
+# Tables 15 and 16 each run one test per row; the corrections run over the rows of one table
+CORRECTION_FAMILIES = {
+    "table15_anova_language": "every dimension of this table (one one-way ANOVA of Prompt A scores across languages "
+                              "per dimension); `significant` is the paper's rule, uncorrected (p < .05)",
+    "table16_paired_a_vs_c": "every language of this table (one paired A-vs-C t-test per language, over the "
+                             "scenario-feature cells of every model)",
+}
+
+
+def anova_by_dimension(resp: pd.DataFrame, factor: str = "language", *, alpha: float = ALPHA) -> pd.DataFrame:
+    """Table 15: one-way ANOVA of Prompt A response scores across ``factor`` levels, per dimension, with Holm and
+    Benjamini-Hochberg adjusted p over the table's dimensions (a dimension without a test stays out)."""
     base = resp.loc[resp["condition"] == "A"]
     rows = []
     for dim, group in base.groupby("dimension", sort=True):
         res = one_way_anova(group, "score", factor)
-        rows.append({"dimension": dim, **res, "significant": bool(res["p"] < 0.05) if not math.isnan(res["p"]) else False})
+        rows.append({"dimension": dim, **res, "significant": bool(res["p"] < alpha) if not math.isnan(res["p"]) else False})
     cols = ["dimension", "F", "p", "eta2", "df_between", "df_within", "k", "n", "significant"]
-    return pd.DataFrame(rows, columns=cols).sort_values("eta2", ascending=False, na_position="last").reset_index(drop=True)
+    table = pd.DataFrame(rows, columns=cols).sort_values("eta2", ascending=False, na_position="last")
+    return add_corrections(table.reset_index(drop=True), p_col="p", alpha=alpha)
 
 
-def paired_tests_by_language(tri: pd.DataFrame) -> pd.DataFrame:
-    """Table 16: paired A vs C per language over the scenario-feature cells."""
+def paired_tests_by_language(tri: pd.DataFrame, *, alpha: float = ALPHA) -> pd.DataFrame:
+    """Table 16: paired A vs C per language over the scenario-feature cells, with Holm and Benjamini-Hochberg
+    adjusted p over the table's languages."""
     rows = []
     for lang, group in tri.groupby("language", sort=True):
         rows.append({"language": lang, **paired_test(group["A"].to_numpy(), group["C"].to_numpy())})
     cols = ["language", "mean_a", "mean_c", "t", "p", "d", "dz", "n"]
-    return pd.DataFrame(rows, columns=cols)
+    return add_corrections(pd.DataFrame(rows, columns=cols), p_col="p", alpha=alpha)
+
+
+def correction_legends(tables: Mapping[str, pd.DataFrame], alpha: float = ALPHA) -> dict[str, str]:
+    """The legend line of each corrected table: the corrections, the family's size and what the family is."""
+    return {name: f"{family_description(int(tables[name]['p'].notna().sum()), alpha)} Family: {family}."
+            for name, family in CORRECTION_FAMILIES.items() if name in tables}
 
 
 def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> dict[str, Any]:
@@ -392,6 +413,59 @@ def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> 
     }
 
 
+# which of the two Hindi-Urdu tests the headline rests on (ours): the paper's, so the number compares with its
+# p = .262; the scenario-level test is shown beside it, and a disagreement is said in words
+HINDI_URDU_HEADLINE_TEST = "response_level"
+HINDI_URDU_TESTS = {
+    "response_level": "the paper's response-level t-test (independent t-test of Prompt A scores, every response x "
+                      "feature row one observation, appendix H.3)",
+    "scenario_level": "the scenario-level paired t-test (mean Prompt A score per matched scenario, ours)",
+}
+
+
+def hindi_urdu_summary(response_level: Mapping[str, Any], scenario_level: Mapping[str, Any],
+                       alpha: float = ALPHA) -> dict[str, Any]:
+    """Both Hindi-Urdu tests side by side, the one the headline rests on, and whether they agree.
+
+    The paper's test (``response_level``, :func:`hindi_urdu_test`) treats the features and samples of one
+    response and the two languages of one scenario as independent observations; the paired test over matched
+    scenarios (``scenario_level``, :func:`paired_language_test`) does not.  They agree when they reach the same
+    decision at ``alpha`` (and, both significant, point the same way); ``agree`` is None when either was not
+    computed.
+    """
+    def decision(p: Any) -> bool | None:
+        return None if p is None or (isinstance(p, float) and math.isnan(p)) else bool(p < alpha)
+
+    resp = {"test": HINDI_URDU_TESTS["response_level"], "t": response_level.get("t"), "p": response_level.get("p"),
+            "d": response_level.get("d"), "n_hindi": response_level.get("n_hindi"),
+            "n_urdu": response_level.get("n_urdu"), "significant": decision(response_level.get("p")),
+            "note": response_level.get("note", "")}
+    scen = {"test": HINDI_URDU_TESTS["scenario_level"], "t": scenario_level.get("t"), "p": scenario_level.get("p_t"),
+            "dz": scenario_level.get("dz"), "n_pairs": scenario_level.get("n_pairs"),
+            "p_wilcoxon": scenario_level.get("p_wilcoxon"), "significant": decision(scenario_level.get("p_t")),
+            "note": scenario_level.get("note", "")}
+    headline = HINDI_URDU_TESTS[HINDI_URDU_HEADLINE_TEST]
+    if resp["significant"] is None or scen["significant"] is None:
+        missing = [name for name, block in (("response-level", resp), ("scenario-level", scen))
+                   if block["significant"] is None]
+        agree = None
+        note = f"not compared: the {' and the '.join(missing)} test {'was' if len(missing) == 1 else 'were'} not computed"
+    else:
+        same_way = not (resp["significant"] and scen["significant"]) or np.sign(resp["t"]) == np.sign(scen["t"])
+        agree = bool(resp["significant"] == scen["significant"] and same_way)
+        if agree:
+            found = "both find a Hindi-Urdu difference" if resp["significant"] else "neither finds a Hindi-Urdu difference"
+            note = f"the two Hindi-Urdu tests agree at alpha = {alpha:g}: {found}"
+        else:
+            note = (f"the two Hindi-Urdu tests disagree at alpha = {alpha:g}: the headline, {headline}, gives p = {resp['p']:.3g}; "
+                    f"the scenario-level paired test gives p = {scen['p']:.3g} over {scen['n_pairs']} matched scenarios. "
+                    "The response-level test counts every feature and sample of a scenario as an independent "
+                    "observation and does not pair the languages' scenarios; the scenario-level test has one "
+                    "observation per matched scenario")
+    return {"headline_test": HINDI_URDU_HEADLINE_TEST, "headline_test_text": headline, "alpha": alpha,
+            "response_level": resp, "scenario_level": scen, "agree": agree, "note": note}
+
+
 def _n_responses(resp: pd.DataFrame, language: str) -> int:
     """Distinct responses (scenario, sample) of ``language`` in a response-level score table."""
     keys = ["model", "scenario_id", "condition"] + (["sample"] if "sample" in resp.columns else [])
@@ -399,6 +473,14 @@ def _n_responses(resp: pd.DataFrame, language: str) -> int:
 
 
 # ---------------------------------------------------------------- invalid responses
+
+
+def invalid_reasons(frame: pd.DataFrame) -> pd.Series:
+    """Each row's ``invalid_reason`` as the collect stage's validity check wrote it (empty = valid; no column:
+    every row valid): the one reading of validity the analysis and the human-validation round share."""
+    if "invalid_reason" not in frame.columns:
+        return pd.Series("", index=frame.index, dtype=object)
+    return frame["invalid_reason"].fillna("").astype(str).str.strip()
 
 
 def drop_invalid_responses(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -410,8 +492,7 @@ def drop_invalid_responses(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataF
     """
     keys = ["model", "language", "condition"]
     response = keys + ["scenario_id"] + (["sample"] if "sample" in scores.columns else [])
-    reason = (scores["invalid_reason"].fillna("").astype(str).str.strip() if "invalid_reason" in scores.columns
-              else pd.Series("", index=scores.index))
+    reason = invalid_reasons(scores)
     responses = scores[response].assign(invalid_reason=reason.to_numpy()).drop_duplicates(response)
     table = responses.groupby(keys, sort=True).agg(n_responses=("invalid_reason", "size"),
                                                    n_excluded=("invalid_reason", lambda r: int((r != "").sum())))
@@ -603,11 +684,25 @@ def check_human_preferences(df: pd.DataFrame, *, what: str = "human preferences"
     return out
 
 
-def human_validation(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Table 17 counts per language and the two-sided binomial tests on decisive cases (p = 0.5)."""
+def human_validation(df: pd.DataFrame, excluded: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Table 17 counts per language and the two-sided binomial tests on decisive cases (p = 0.5).
+
+    ``excluded`` (one row per pair, ``language`` and ``comparison``; the round's ``excluded_pairs``) are the
+    pairs left out because a response was invalid: counted per language and comparison in
+    ``<comparison>_excluded_invalid`` columns and ``n_excluded_invalid`` of each test, never tested.
+    Without it (preferences from elsewhere) the columns are absent.
+    """
     prefs = check_human_preferences(df)
+    if excluded is not None:
+        missing = [c for c in ("language", "comparison") if c not in excluded.columns]
+        unknown = sorted(set(excluded.get("comparison", pd.Series(dtype=object)).astype(str)) - set(COMPARISONS))
+        if missing or unknown:
+            raise DataError(f"excluded human-validation pairs: missing column(s) {missing}" if missing else
+                            f"excluded human-validation pairs: comparison(s) {unknown} are not A-C or B-C")
+    languages = sorted(set(prefs["language"]) | (set(excluded["language"]) if excluded is not None else set()))
     rows = []
-    for lang, group in prefs.groupby("language", sort=True):
+    for lang in languages:
+        group = prefs.loc[prefs["language"] == lang]
         row: dict[str, Any] = {"language": lang}
         for comp, (first, second) in COMPARISONS.items():
             sub = group.loc[group["comparison"] == comp, "preference"]
@@ -616,6 +711,10 @@ def human_validation(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
             row[f"{tag}_{second}"] = int((sub == second).sum())
             row[f"{tag}_tie"] = int((sub == TIE).sum())
         row["n"] = int(len(group))
+        if excluded is not None:
+            for comp in COMPARISONS:
+                row[f"{comp.replace('-', '_')}_excluded_invalid"] = int(
+                    ((excluded["language"] == lang) & (excluded["comparison"] == comp)).sum())
         rows.append(row)
     table = pd.DataFrame(rows)
     if len(table):
@@ -635,6 +734,8 @@ def human_validation(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, Any]]:
             f"share_{second}": k_second / decisive if decisive else math.nan,
             "p": p,
         }
+        if excluded is not None:
+            tests[comp]["n_excluded_invalid"] = int((excluded["comparison"] == comp).sum())
     return table, tests
 
 
@@ -675,12 +776,14 @@ def analyze_scores(
     hindi: str = "hi",
     urdu: str = "ur",
     human: pd.DataFrame | None = None,
+    human_excluded: pd.DataFrame | None = None,
     sensitivity_steps: Sequence[float] = SENSITIVITY_GAIN_STEPS,
 ) -> PCSAnalysis:
     """Every metric and test of Fifteen Percent Fluency sections 3.6, 4 and appendices C-I from judged scores.
 
     ``min_gain_steps``: a scenario-feature enters PCS only when B - A exceeds this many steps of the judges'
     scale (and capability utilisation is defined only when mean B - mean A does); see the module docstring.
+    ``human_excluded``: the human-validation pairs left out for an invalid response, counted in Table 17.
     """
     min_gain = min_gain_points(min_gain_steps)
     scores = check_scores(scores)
@@ -719,8 +822,10 @@ def analyze_scores(
     }
     statistics = analysis_statistics(scores, resp, tri, ldi, means_a, min_gain_steps=min_gain_steps, hindi=hindi,
                                      urdu=urdu, n_excluded_invalid=int(excluded_responses["n_excluded"].sum()))
+    statistics["corrections"] = correction_legends(tables)
+    summary["hindi_urdu"] = hindi_urdu_summary(statistics["hindi_urdu"], statistics["hindi_urdu_scenarios"])
     if human is not None and len(human):
-        table, tests = human_validation(human)
+        table, tests = human_validation(human, excluded=human_excluded)
         tables["table17_human_validation"] = table
         statistics["human_validation"] = tests
     return PCSAnalysis(summary=finite_json(summary), tables=tables, statistics=finite_json(statistics), cells=tri)

@@ -12,9 +12,14 @@ and aggregates them to one preference per item by majority vote.
 
 * Items: per language and comparison, scenario-model pairs sampled round-robin
   over dimensions (stratified, as in appendix J), one response per condition
-  (the first judged sample).  Item ids are a hash of the pair's key, so the
+  (the first valid judged sample).  Item ids are a hash of the pair's key, so the
   files annotators see do not reveal which condition is which, and a re-export
   gives the same ids and the same order.
+* Invalid responses (the collect stage's ``invalid_reason``: empty, refusal,
+  wrong language) are never shown, judged or not: an English reply to a Hindi
+  prompt is no Hindi A-vs-C comparison.  A pair left without a valid response of
+  one of its conditions is listed by :func:`excluded_pairs` and counted in
+  Table 17 and the binomial tests' counts.
 * Latent truth (for the simulator only): the response whose judged score,
   averaged over judges and over the dimension's features, is higher; a
   difference within ``tie_margin`` is a tie.
@@ -75,6 +80,55 @@ def response_means(scores: pd.DataFrame) -> pd.Series:
     return per_feature.groupby(level="response_id").mean()
 
 
+RESPONSE_COLUMNS = ("response_id", "model", "language", "scenario_id", "dimension", "condition", "sample", "response",
+                    "prompt", "invalid_reason")
+PAIR_KEYS = ["model", "language", "scenario_id"]
+EXCLUDED_COLUMNS = ["language", "comparison", "model", "scenario_id", "dimension", "invalid_reason", "response_ids"]
+
+
+def _check_inputs(responses: pd.DataFrame, comparisons: Sequence[str]) -> None:
+    unknown = sorted(set(comparisons) - set(COMPARISONS))
+    if unknown:
+        raise ConfigError(f"human validation comparisons {unknown} are not among {sorted(COMPARISONS)}")
+    missing = [c for c in RESPONSE_COLUMNS if c not in responses.columns]
+    if missing:
+        raise DataError(f"pcs responses lack column(s) {', '.join(missing)} needed for human-validation items")
+
+
+def _usable(responses: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
+    """``responses`` with ``judged_score`` (NaN: not judged) and ``invalid`` (the collect stage's reason, empty = valid)."""
+    from stereolens.studies.pcs.analysis import invalid_reasons
+
+    return responses.assign(judged_score=responses["response_id"].map(response_means(scores)),
+                            invalid=invalid_reasons(responses))
+
+
+def excluded_pairs(responses: pd.DataFrame, scores: pd.DataFrame, *,
+                   comparisons: Sequence[str] = tuple(COMPARISONS)) -> pd.DataFrame:
+    """The pairs (model, language, scenario, comparison) left out of the round because a condition of the pair
+    has responses but no valid judged one, and at least one of them is invalid: one row per pair, with the
+    reason(s) and the invalid responses' ids.  A pair missing only a judged score (a failed judgement) is
+    not an invalid response and is not listed."""
+    _check_inputs(responses, comparisons)
+    data = _usable(responses, scores)
+    rows = []
+    for (model, lang, sid), group in data.groupby(PAIR_KEYS, sort=True):
+        for comp in comparisons:
+            by_condition = {c: group.loc[group["condition"] == c] for c in COMPARISONS[comp]}
+            if any(g.empty for g in by_condition.values()):
+                continue  # never collected: not a pair the round could have shown
+            lacking = [g for g in by_condition.values()
+                       if not ((g["invalid"] == "") & g["judged_score"].notna()).any()]
+            invalid = pd.concat(lacking).loc[lambda g: g["invalid"] != ""] if lacking else group.iloc[:0]
+            if invalid.empty:
+                continue
+            rows.append({"language": lang, "comparison": comp, "model": model, "scenario_id": sid,
+                         "dimension": group["dimension"].iloc[0],
+                         "invalid_reason": "+".join(sorted(set(invalid["invalid"]))),
+                         "response_ids": ";".join(sorted(invalid["response_id"].astype(str)))})
+    return pd.DataFrame(rows, columns=EXCLUDED_COLUMNS)
+
+
 def preference_items(
     responses: pd.DataFrame,
     scores: pd.DataFrame,
@@ -86,22 +140,22 @@ def preference_items(
 ) -> pd.DataFrame:
     """One row per pairwise item: key columns, the two shown responses, and ``truth`` (``1``/``2``/``tie``).
 
-    ``items_per_comparison`` caps the pairs per language and comparison (None: every judged pair).
+    Only valid judged responses are shown (``invalid_reason`` empty); the pairs this leaves out are
+    :func:`excluded_pairs`.  ``items_per_comparison`` caps the pairs per language and comparison (None:
+    every pair), drawn from the valid pairs.
     """
-    unknown = sorted(set(comparisons) - set(COMPARISONS))
-    if unknown:
-        raise ConfigError(f"human validation comparisons {unknown} are not among {sorted(COMPARISONS)}")
-    need = ["response_id", "model", "language", "scenario_id", "dimension", "condition", "sample", "response", "prompt"]
-    missing = [c for c in need if c not in responses.columns]
-    if missing:
-        raise DataError(f"pcs responses lack column(s) {', '.join(missing)} needed for human-validation items")
-    means = response_means(scores)
-    judged = responses.assign(judged_score=responses["response_id"].map(means)).dropna(subset=["judged_score"])
-    # the first judged sample of each scenario x condition: annotators compare single responses
+    _check_inputs(responses, comparisons)
+    data = _usable(responses, scores)
+    judged = data.loc[(data["invalid"] == "") & data["judged_score"].notna()]
+    # the first valid judged sample of each scenario x condition: annotators compare single responses
     judged = judged.sort_values(["model", "language", "scenario_id", "condition", "sample"])
     first = judged.groupby(["model", "language", "scenario_id", "condition"], as_index=False).head(1)
     by_cell = {(r.model, r.language, r.scenario_id, r.condition): r for r in first.itertuples(index=False)}
-    neutral = {(r.model, r.language, r.scenario_id): r.prompt for r in first.itertuples(index=False) if r.condition == "A"}
+    # the scenario annotators read is the neutral prompt, whether or not its reply was valid (a B-vs-C pair
+    # stands when only the A reply was in the wrong language)
+    prompts_a = (data.loc[data["condition"] == "A"].sort_values(["model", "language", "scenario_id", "sample"])
+                 .drop_duplicates(["model", "language", "scenario_id"]))
+    neutral = {(r.model, r.language, r.scenario_id): r.prompt for r in prompts_a.itertuples(index=False)}
 
     rows = []
     for (model, lang, sid), _ in sorted(neutral.items()):
@@ -127,7 +181,9 @@ def preference_items(
             })
     items = pd.DataFrame(rows)
     if items.empty:
-        raise DataError("no A/B/C response pair with judged scores: nothing for human validation")
+        n_invalid = int((data["invalid"] != "").sum())
+        raise DataError(f"no A/B/C response pair with valid judged responses ({n_invalid} invalid response(s) "
+                        "left out): nothing for human validation")
     if items_per_comparison is not None:
         items = _stratified(items, int(items_per_comparison), seed)
     return items.sort_values(["language", "comparison", "model", "scenario_id"]).reset_index(drop=True)
@@ -195,7 +251,8 @@ def human_validation_round(
 ):
     """Pairwise A-vs-C / B-vs-C preferences from ``annotation.source``, reviewed and aggregated.
 
-    Returns (items, judgements, review, preferences).  Task files for annotators
+    Returns (items, judgements, review, preferences, excluded): ``excluded`` lists the pairs left out
+    because of an invalid response (also written to ``excluded_pairs.csv``).  Task files for annotators
     (CSV, Label Studio JSON and labelling config) are written for every source,
     so a real team can take over from a simulated round.
     """
@@ -215,11 +272,13 @@ def human_validation_round(
     if acfg.source == "llm_panel":
         raise ConfigError("annotation.source=llm_panel is not supported for pcs pairwise preferences yet "
                           "(the judges already are an LLM panel); use annotation=simulated or annotation=human")
+    comparisons = tuple(hv.get("comparisons") or ("A-C", "B-C"))
     items = preference_items(
         responses, scores, items_per_comparison=hv.get("items_per_comparison"),
-        tie_margin=float(hv.get("tie_margin", 0.0)), seed=seed,
-        comparisons=tuple(hv.get("comparisons") or ("A-C", "B-C")),
+        tie_margin=float(hv.get("tie_margin", 0.0)), seed=seed, comparisons=comparisons,
     )
+    excluded = excluded_pairs(responses, scores, comparisons=comparisons)
+    write_csv(interim / "excluded_pairs.csv", excluded)
     # the key (which condition is shown where) stays out of the annotators' files
     write_csv(interim / "items.csv", items.drop(columns=["text"]))
     export_tasks(items[list(TASK_COLUMNS)], PAIRWISE_SCALE, INSTRUCTIONS, reports / "tasks", name="pairwise_tasks")
@@ -248,4 +307,4 @@ def human_validation_round(
     review.write(reports)
     prefs = to_preferences(review.aggregated, items, source=acfg.source)
     write_csv(interim / "preferences.csv", prefs)
-    return items, judgements, review, prefs
+    return items, judgements, review, prefs, excluded

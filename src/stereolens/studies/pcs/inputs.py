@@ -1,5 +1,6 @@
-"""What the pcs analysis reads besides the judged scores: the human-validation preferences and
-the collected responses (their validity and the translation status of their prompts)."""
+"""What the pcs analysis reads besides the judged scores: the human-validation preferences (and the
+pairs the round left out for an invalid response) and the collected responses (their validity and the
+translation status of their prompts)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ def read_preferences(path: str | os.PathLike) -> tuple[pd.DataFrame | None, str 
                              what="human-validation preferences", keep_default_na=False)
     decided = prefs.loc[prefs["decided"].astype(str).str.lower() == "true"]
     return decided, ", ".join(sorted(prefs["source"].astype(str).unique())) or None
+
+
+def read_excluded_pairs(path: str | os.PathLike) -> pd.DataFrame | None:
+    """The human-validation pairs the round left out for an invalid response (None when the file is absent)."""
+    if not Path(path).exists():
+        return None
+    return read_csv_checked(path, ["language", "comparison", "invalid_reason"], what="excluded human-validation pairs",
+                            keep_default_na=False, allow_empty=True)
 
 
 def read_responses(path: str | os.PathLike) -> pd.DataFrame | None:

@@ -25,17 +25,28 @@ def report_contract(summary: Mapping[str, Any], configuration: Mapping[str, Any]
     # "authored (machine-written translation, unreviewed): 12, source (English original): 6" -> counts per status
     status = str((configuration or {}).get("prompt translation status", ""))
     counts = {label: int(n) for label, n in re.findall(r"(\w+)(?: \([^)]*\))?: (\d+)", status)}
+    hindi_urdu = summary.get("hindi_urdu") or {}
     return {
         "headline": {"PCS": summary.get("pcs"),
                      "capability utilisation": summary.get("cap_util") if summary.get("cap_util") is not None
                      else summary.get("cap_util_note") or None,
                      "excluded cells": summary.get("n_excluded"),
-                     "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run"},
+                     "judge gates": "passed" if (gates or {}).get("all_passed") else "FAILED" if gates else "not run",
+                     # both Hindi-Urdu p-values, the one the headline rests on named (summary.json hindi_urdu)
+                     "Hindi-Urdu p (headline: the paper's response-level t-test)":
+                         _p_or_why(hindi_urdu.get("response_level")),
+                     "Hindi-Urdu p (matched scenarios, paired t-test)": _p_or_why(hindi_urdu.get("scenario_level"))},
         "provenance": {"annotation_source": ", ".join(filter(None, ["llm_panel", human_source])),
                        "translation_status": counts, "machine_generated": False,
                        "notes": ["scores come from the configured judge panel (language models)"]
                        + ([f"human-validation preferences: {human_source}"] if human_source else [])},
     }
+
+
+def _p_or_why(test: Mapping[str, Any] | None) -> float | str | None:
+    """A test's p, or why it was not computed (the headline says why a figure is missing)."""
+    test = test or {}
+    return test.get("p") if test.get("p") is not None else test.get("note") or None
 
 
 def write_analysis(
@@ -46,6 +57,7 @@ def write_analysis(
     hindi: str = "hi",
     urdu: str = "ur",
     human: pd.DataFrame | None = None,
+    human_excluded: pd.DataFrame | None = None,
     configuration: Mapping[str, Any] | None = None,
     gates: Mapping[str, Any] | None = None,
     validity: pd.DataFrame | None = None,
@@ -54,11 +66,13 @@ def write_analysis(
     """Analyse ``scores`` and write summary, statistics, tables, figures and report under ``output``.
 
     ``human`` may carry a ``source`` column (human / simulated / llm_panel); the
-    report says so in a visible line when the preferences are not human.
+    report says so in a visible line when the preferences are not human.  ``human_excluded``: the
+    round's pairs left out for an invalid response (counted in Table 17).
     """
     out = Path(output)
     human_source = human_sources(human)
-    analysis = analyze_scores(scores, min_gain_steps=min_gain_steps, hindi=hindi, urdu=urdu, human=human)
+    analysis = analyze_scores(scores, min_gain_steps=min_gain_steps, hindi=hindi, urdu=urdu, human=human,
+                              human_excluded=human_excluded)
     if human_source:
         analysis.statistics["human_validation_source"] = human_source
     files = [write_study_summary(out / "summary.json", {**analysis.summary, **report_contract(

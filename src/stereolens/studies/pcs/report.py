@@ -169,6 +169,35 @@ def gates_table(gates: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["gate", "observed", "threshold", "passed"])
 
 
+def hindi_urdu_lines(both: Mapping[str, Any], statistics: Mapping[str, Any]) -> list[str]:
+    """The Hindi-Urdu headline lines: the test the headline rests on, the other test beside it, and whether they
+    agree (in bold when they do not)."""
+    hu = statistics.get("hindi_urdu") or {}
+    sc = statistics.get("hindi_urdu_scenarios") or {}
+    if not (hu or sc):
+        return []
+    lines = [f"- Hindi vs Urdu baseline: the headline rests on {both.get('headline_test_text', 'the paper’s test')} "
+             "(our choice: it is the paper's, so its p compares with the paper's p = .262)"]
+    lines.append("  - responses as units (the paper's): " + (hu["note"] if hu.get("note") else
+                 f"t = {_fmt(hu.get('t'))}, p = {_fmt_p(hu.get('p'))}, d = {_fmt(hu.get('d'))} "
+                 f"(n = {hu.get('n_hindi')} and {hu.get('n_urdu')} rows)"))
+    if sc:
+        lines.append("  - matched scenarios as units (ours, beyond the paper): " + (sc["note"] if sc.get("note") else
+                     f"paired t = {_fmt(sc.get('t'))}, p = {_fmt_p(sc.get('p_t'))}; Wilcoxon W = "
+                     f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt_p(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
+    if both.get("note"):
+        note = both["note"][0].upper() + both["note"][1:]
+        lines.append(f"  - **{note}.**" if both.get("agree") is False else f"  - {note}.")
+    return lines
+
+
+def _fmt_p(p: Any) -> str:
+    """A p-value for a reader: three decimals, or two significant digits below 0.001 (never "0.000")."""
+    if isinstance(p, float) and not math.isnan(p) and 0 < p < 0.001:
+        return f"{p:.1e}"
+    return _fmt(p)
+
+
 def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, Any], statistics: Mapping[str, Any],
                     gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
                     figures: list[str], human_source: str | None = None) -> str:
@@ -204,18 +233,7 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
     hud = (summary.get("hud") or {}).get("overall")
     lines.append(f"- HUD (overall |mean LDI Hindi - mean LDI Urdu|): "
                  f"{_fmt(hud) if hud is not None else statistics.get('hud_note') or 'n/a'}")
-    hu = statistics.get("hindi_urdu") or {}
-    if hu.get("note"):
-        lines.append(f"- Hindi vs Urdu baseline: {hu['note']}")
-    else:
-        lines.append(f"- Hindi vs Urdu baseline (responses as units, as the paper): t = {_fmt(hu.get('t'))}, "
-                     f"p = {_fmt(hu.get('p'))}, d = {_fmt(hu.get('d'))} (n = {hu.get('n_hindi')} and {hu.get('n_urdu')} rows)")
-    sc = statistics.get("hindi_urdu_scenarios") or {}
-    if sc:
-        lines.append("- Hindi vs Urdu baseline, matched scenarios as units (beyond the paper): "
-                     + (sc["note"] if sc.get("note") else
-                        f"paired t = {_fmt(sc.get('t'))}, p = {_fmt(sc.get('p_t'))}; Wilcoxon W = "
-                        f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
+    lines += hindi_urdu_lines(summary.get("hindi_urdu") or {}, statistics)
     if validity is not None and len(validity):
         lines += ["", "## Response validity", "", markdown_table(validity)]
     if human_source:
@@ -227,13 +245,20 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
         "scenario_rm_anova_language": "Beyond the paper: Table 15's ANOVA treats each (response, feature) row as "
                                       "independent; here each scenario's mean Prompt A score is the unit, language "
                                       "within scenario (repeated-measures ANOVA, statsmodels AnovaRM).",
+        "table17_human_validation": "Counts of the majority-vote preferences per language; the binomial tests run "
+                                    "on the decisive ones. `A_C_excluded_invalid` / `B_C_excluded_invalid` (where "
+                                    "present): pairs never shown to annotators because a response of the pair is "
+                                    "invalid (empty, refusal, wrong language; ours: the paper does not say), listed "
+                                    "in human_validation/excluded_pairs.csv.",
     }
     for name in ("table10_model_summary", "pcs_min_gain_sensitivity", "table01_model_dimension", "pcs_by_language",
                  "pcs_dimension_language", "excluded_responses", "table02_ldi_by_language", "table15_anova_language",
                  "scenario_rm_anova_language", "table16_paired_a_vs_c", "table13_hud_by_feature",
                  "table14_feature_ranking", "table17_human_validation"):
         if name in tables:
-            lines += ["", f"## {name}", ""] + ([notes[name], ""] if name in notes else []) + [markdown_table(tables[name])]
+            # a table with adjusted p-values carries the corrections' legend (family and its size) under its title
+            legend = [text for text in (notes.get(name), (statistics.get("corrections") or {}).get(name)) if text]
+            lines += ["", f"## {name}", ""] + [line for text in legend for line in (text, "")] + [markdown_table(tables[name])]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
     return "\n".join(lines) + "\n"

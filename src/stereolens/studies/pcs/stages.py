@@ -395,7 +395,8 @@ def human_validation(args: argparse.Namespace) -> None:
     hv = p["study.pcs.human_validation"] or {}
     interim, reports = model_dir(INTERIM, p["model.id"]), model_dir(REPORTS, p["model.id"])
     source = (p["annotation"] or {}).get("source")
-    responses = read_csv_checked(interim / "responses.csv", ["response_id", "response", "prompt"],
+    # invalid_reason: an invalid response (a wrong-language reply above all) is never shown to annotators
+    responses = read_csv_checked(interim / "responses.csv", ["response_id", "response", "prompt", "invalid_reason"],
                                  what="pcs responses", keep_default_na=False)
     scores = read_csv_checked(interim / "scores.csv", ["response_id", "feature", "score"], what="pcs scores")
     from stereolens.tracking import stage_run
@@ -404,14 +405,16 @@ def human_validation(args: argparse.Namespace) -> None:
                    axes={"measure": AGREEMENT_MEASURES},
                    params={"annotation": p["annotation"], "human_validation": hv},
                    tags={"preferences_simulated": source == "simulated"}) as run:
-        items, judgements, review, prefs = human_validation_round(responses, scores, p["annotation"], hv,
-                                                                  seed=int(p["seed"]), interim=interim / HUMAN_VALIDATION,
-                                                                  reports=reports / HUMAN_VALIDATION,
-                                                                  report_dir=reports / "quality")
+        items, judgements, review, prefs, excluded = human_validation_round(
+            responses, scores, p["annotation"], hv, seed=int(p["seed"]), interim=interim / HUMAN_VALIDATION,
+            reports=reports / HUMAN_VALIDATION, report_dir=reports / "quality")
         decided = prefs.loc[prefs["decided"]]
-        _, tests = binomial_tests(decided) if len(decided) else (None, {})
+        _, tests = binomial_tests(decided, excluded=excluded) if len(decided) else (None, {})
         summary = {"source": source, "n_items": int(len(items)), "n_judgements": int(len(judgements)),
                    "n_decided": int(len(decided)), "n_undecided": int((~prefs["decided"]).sum()),
+                   "n_pairs_excluded_invalid": int(len(excluded)),
+                   "excluded_invalid": {f"{lang} {comp} {why}": int(n) for (lang, comp, why), n in
+                                        excluded.groupby(["language", "comparison", "invalid_reason"]).size().items()},
                    "metrics": review.metrics(), "binomial_tests": tests}
         write_json(reports / HUMAN_VALIDATION / "summary.json", summary)
         # a measure the scale does not define (kappa on an open scale) and an absent count are NaN
@@ -420,7 +423,8 @@ def human_validation(args: argparse.Namespace) -> None:
                         | {"items_kept": None, "items_decided": None} | review.metrics())
         run.log_metrics({"n_decided": summary["n_decided"], "n_undecided": summary["n_undecided"]})
     alpha = review.agreement.get("krippendorff_alpha")
-    print(f"pcs-human-validation: {source}: {len(items)} pairs, {len(judgements)} judgements, "
+    print(f"pcs-human-validation: {source}: {len(items)} pairs ({len(excluded)} left out for an invalid response), "
+          f"{len(judgements)} judgements, "
           f"alpha {_short(alpha.value if alpha else None)}, {summary['n_decided']} decided -> {interim / HUMAN_VALIDATION / 'preferences.csv'}")
 
 
@@ -444,7 +448,7 @@ def _with_responses(p: dict[str, Any], scores: pd.DataFrame, responses_csv: Path
 def analyze(args: argparse.Namespace) -> None:
     """Every metric, table and figure of Fifteen Percent Fluency from the judged scores."""
     from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
-    from stereolens.studies.pcs.inputs import read_preferences
+    from stereolens.studies.pcs.inputs import read_excluded_pairs, read_preferences
     from stereolens.studies.pcs.outputs import write_analysis
 
     p = _params(args)
@@ -464,6 +468,7 @@ def analyze(args: argparse.Namespace) -> None:
         raise ConfigError("study.pcs.analysis.human_preferences is replaced by the pcs_human_validation stage: "
                           "set annotation=human and study.pcs.human_validation.judgements to a completed CSV")
     human, human_source = read_preferences(interim / HUMAN_VALIDATION / "preferences.csv")
+    human_excluded = read_excluded_pairs(interim / HUMAN_VALIDATION / "excluded_pairs.csv") if human_source else None
     validity = pd.read_csv(reports / "validity.csv") if (reports / "validity.csv").exists() else None
     scores, configuration = _with_responses(p, scores, interim / "responses.csv")
     if human_source:
@@ -481,7 +486,8 @@ def analyze(args: argparse.Namespace) -> None:
         analysis, files = write_analysis(
             scores, reports, min_gain_steps=float(acfg.get("min_gain_steps", DEFAULT_MIN_GAIN_STEPS)),
             hindi=acfg.get("hindi", "hi"),
-            urdu=acfg.get("urdu", "ur"), human=human, configuration=configuration, gates=gates, validity=validity,
+            urdu=acfg.get("urdu", "ur"), human=human, human_excluded=human_excluded, configuration=configuration,
+            gates=gates, validity=validity,
             waterfall_cell=acfg.get("waterfall"),
         )
         metrics = {k: analysis.summary[k] for k in ("pcs", "cap_util", "n_excluded")}
