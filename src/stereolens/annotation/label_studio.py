@@ -80,12 +80,6 @@ def read_export(path: str | os.PathLike) -> Export:
     return _csv_export(path, text)
 
 
-def export_format(path: str | os.PathLike) -> str:
-    """``long`` (the project's own CSV), ``json``, ``json-min`` or ``csv`` (Label Studio exports);
-    an empty export or one of none of these kinds is refused in one line."""
-    return read_export(path).kind
-
-
 def _judgements_text(path: Path) -> str:
     if not path.exists():
         raise DataError(f"judgements not found: {path}")

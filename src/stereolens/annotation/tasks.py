@@ -202,9 +202,9 @@ def import_judgements(
 ) -> pd.DataFrame:
     """Read completed judgements and validate them; adds ``source`` (the annotation's provenance).
 
-    ``path`` is a long-format CSV or a Label Studio export (JSON, JSON-MIN or CSV, told apart by
-    :func:`~stereolens.annotation.label_studio.export_format`); ``annotator_map`` turns Label Studio
-    users into the team's annotator ids, ``text_fields`` names an export's free-text answers."""
+    ``path`` is a long-format CSV or a Label Studio export (JSON, JSON-MIN or CSV, told apart and checked
+    whole by :func:`~stereolens.annotation.label_studio.read_export`); ``annotator_map`` turns Label Studio
+    users into the team's annotator ids (one-to-one), ``text_fields`` names an export's free-text answers."""
     from stereolens.annotation.label_studio import map_annotators, read_export, read_label_studio
 
     # the whole file is checked (there, a file, UTF-8, its kind; an export's every record) before any row is read
