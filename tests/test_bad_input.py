@@ -455,7 +455,219 @@ def _cases() -> list[Case]:
     return cases
 
 
-CASES = _cases()
+# --- Label Studio exports and annotator maps (issue 35, items 1-3 and 7): every export and map checked whole before
+# anything is read into judgements; the bad record named by its place in the file and its Label Studio ids
+LS_FIXTURES = REPO / "tests/annotation/fixtures/label_studio"
+
+
+def ls_export(fmt: str, edit=None, kind: str = "tuple_tasks") -> str:
+    """The recorded tuple-validation export (users 1, 2, 3 on three tasks; task 4 answered twice by user 3) in
+    ``fmt`` (json, min.json, csv), as text after ``edit`` (records -> records for JSON, text -> text for CSV)."""
+    text = (LS_FIXTURES / f"{kind}.{fmt}").read_text(encoding="utf-8")
+    if edit is None:
+        return text
+    if fmt == "csv":
+        return edit(text)
+    records = json.loads(text)
+    return json.dumps(edit(records) or records, ensure_ascii=False, indent=1)
+
+
+def ls_import(name: str, *extra: str) -> list[str]:
+    return ["annotation", "import", "--input", f"{{tmp}}/{name}", "--scale", "yes_no", *extra,
+            "--output", "{tmp}/earlier/judgements.csv"]
+
+
+def _set(path: str, value):
+    """An edit of the JSON records: ``path`` ("1.annotations.0.id") set to ``value``, or deleted when ``value``
+    is ``_set``."""
+    def edit(records):
+        *head, last = path.split(".")
+        node = records
+        for key in head:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        key = int(last) if isinstance(node, list) else last
+        if value is _set:
+            del node[key]
+        else:
+            node[key] = value
+    return edit
+
+
+def pairs_validate_stage(judgements_key, files: dict[str, str], *, tasks: bool = False) -> dict[str, str]:
+    """pairs-validate's repository: annotation=human with ``study.pairs.validation.judgements`` set to
+    ``judgements_key``, three tuples, ``files``, and an earlier run's outputs (with ``tasks``: the task files it
+    wrote, which a run without judgements writes again)."""
+    committed = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params = with_value(with_value(committed, "annotation.source", "human"), "study.pairs.validation.judgements",
+                        judgements_key)
+    tuples = pd.DataFrame({"tuple_id": ["Bamon::Caste", "Kharvi::Fishing", "Render::Toddy"],
+                           "group": ["Bamon", "Kharvi", "Render"], "attribute": ["Caste", "Fishing", "Toddy"]})
+    out = {"params.yaml": yaml.safe_dump(params, allow_unicode=True),
+           "data/interim/pairs/attributes.csv": tuples.to_csv(index=False),
+           "data/interim/pairs/tuples.csv": "tuple_id,keep\nBamon::Caste,True\n", **files}
+    if tasks:
+        import tempfile
+
+        from stereolens.annotation.scales import YES_NO
+        from stereolens.annotation.tasks import export_tasks
+        from stereolens.studies.pairs.validation import INSTRUCTIONS
+
+        items = tuples.assign(item_id=tuples["tuple_id"], text=tuples["group"] + ": " + tuples["attribute"])
+        with tempfile.TemporaryDirectory() as folder:
+            written = export_tasks(items[["item_id", "text"]], YES_NO,
+                                   INSTRUCTIONS.format(region=params["study"]["pairs"]["region"]["name"]), folder,
+                                   name="tuple_tasks")
+            out.update({f"reports/pairs/validation/tasks/{p.name}": p.read_text(encoding="utf-8")
+                        for p in written.values()})
+    return out
+
+
+def stereo_validate_stage(judgements_key: str, files: dict[str, str]) -> dict[str, str]:
+    """stereo-validate's repository: annotation=human, the judgements at ``judgements_key``, one validator per
+    panel, two retrieved stereotypes, the prompts, ``files`` and an earlier run's outputs."""
+    from stereolens.studies.stereo.validation import DEMOGRAPHIC_VALUES
+
+    committed = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params = with_value(committed, "annotation.source", "human")
+    params = with_value(params, "study.stereo.validation", {**committed["study"]["stereo"]["validation"],
+                                                           "judgements": judgements_key,
+                                                           "annotators": "annotators.csv"})
+    demo = {c: values[0] for c, values in DEMOGRAPHIC_VALUES.items()}
+    annotators = pd.DataFrame([{"annotator_id": "MX-01", "panel": "Mexico/gender", "label_studio_user": "1", **demo}])
+    stereotypes = ("stereotype_id,country,category,target,stereotype,examples,source\n"
+                   "Mexico-gender-001,Mexico,gender,mujeres,Las mujeres manejan mal.,[],machine\n")
+    return {"params.yaml": yaml.safe_dump(params, allow_unicode=True),
+            "data/seed/stereo/prompts.yaml": (REPO / "data/seed/stereo/prompts.yaml").read_text(encoding="utf-8"),
+            "data/interim/stereo/retrieval/stereotypes.csv": stereotypes,
+            "annotators.csv": annotators.to_csv(index=False), **files,
+            "data/interim/stereo/validation/validated.csv": "stereotype_id\nearlier\n",
+            "reports/stereo/validation/summary.json": '{"n_validated": 1}\n'}
+
+
+def _label_studio_cases() -> list[Case]:
+    pretty = ls_export("json", lambda records: None)  # one key a line, so that line numbers say something
+    latin1 = pretty.replace("Bamon: Caste", "Bamon: Cast\u00e9")
+    latin1_line = 1 + latin1[:latin1.index("Cast\u00e9")].count("\n")
+    cut = pretty[:pretty.index('"Kharvi: Fishing"')]
+    csv_text = ls_export("csv")
+    two_results = _set("1.annotations.0.result", [{"from_name": "label", "value": {"choices": ["Yes"]}},
+                                                  {"from_name": "label", "value": {"choices": ["No"]}}])
+    cases = [
+        # --- structure: lists where lists belong, ids of the right type
+        Case("LS annotations an object, not a list", ls_import("e.json"),
+             "e.json record 2 (task 5): 'annotations' is a JSON object, not a list",
+             {"e.json": ls_export("json", lambda r: r[1].update(annotations={"a": r[1]["annotations"][0]}))}),
+        Case("LS export an object, not a list", ls_import("e.json"),
+             "e.json: a JSON object, not the list of tasks (JSON) or annotations (JSON-MIN)",
+             {"e.json": json.dumps({"tasks": json.loads(ls_export("json"))})}),
+        Case("LS text annotation id (JSON)", ls_import("e.json"),
+             "e.json record 2 (task 5), annotation 1 of 3: annotation id 'abc' is not a number",
+             {"e.json": ls_export("json", _set("1.annotations.0.id", "abc"))}),
+        Case("LS text annotation id (JSON-MIN)", ls_import("e.min.json"),
+             "e.min.json record 3 (task 4, annotation 'x14'): annotation id 'x14' is not a number",
+             {"e.min.json": ls_export("min.json", _set("2.annotation_id", "x14"))}),
+        Case("LS text annotation id (CSV)", ls_import("e.csv"),
+             "e.csv line 3 (task 4, annotation 'xyz'): annotation id 'xyz' is not a number",
+             {"e.csv": csv_text.replace("\n17,", "\nxyz,")}),
+        Case("LS annotator a list (JSON-MIN)", ls_import("e.min.json"),
+             "e.min.json record 2 (task 4, annotation 17): annotator [3] is no Label Studio user",
+             {"e.min.json": ls_export("min.json", _set("1.annotator", [3]))}),
+        Case("LS export not UTF-8 (JSON)", ls_import("e.json"), f"e.json line {latin1_line}: not UTF-8 (byte 0xe9)",
+             {"e.json": latin1.encode("latin-1")}),
+        Case("LS export not UTF-8 (CSV)", ls_import("e.csv"), "e.csv line 2: not UTF-8 (byte 0xe9)",
+             {"e.csv": csv_text.replace("Bamon: Caste", "Bamon: Cast\u00e9").encode("latin-1")}),
+        Case("LS --input a folder", ls_import("exports"), "exports is a folder, not a file",
+             {"exports/tuple_tasks.json": ls_export("json")}),
+        Case("LS CSV cut inside a field", ls_import("e.csv"),
+             "e.csv line 6: not a whole CSV row (unexpected end of data): a file cut short",
+             {"e.csv": csv_text[:csv_text.index("Kharvi") + 3]}),
+        Case("LS CSV cut between fields", ls_import("e.csv"),
+             "e.csv line 6: 4 fields where the header has 9 (a file cut short",
+             {"e.csv": csv_text[:csv_text.index(',"Kharvi::Fishing"')]}),
+        Case("LS JSON export cut short", ls_import("e.json"),
+             f"e.json line {1 + cut.count(chr(10))}, column {len(cut.splitlines()[-1]) + 1}: not valid JSON",
+             {"e.json": cut}),
+        Case("LS annotation pasted twice (JSON-MIN)", ls_import("e.min.json"),
+             "e.min.json record 11 (task 4, annotation 20): annotation 20 again (first at record 1 (task 4, "
+             "annotation 20))", {"e.min.json": ls_export("min.json", lambda r: r + r[:1])}),
+        Case("LS time that is not a time", ls_import("e.min.json"),
+             "e.min.json record 2 (task 4, annotation 17): time 'yesterday' is not an ISO 8601 time",
+             {"e.min.json": ls_export("min.json", _set("1.updated_at", "yesterday"))}),
+        # --- one answer per annotator and item
+        Case("LS two choices ticked (JSON)", ls_import("e.json"),
+             "e.json record 2 (task 5), annotation 12: 2 choices ticked ('Yes', 'No') where the scale takes one",
+             {"e.json": ls_export("json", _set("1.annotations.0.result.0.value.choices", ["Yes", "No"]))}),
+        Case("LS two choices ticked (JSON-MIN)", ls_import("e.min.json"),
+             "e.min.json record 5 (task 5, annotation 18): 2 choices ticked ('Yes', 'No')",
+             {"e.min.json": ls_export("min.json", _set("4.label", {"choices": ["Yes", "No"]}))}),
+        Case("LS two choices ticked (CSV)", ls_import("e.csv"),
+             "e.csv line 6 (task 5, annotation 18): 2 choices ticked ('Yes', 'No')",
+             {"e.csv": csv_text.replace('5,"Kharvi::Fishing","Yes"', '5,"Kharvi::Fishing","{""choices"":[""Yes"",""No""]}"')}),
+        Case("LS two answers to one question (JSON)", ls_import("e.json"),
+             "e.json record 2 (task 5), annotation 12: two answers to 'label' where the scale takes one",
+             {"e.json": ls_export("json", two_results)}),
+        Case("LS submitted without an answer (JSON)", ls_import("e.json"),
+             "e.json record 3 (task 6), annotation 13: no answer to 'label' (submitted empty)",
+             {"e.json": ls_export("json", _set("2.annotations.0.result", []))}),
+        Case("LS label off the scale named by its record", ls_import("e.min.json"),
+             "e.min.json record 9 (task 6, annotation 16), column label (item 'Render::Toddy', annotator '2'): "
+             "label 'Maybe' is not one of", {"e.min.json": ls_export("min.json", _set("8.label", "Maybe"))}),
+        # --- every task carries its item id; the bad record named, not the first
+        Case("LS task without data.item_id (JSON)", ls_import("e.json"),
+             "e.json record 3 (task 6): no data.item_id (every task the project exports carries its item id",
+             {"e.json": ls_export("json", _set("2.data.item_id", _set))}),
+        Case("LS record without item_id (JSON-MIN)", ls_import("e.min.json"),
+             "e.min.json record 8 (task 6, annotation 19): no item_id",
+             {"e.min.json": ls_export("min.json", _set("7.item_id", _set))}),
+        Case("LS record with an empty item_id (CSV)", ls_import("e.csv"),
+             "e.csv line 9 (task 6, annotation 19): no item_id",
+             {"e.csv": csv_text.replace('6,"Render::Toddy","No"', '6,"","No"')}),
+        Case("LS one malformed record among good ones", ls_import("e.min.json"),
+             "e.min.json record 4 (task 4): not a JSON-MIN annotation like the other records: lacks 'annotation_id'",
+             {"e.min.json": ls_export("min.json", _set("3.annotation_id", _set))}),
+        # --- annotator maps: every user mapped once to a non-empty id, every id to one user
+        Case("annotator map: two users on one id", ls_import("e.json", "--annotator-map", "{tmp}/map.csv"),
+             "map.csv line 4: annotator id 'goa-02' is given to Label Studio users '2' (line 3) and '3'",
+             {"e.json": ls_export("json"), "map.csv": "label_studio_user,annotator_id\n1,lead\n2,goa-02\n3,goa-02\n"}),
+        Case("annotator map: an empty id", ls_import("e.json", "--annotator-map", "{tmp}/map.csv"),
+             "map.csv line 3: Label Studio user '2' has an empty annotator id",
+             {"e.json": ls_export("json"), "map.csv": "label_studio_user,annotator_id\n1,lead\n2,\n3,goa-03\n"}),
+        Case("annotator map: an id that is another user's number",
+             ls_import("e.json", "--annotator-map", "{tmp}/map.csv"),
+             "e.json: Label Studio users '1' and '3' would both be credited to annotator '3'",
+             {"e.json": ls_export("json"), "map.csv": "label_studio_user,annotator_id\n1,3\n2,goa-02\n"}),
+        Case("user list: two accounts share an email", ls_import("e.json", "--annotator-map", "{tmp}/users.json"),
+             "users.json record 3: annotator id 'ann-a@example.org' is given to Label Studio users '2' (record 2) "
+             "and '3'", {"e.json": ls_export("json"),
+                         "users.json": (LS_FIXTURES / "users.json").read_text().replace("ann-b@", "ann-a@")}),
+        Case("user list: a user without a numeric id", ls_import("e.json", "--annotator-map", "{tmp}/users.json"),
+             "users.json record 2: not a Label Studio user",
+             {"e.json": ls_export("json"),
+              "users.json": (LS_FIXTURES / "users.json").read_text().replace('"id":2,', '"id":"two",')}),
+        # --- messages naming the real cause
+        Case("semicolon-separated judgements", ls_import("j.csv"),
+             "j.csv line 1: one column 'item_id;annotator_id;label'; the header looks semicolon-separated",
+             {"j.csv": "item_id;annotator_id;label\nBamon::Caste;a1;yes\n"}),
+        # --- the stage paths, through the same reader
+        Case("pairs-validate: judgements path a folder", ["stage", "pairs-validate"],
+             "study.pairs.validation.judgements=data/annotations is a folder, not a judgements file",
+             pairs_validate_stage("data/annotations", {"data/annotations/tuple_tasks.json": ls_export("json")}),
+             in_tmp=True),
+        Case("pairs-validate: judgements file deleted", ["stage", "pairs-validate"],
+             "study.pairs.validation.judgements: judgements not found: data/annotations/j.json",
+             pairs_validate_stage("data/annotations/j.json", {}, tasks=True), in_tmp=True),
+        Case("pairs-validate: two choices ticked", ["stage", "pairs-validate"],
+             "j.json record 1 (task 4), annotation 11: 2 choices ticked",
+             pairs_validate_stage("j.json", {"j.json": ls_export("json", _set("0.annotations.0.result.0.value.choices",
+                                                                             ["Yes", "No"]))}), in_tmp=True),
+        Case("stereo-validate: judgements path a folder", ["stage", "stereo-validate"],
+             "study.stereo.validation.judgements=data/annotations is a folder, not a judgements file",
+             stereo_validate_stage("data/annotations", {"data/annotations/validation.json": "[]"}), in_tmp=True),
+    ]
+    return cases
+
+
+CASES = _cases() + _label_studio_cases()
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -485,11 +697,28 @@ def _places(case: Case, tmp: Path, models: dict[str, str]) -> set[str]:
         places.add("params.yaml")
     if "params.yaml" in case.files:  # a stage's model: its name or endpoint
         try:
-            model = yaml.safe_load(case.files["params.yaml"]).get("model") or {}
+            params = yaml.safe_load(case.files["params.yaml"])
         except yaml.YAMLError:  # the case is a broken params.yaml
-            model = {}
+            params = {}
+        params = params if isinstance(params, dict) else {}
+        model = params.get("model") or {}
         places |= {v for k, v in model.items() if k in ("name", "base_url") and isinstance(v, str)}
+        # a key the case's params set to something other than the committed value (a path to a human input)
+        places |= _keys_set(params, yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8")))
     return places - {""}
+
+
+def _keys_set(params: dict, committed: dict, prefix: str = "") -> set[str]:
+    """The dotted keys whose value in ``params`` differs from ``committed``'s."""
+    keys = set()
+    for key, value in params.items():
+        dotted = f"{prefix}{key}"
+        other = committed.get(key) if isinstance(committed, dict) else None
+        if isinstance(value, dict) and isinstance(other, dict):
+            keys |= _keys_set(value, other, dotted + ".")
+        elif value != other:
+            keys.add(dotted)
+    return keys
 
 
 @pytest.fixture(scope="module")

@@ -305,3 +305,36 @@ def test_a_refused_user_list_request_is_named(tmp_path):
         read_annotator_map(answer)
     assert read_annotator_map(FIXTURES / "users.json") == {"1": "lead@example.org", "2": "ann-a@example.org",
                                                              "3": "ann-b@example.org"}
+
+
+def test_a_time_without_fraction_of_a_second_still_orders_the_answers(tmp_path):
+    """Label Studio writes no fraction of a second when it is zero; such a time must parse like the others, or the
+    answer would sort first and lose to an earlier one.  User 3 answered task 4 twice: annotation 20 at 06:13:23.049;
+    annotation 17, moved here to 06:13:24 sharp and to "No", is the later one and counts (whatever the ids say)."""
+    records = json.loads(export("tuple_tasks", "min.json").read_text())
+    later = next(r for r in records if r["annotation_id"] == 17)
+    later.update(updated_at="2026-11-27T06:13:24Z", label="No")
+    path = tmp_path / "export.min.json"
+    path.write_text(json.dumps(records))
+    df = import_judgements(path, YES_NO)
+    answer = df[(df["item_id"] == "Bamon::Caste") & (df["annotator_id"] == B)]
+    assert answer[["label", "annotation_id"]].values.tolist() == [["no", 17]]
+
+
+def test_stereo_demographics_credit_each_user_once(tmp_path):
+    """The label_studio_user column of the stereo demographics is an annotator map: a user on two rows (two team
+    ids for one person) is refused naming the row; a row with no user maps nobody."""
+    items = pd.DataFrame({"item_id": ["Mexico-gender-001", "Mexico-gender-002", "Mexico-gender-003"],
+                          "panel": "Mexico/gender"})
+    demo = {c: vals[0] for c, vals in v.DEMOGRAPHIC_VALUES.items()}
+    rows = [("MX-01", LEAD), ("MX-02", A), ("MX-03", B), ("MX-04", "")]
+    team = pd.DataFrame([{"annotator_id": aid, "panel": "Mexico/gender", "label_studio_user": user, **demo}
+                         for aid, user in rows])
+    team.to_csv(tmp_path / "annotators.csv", index=False)
+    judgements, _ = v.import_panels(export("validation", "json"), tmp_path / "annotators.csv", v.figure_d1_scale(), items)
+    assert sorted(judgements["annotator_id"].unique()) == ["MX-01", "MX-02", "MX-03"]
+    team.loc[3, "label_studio_user"] = B
+    team.to_csv(tmp_path / "annotators.csv", index=False)
+    with pytest.raises(DataError, match=r"annotators.csv line 5, column label_studio_user: Label Studio user '3' is "
+                                        r"mapped twice \(first at line 4, column label_studio_user\)"):
+        v.import_panels(export("validation", "json"), tmp_path / "annotators.csv", v.figure_d1_scale(), items)

@@ -116,20 +116,29 @@ def validate_judgements(
     known_items: Iterable[Any] | None = None,
     where: str = "judgements",
     row_offset: int = 2,
+    places: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Check columns, labels, duplicates and item ids; return the table with labels coerced to the scale.
 
     ``row_offset`` turns a DataFrame position into the row number a person sees
-    (2 for a CSV with a header line).
+    (2 for a CSV with a header line); ``places`` names each row's place instead
+    (a Label Studio export's record, ``record 2 (task 5), annotation 15``).
     """
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise DataError(f"{where} lack column(s) {', '.join(missing)} (have: {', '.join(map(str, df.columns))})")
     df = df.reset_index(drop=True).copy()
+
+    def place(pos: int) -> str:
+        return places[pos] if places is not None else f"line {pos + row_offset}"
+
+    def at(pos: int) -> str:
+        return f"{where} {place(pos)}"
+
     for col in ("item_id", "annotator_id"):
         empty = df[col].isna() | (df[col].astype(str).str.strip() == "")
         if empty.any():
-            raise DataError(f"{where} line {int(empty.idxmax()) + row_offset}: empty {col}")
+            raise DataError(f"{at(int(empty.idxmax()))}: empty {col}")
         df[col] = df[col].astype(str).str.strip()
     labels = []
     for pos, value in enumerate(df["label"].tolist()):
@@ -137,7 +146,7 @@ def validate_judgements(
             labels.append(scale.coerce(value))
         except (TypeError, ValueError) as exc:
             raise DataError(
-                f"{where} line {pos + row_offset}, column label (item {df.at[pos, 'item_id']!r}, annotator "
+                f"{at(pos)}, column label (item {df.at[pos, 'item_id']!r}, annotator "
                 f"{df.at[pos, 'annotator_id']!r}): {exc} on scale {scale.name!r}"
             ) from None
     df["label"] = pd.Series(labels, index=df.index, dtype=object if scale.is_closed and not _numeric(scale) else float)
@@ -146,27 +155,40 @@ def validate_judgements(
         rep = pd.to_numeric(df["repeat"], errors="coerce")
         if rep.isna().any() or (rep < 0).any():
             bad = int((rep.isna() | (rep < 0)).idxmax())
-            raise DataError(f"{where} line {bad + row_offset}: repeat must be 0 or a positive integer, got {df.at[bad, 'repeat']!r}")
+            raise DataError(f"{at(bad)}: repeat must be 0 or a positive integer, got {df.at[bad, 'repeat']!r}")
         df["repeat"] = rep.astype(int)
     dup = df.duplicated(keys, keep="first")
     if dup.any():
         pos = int(dup.idxmax())
         first = int(df[df.duplicated(keys, keep=False)].index[0])
         raise DataError(
-            f"{where} line {pos + row_offset}: duplicate judgement of item {df.at[pos, 'item_id']!r} by annotator "
-            f"{df.at[pos, 'annotator_id']!r} (first at line {first + row_offset})"
+            f"{at(pos)}: duplicate judgement of item {df.at[pos, 'item_id']!r} by annotator "
+            f"{df.at[pos, 'annotator_id']!r} (first at {place(first)})"
         )
     if known_items is not None:
         known = {str(i) for i in known_items}
         unknown = ~df["item_id"].isin(known)
         if unknown.any():
             pos = int(unknown.idxmax())
-            raise DataError(f"{where} line {pos + row_offset}: unknown item_id {df.at[pos, 'item_id']!r}")
+            raise DataError(f"{at(pos)}: unknown item_id {df.at[pos, 'item_id']!r}")
     return df
 
 
 def _numeric(scale: Scale) -> bool:
     return all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in scale.options)
+
+
+def judgements_file(path: str | os.PathLike | None, *, key: str) -> Path | None:
+    """The judgements file a stage's params ``key`` names, or None when the key is unset or the file is not there
+    (yet: the stage writes the task files first, then says so); a folder in its place is refused in one line
+    naming the key, before the stage writes anything."""
+    if not path:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{key}={path} is a folder, not a judgements file (give the Label Studio export or the CSV "
+                        f"itself)")
+    return path if path.exists() else None
 
 
 def import_judgements(
@@ -180,22 +202,24 @@ def import_judgements(
 ) -> pd.DataFrame:
     """Read completed judgements and validate them; adds ``source`` (the annotation's provenance).
 
-    ``path`` is a long-format CSV or a Label Studio export (JSON, JSON-MIN or CSV, told apart by
-    :func:`~stereolens.annotation.label_studio.export_format`); ``annotator_map`` turns Label Studio
-    users into the team's annotator ids, ``text_fields`` names an export's free-text answers."""
-    from stereolens.annotation.label_studio import export_format, map_annotators, read_label_studio
+    ``path`` is a long-format CSV or a Label Studio export (JSON, JSON-MIN or CSV, told apart and checked
+    whole by :func:`~stereolens.annotation.label_studio.read_export`); ``annotator_map`` turns Label Studio
+    users into the team's annotator ids (one-to-one), ``text_fields`` names an export's free-text answers."""
+    from stereolens.annotation.label_studio import map_annotators, read_export, read_label_studio
 
-    long_csv = export_format(path) == "long"
+    # the whole file is checked (there, a file, UTF-8, its kind; an export's every record) before any row is read
+    export = read_export(path)
+    long_csv = export.kind == "long"
     if long_csv:
         # columns are checked by validate_judgements, which also names offending rows
         df = read_csv_checked(path, [], what="judgements", dtype={"item_id": str, "annotator_id": str})
         if annotator_map:
             df["annotator_id"] = map_annotators(df["annotator_id"], annotator_map, where=str(path))
-        where, row_offset = str(path), 2  # CSV line numbers, the header being line 1
+        places = None  # CSV line numbers, the header being line 1
     else:
-        df = read_label_studio(path, scale, text_fields=text_fields, annotator_map=annotator_map)
-        where, row_offset = f"{path} annotation", 1  # an export's annotations, counted from 1
-    df = validate_judgements(df, scale, known_items=known_items, where=where, row_offset=row_offset)
+        df = read_label_studio(export, scale, text_fields=text_fields, annotator_map=annotator_map)
+        places = df.pop("record").tolist()  # an export's records, by place and Label Studio ids
+    df = validate_judgements(df, scale, known_items=known_items, where=str(path), places=places)
     # a long CSV may carry each row's own provenance (a file merged from several sources); every
     # judgement of a Label Studio export comes from the annotators of that project
     if not long_csv or "source" not in df.columns:

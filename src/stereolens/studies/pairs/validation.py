@@ -78,13 +78,14 @@ def validate_tuples(tuples: pd.DataFrame, acfg, *, region: str, judgements_path:
     (the review names that file as its artefact)."""
     from stereolens.annotation.agreement import landis_koch
     from stereolens.annotation.round import collect_judgements, gate_round, review_round
-    from stereolens.annotation.tasks import export_tasks
+    from stereolens.annotation.tasks import export_tasks, judgements_file
     from stereolens.io import write_csv
 
     report_dir = Path(report_dir)
     items = tuples.assign(item_id=tuples["tuple_id"], text=tuples["group"] + ": " + tuples["attribute"])
     instructions = INSTRUCTIONS.format(region=region)
-    imported = bool(acfg.source == "human" and not items.empty and judgements_path and Path(judgements_path).exists())
+    imported = bool(acfg.source == "human" and not items.empty
+                    and judgements_file(judgements_path, key="study.pairs.validation.judgements"))
     if imported:
         # read and checked before anything is written: a bad or incomplete file leaves the earlier outputs (the
         # task files the annotators worked from among them) as they were
@@ -95,8 +96,10 @@ def validate_tuples(tuples: pd.DataFrame, acfg, *, region: str, judgements_path:
         raise ConfigError("pairs-validate: the generator gave no tuples to validate (see attributes_raw.json)")
     if acfg.source == "human":
         if not imported:
-            raise ConfigError(f"annotation.source=human: study.pairs.validation.judgements ({judgements_path!r}) "
-                              f"is not a judgements file (CSV or Label Studio export); the tasks are in {report_dir / 'tasks'}")
+            # the task files are written first: a round that has no judgements yet starts from them
+            what = (f"study.pairs.validation.judgements: judgements not found: {judgements_path}" if judgements_path
+                    else "annotation.source=human needs study.pairs.validation.judgements")
+            raise ConfigError(f"{what} (a long CSV or a Label Studio export); the tasks are in {report_dir / 'tasks'}")
     else:
         truth = simulated_truth(items[["item_id"]], valid_share=valid_share, seed=seed)
         judgements = collect_judgements(acfg, truth, instructions=instructions)

@@ -163,7 +163,7 @@ def retrieve(args: argparse.Namespace) -> None:
 @stage("stereo-validate")
 def validate(args: argparse.Namespace) -> None:
     """Export the Figure D1 questionnaire, import (or simulate) five validators per panel, apply the median rule."""
-    from stereolens.annotation.tasks import export_tasks
+    from stereolens.annotation.tasks import export_tasks, judgements_file
     from stereolens.studies.stereo import validation as v
 
     p = _params(args, ("annotation", "model", "seed", "tracking"), ("language", "seed_dir", "countries", "categories", "validation"))
@@ -177,14 +177,25 @@ def validate(args: argparse.Namespace) -> None:
     items = v.questionnaire(stereotypes, prompts, n_examples=int(vcfg.get("n_examples", 3)))
     out = INTERIM / "validation"
     scale = v.likert_scale([t.format(country="<country>") for t in prompts.likert_display])
+
+    def collect():
+        return v.collect_judgements(
+            source, items, scale, prompts, annotation=p["annotation"], validation=vcfg, default_model=p["model"],
+            load_member=lambda m: load_stage_model(m, params_path=args.params, key="annotation.panel.models"),
+            tasks_dir=out / "tasks", seed=int(p["seed"]))
+
+    # human judgements are read and checked before the task files are rewritten (as pairs-validate does), so a bad
+    # export leaves every earlier output as it was; a round with no judgements yet gets its task files first
+    judged_first = source == "human" and judgements_file(vcfg.get("judgements"),
+                                                         key="study.stereo.validation.judgements") is not None
+    if judged_first:
+        judgements, annotators = collect()
     if len(items):
         # each task shows the options with its own country's name (a dynamic Choices control)
         export_tasks(items, scale, "¿Cuál de estas afirmaciones describe mejor la validez del estereotipo?", out / "tasks",
                      name="validation", item_choices=v.option_texts(items, prompts))
-    judgements, annotators = v.collect_judgements(
-        source, items, scale, prompts, annotation=p["annotation"], validation=vcfg, default_model=p["model"],
-        load_member=lambda m: load_stage_model(m, params_path=args.params, key="annotation.panel.models"),
-        tasks_dir=out / "tasks", seed=int(p["seed"]))
+    if not judged_first:
+        judgements, annotators = collect()
     decisions, unanswered = v.decide_answered(judgements, source)
     validated = v.keep_validated(stereotypes, decisions, source)
     write_csv(out / "judgements.csv", judgements)

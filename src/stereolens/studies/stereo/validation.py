@@ -125,13 +125,17 @@ def import_panels(judgements_path: str | Path, annotators_path: str | Path, scal
     """Completed judgements (``item_id, annotator_id, label`` with label = score 1..5, or a Label Studio export)
     and annotator demographics.  Where the demographics have a ``label_studio_user`` column (the user's number
     in Label Studio or its email), judgements by those users are credited to the row's ``annotator_id``."""
+    from stereolens.annotation.label_studio import one_to_one_map
     from stereolens.annotation.tasks import import_judgements
     from stereolens.tables import read_table
 
     annotators = read_table(annotators_path, annotators_schema("panel", what="validation annotator"), what="annotator demographics")
     users = None
     if "label_studio_user" in annotators.columns:
-        users = dict(zip(annotators["label_studio_user"].astype(str).str.strip(), annotators["annotator_id"]))
+        # each user credited to one annotator and no annotator to two users; a row without a user maps nobody
+        users = one_to_one_map(((f"line {i + 2}, column label_studio_user", user, annotator) for i, (user, annotator)
+                                in enumerate(zip(annotators["label_studio_user"], annotators["annotator_id"]))
+                                if user.strip()), where=f"annotator demographics {annotators_path}")
     judgements = import_judgements(judgements_path, scale, known_items=items["item_id"], source="human", annotator_map=users)
     known = set(annotators["annotator_id"])
     unknown = ~judgements["annotator_id"].isin(known)
