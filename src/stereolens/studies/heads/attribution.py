@@ -117,7 +117,7 @@ def shapley_table(result: CountryResult) -> pd.DataFrame:
 
 
 def sweeps(value_fn: ProbeValue, result: CountryResult, *, step: int, lm=None, tokenizer=None, kind: str | None = None,
-           stereoset_items: pd.DataFrame | None = None, batch_size: int = 16, candidate_score: str = "mean") -> pd.DataFrame:
+           stereoset_items: pd.DataFrame | None = None, candidate_score: str = "mean") -> pd.DataFrame:
     """Top-down and bottom-up sweeps; StereoSet ss/lms/icat after each top-down step when items are given."""
     encoder = value_fn.encoder
 
@@ -125,7 +125,7 @@ def sweeps(value_fn: ProbeValue, result: CountryResult, *, step: int, lm=None, t
         gate = value_fn.gates_for(mask[None, :])[0]
         items = stereoset_items
         scores = {col: candidate_scores(lm, tokenizer, kind, items["context"].tolist(), items[col].tolist(),
-                                        encoder.gate, gate, batch_size=batch_size, score=candidate_score)
+                                        encoder.gate, gate, score=candidate_score, ids=items["id"].tolist())
                   for col in ("sent_stereo", "sent_anti", "sent_unrelated")}
         s = stereoset_scores(items["target"], scores["sent_stereo"], scores["sent_anti"], scores["sent_unrelated"])
         return {"ss": s["ss"], "lms": s["lms"], "icat": s["icat"], "n_stereoset_items": s["n"]}
@@ -149,7 +149,6 @@ class StudySettings:
     prune_step: int = 1
     stereoset_items: int | None = None  # StereoSet items per country scored after each top-down step; None: all
     candidate_score: str = "mean"       # per-token mean or sum of a candidate's log-probabilities, as the stereo study
-    batch_size: int = 16
 
 
 def study_settings(cfg: dict, *, seed: int) -> tuple[StudySettings, ProbeSettings, ShapleySettings]:
@@ -161,8 +160,7 @@ def study_settings(cfg: dict, *, seed: int) -> tuple[StudySettings, ProbeSetting
                           reuse_prefix=bool(shap_cfg["reuse_prefix"]), max_length=int(probe_cfg["max_length"]),
                           split=split, prune_step=int(prune_cfg["step"]),
                           stereoset_items=prune_cfg.get("stereoset_items_per_country"),
-                          candidate_score=str(prune_cfg["candidate_score"]),
-                          batch_size=int(prune_cfg["batch_size"]))
+                          candidate_score=str(prune_cfg["candidate_score"]))
     probe = ProbeSettings(learning_rate=float(probe_cfg["learning_rate"]), epochs=int(probe_cfg["epochs"]),
                           batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
                           finetune=bool(probe_cfg["finetune"]), seed=seed)
@@ -212,8 +210,7 @@ def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, stud
                                                   max_rows=shapley.max_rows, stereoset_items=study.stereoset_items)
             t0 = time.perf_counter()
             sweep = sweeps(pruning_value, result, step=study.prune_step, lm=model, tokenizer=tokenizer, kind=kind,
-                           stereoset_items=items, batch_size=study.batch_size,
-                           candidate_score=study.candidate_score)
+                           stereoset_items=items, candidate_score=study.candidate_score)
             result.probe_summary.update({"pooling": pooling, "shapley_seconds": result.seconds,
                                          "sweep_seconds": time.perf_counter() - t0,
                                          "n_stereoset_items": int(len(items))})

@@ -35,7 +35,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import read_csv_checked, score_column, write_csv, write_json
-from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, aggregate_logprob, stereoset_table
+from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, stereoset_table
 
 SCORE_INPUT_COLUMNS = ("id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated")
 CANDIDATES = (("stereo", "sent_stereo"), ("anti", "sent_anti"), ("unrelated", "sent_unrelated"))
@@ -69,7 +69,7 @@ def scoring_method(kind: str, score: str) -> str:
 def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: str = DEFAULT_CANDIDATE_SCORE,
                     cache: Any = None, progress: bool = False) -> pd.DataFrame:
     """``instances`` plus ``score_*`` and ``n_tokens_*`` for the three candidates, scored in one batch each."""
-    from stereolens.scoring import score_continuations, score_masked_continuations
+    from stereolens.scoring.candidates import score_candidates
 
     check_candidate_score(kind, score)
     out = instances.copy()
@@ -79,12 +79,8 @@ def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: st
             values, counts = stereoset_generative_scores(model, contexts, conts)
             out[f"n_tokens_{name}"], out[f"score_{name}"] = counts, values
             continue
-        if kind == "masked":
-            scores = score_masked_continuations(model, None, contexts, conts, "pll_word_l2r", ids=ids, cache=cache, progress=progress)
-        else:
-            scores = score_continuations(model, None, contexts, [" " + c for c in conts], ids=ids, cache=cache, progress=progress)
-        out[f"n_tokens_{name}"] = [s.n_tokens for s in scores]
-        out[f"score_{name}"] = [aggregate_logprob(s.logprob, s.n_tokens, score) for s in scores]
+        scored = score_candidates(model, None, kind, contexts, conts, score=score, ids=ids, cache=cache, progress=progress)
+        out[f"n_tokens_{name}"], out[f"score_{name}"] = scored.n_tokens, scored.values
     return out
 
 
