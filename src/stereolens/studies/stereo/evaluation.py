@@ -21,7 +21,9 @@ the candidate's token log-probabilities into one number:
   :func:`stereoset_generative_scores`).
 
 ``stereolens stereo score`` and the ``stereo-evaluate`` stage both score through
-:func:`score_instances`.
+:func:`score_instances`, whose ``mean`` and ``sum`` come from
+:func:`stereolens.scoring.candidates.score_candidates`, the scorer the heads study
+runs under its head gate (every candidate token scored, ``[UNK]`` included).
 """
 
 from __future__ import annotations
