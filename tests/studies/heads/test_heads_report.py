@@ -55,7 +55,7 @@ def test_no_nan_reaches_the_tables_the_summary_the_page_or_the_figure(tmp_path):
            "probe": {"pooling": "auto", "learning_rate": 1e-4, "epochs": 1, "batch_size": 16, "weight_decay": 0.0,
                      "finetune": False},
            "shapley": {"layers": [-2, -1], "permutations": 4, "antithetic": True, "seed": 0, "value": "accuracy"},
-           "pruning": {"step": 2, "stereoset_items_per_country": None}}
+           "pruning": {"step": 2, "stereoset_items_per_country": None, "candidate_score": "mean"}}
     summary = write_report(shap, sweeps, probe, cfg, tmp_path, model_id="tiny")
     assert summary["correlation"]["Spain"]["Mexico"] == "undefined"
     assert summary["correlation"]["Peru"]["Mexico"] == pytest.approx(

@@ -219,6 +219,11 @@ def configuration_choices(cfg: dict, probe: dict) -> list[tuple[str, str]]:
         ("pruning step", f"{cfg['pruning']['step']} head(s) per step; probe {value} on the pruning set"),
         ("StereoSet items", f"the pruning set's instances, first {items} per country" if items
          else "the pruning set's instances, all"),
+        ("StereoSet candidates", f"scored by the stereo study's scorer under the head gate (stereolens.scoring."
+                                 f"candidates: PLL-word-l2r given the context for masked LMs, log P(candidate | "
+                                 f"context) for causal LMs; every token scored, [UNK] included, as StereoSet's "
+                                 f"reference code), {cfg['pruning']['candidate_score']} over the candidate's tokens; "
+                                 "with every head on, the scores are `stereolens stereo score`'s"),
         ("head removal", "the head's slice of the attention output is multiplied by 0 before the output projection"),
     ]
 

@@ -65,7 +65,9 @@ def scoring_method(kind: str, score: str) -> str:
                 "mean log2 P of the candidate without the context / mean log2 P of the context sentence")
     base = {"masked": "PLL-word-l2r of the candidate's tokens with the context present (natural log)",
             "causal": "conditional log-likelihood log P(candidate | context) (natural log)"}[kind]
-    return base + (", mean over the candidate's tokens" if score == "mean" else ", summed over its tokens")
+    # the [UNK] rule is ours to state: StereoSet's reference scores every token id the tokenizer returns
+    return (base + (", mean over the candidate's tokens" if score == "mean" else ", summed over its tokens")
+            + "; every token of the candidate scored, [UNK] included (as StereoSet's reference code)")
 
 
 def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: str = DEFAULT_CANDIDATE_SCORE,
