@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from stereolens.stats.seeds import derived_seed
 from stereolens.stats.stereoset import stereoset_scores
 from stereolens.studies.heads.candidates import candidate_scores
 from stereolens.studies.heads.config import check_layers
@@ -36,6 +37,13 @@ class SplitSettings:
     shapley_fraction: float = 0.3    # instances whose rows the Shapley value function measures
     pruning_fraction: float = 0.2    # instances whose rows the pruning sweeps measure; the rest train the probe
     seed: int = 0
+
+
+def shapley_seed(seed: int, country: str) -> int:
+    """The seed of one country's Shapley permutations: derived from ``shapley.seed`` and the country's name
+    (SHA-1, not Python's ``hash``, so every interpreter derives the same), so countries draw independently
+    and a rerun draws the same."""
+    return derived_seed(seed, f"heads.shapley|{country}")
 
 
 def heads_of_layers(layers: Sequence[int], n_heads: int) -> list[tuple[int, int]]:
@@ -77,7 +85,10 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
     value_fn = ProbeValue(encoder, probe, rows["shapley"], labels, players, metric=shapley.value,
                           max_rows=shapley.max_rows)
     train_value = ProbeValue(encoder, probe, rows["train"], labels, players, metric="accuracy", max_rows=shapley.max_rows)
-    perms = sample_permutations(len(players), shapley.permutations, seed=shapley.seed, antithetic=shapley.antithetic)
+    # one seed per country: with one shared seed every country would walk the same permutations, and their
+    # shared sampling error would push the cross-country correlations of Figure 2 up
+    country_seed = shapley_seed(shapley.seed, country)
+    perms = sample_permutations(len(players), shapley.permutations, seed=country_seed, antithetic=shapley.antithetic)
     estimate = permutation_shapley(value_fn, perms, step=shapley.step, antithetic=shapley.antithetic)
     full = np.ones((1, len(players)), dtype=bool)
     summary = {
@@ -87,6 +98,7 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
         "train_accuracy": float(train_value(full)[0]),
         "test_value_all_heads": estimate.full_value, "test_value_no_probed_heads": estimate.empty_value,
         "final_train_loss": losses[-1] if losses else None, "n_permutations": int(len(perms)),
+        "shapley_seed": country_seed,
         "n_coalitions_evaluated": estimate.n_evaluations, "n_value_calls": estimate.n_value_calls,
         "n_forward_passes": value_fn.forward_passes,
     }

@@ -215,6 +215,9 @@ def configuration_choices(cfg: dict, probe: dict) -> list[tuple[str, str]]:
         ("epochs", f"{probe_cfg['epochs']}"),
         ("players", f"heads of layers {shap_cfg['layers'] if shap_cfg['layers'] is not None else 'all'}; every other head always on"),
         ("permutations", f"{shap_cfg['permutations']} (antithetic: {shap_cfg['antithetic']}), seed {shap_cfg['seed']}; "
+                         "each country draws its own permutations from a seed derived from that seed and its name "
+                         "(ours: one shared draw would share its sampling error across countries and push their "
+                         "correlations up; the seeds are in probe.json as shapley_seed); "
                          "every permutation walked to the end"),
         ("pruning step", f"{cfg['pruning']['step']} head(s) per step; probe {value} on the pruning set"),
         ("StereoSet items", f"the pruning set's instances, first {items} per country" if items
