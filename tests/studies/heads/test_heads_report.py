@@ -26,6 +26,23 @@ def _shapley(values: dict[str, list[float]]) -> pd.DataFrame:
 VALUES = {"Mexico": [0.3, 0.1, -0.2, 0.0], "Spain": [0.0, 0.0, 0.0, 0.0], "Peru": [0.1, 0.4, -0.1, 0.2]}
 
 
+def _probe() -> dict:
+    """probe.json of a run over the countries of VALUES."""
+    return {"instances": "x.csv", "instance_sources": ["test"],
+            "countries": [{"country": c, "n_train_instances": 4, "n_shapley_instances": 2, "n_pruning_instances": 2,
+                           "train_accuracy": 1.0, "test_value_all_heads": 0.5, "pooling": "last"} for c in VALUES]}
+
+
+def _cfg(*, step: int) -> dict:
+    """A study.heads section (the keys the report reads) removing ``step`` heads per pruning step."""
+    return {"countries": None, "max_instances_per_country": None,
+            "split": {"shapley_fraction": 0.3, "pruning_fraction": 0.2, "seed": 0},
+            "probe": {"pooling": "auto", "learning_rate": 1e-4, "epochs": 1, "batch_size": 16, "weight_decay": 0.0,
+                      "finetune": False},
+            "shapley": {"layers": [-2, -1], "permutations": 4, "antithetic": True, "seed": 0, "value": "accuracy"},
+            "pruning": {"step": step, "stereoset_items_per_country": None, "candidate_score": "mean"}}
+
+
 def test_a_constant_country_has_undefined_correlations_with_the_reason():
     corr = country_correlations(_shapley(VALUES))
     # the defined pair against scipy
@@ -47,15 +64,7 @@ def test_no_nan_reaches_the_tables_the_summary_the_page_or_the_figure(tmp_path):
     shap = _shapley(VALUES)
     sweeps = pd.DataFrame([{"country": c, "direction": d, "step": k, "n_removed": 2 * k, "probe_value": 0.5,
                             "removed_this_step": ""} for c in VALUES for d in ("top_down", "bottom_up") for k in range(3)])
-    probe = {"instances": "x.csv", "instance_sources": ["test"],
-             "countries": [{"country": c, "n_train_instances": 4, "n_shapley_instances": 2, "n_pruning_instances": 2,
-                            "train_accuracy": 1.0, "test_value_all_heads": 0.5, "pooling": "last"} for c in VALUES]}
-    cfg = {"countries": None, "max_instances_per_country": None,
-           "split": {"shapley_fraction": 0.3, "pruning_fraction": 0.2, "seed": 0},
-           "probe": {"pooling": "auto", "learning_rate": 1e-4, "epochs": 1, "batch_size": 16, "weight_decay": 0.0,
-                     "finetune": False},
-           "shapley": {"layers": [-2, -1], "permutations": 4, "antithetic": True, "seed": 0, "value": "accuracy"},
-           "pruning": {"step": 2, "stereoset_items_per_country": None, "candidate_score": "mean"}}
+    probe, cfg = _probe(), _cfg(step=2)
     summary = write_report(shap, sweeps, probe, cfg, tmp_path, model_id="tiny")
     assert summary["correlation"]["Spain"]["Mexico"] == "undefined"
     assert summary["correlation"]["Peru"]["Mexico"] == pytest.approx(
@@ -103,15 +112,7 @@ def test_equal_shapley_values_make_one_pruning_order_and_the_report_says_so(tmp_
     assert same_pruning_order(shap, sweeps) == {"Spain": "all 4 Shapley values are +0"}
     sweeps.to_csv(tmp_path / "sweeps.csv", index=False)  # the report reads the sweeps back from CSV
     sweeps = pd.read_csv(tmp_path / "sweeps.csv")
-    probe = {"instances": "x.csv", "instance_sources": ["test"],
-             "countries": [{"country": c, "n_train_instances": 4, "n_shapley_instances": 2, "n_pruning_instances": 2,
-                            "train_accuracy": 1.0, "test_value_all_heads": 0.5, "pooling": "last"} for c in VALUES]}
-    cfg = {"countries": None, "max_instances_per_country": None,
-           "split": {"shapley_fraction": 0.3, "pruning_fraction": 0.2, "seed": 0},
-           "probe": {"pooling": "auto", "learning_rate": 1e-4, "epochs": 1, "batch_size": 16, "weight_decay": 0.0,
-                     "finetune": False},
-           "shapley": {"layers": [-2, -1], "permutations": 4, "antithetic": True, "seed": 0, "value": "accuracy"},
-           "pruning": {"step": 1, "stereoset_items_per_country": None, "candidate_score": "mean"}}
+    probe, cfg = _probe(), _cfg(step=1)
     summary = write_report(shap, sweeps, probe, cfg, tmp_path / "report", model_id="tiny")
     assert summary["same_pruning_order"] == [{"country": "Spain", "reason": "all 4 Shapley values are +0"}]
     page = (tmp_path / "report" / "report.md").read_text()
