@@ -47,7 +47,7 @@ def test_pruning_the_planted_head_drops_accuracy_the_most(planted_result, instan
     drops = value_fn(np.ones((1, len(players)), dtype=bool))[0] - value_fn(singles)
     assert players[int(np.argmax(drops))] == PLANTED
     table = sweeps(value_fn, result, step=1, lm=model, tokenizer=tok, kind="masked",
-                   stereoset_items=instances.head(6), batch_size=16)
+                   stereoset_items=instances.head(6))
     top = table[table["direction"] == "top_down"].reset_index(drop=True)
     assert top.loc[1, "removed_this_step"] == f"L{PLANTED[0]}H{PLANTED[1]}"
     step_drops = -np.diff(top["probe_value"].to_numpy())

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from stereolens.stats.seeds import derived_seed
 from stereolens.stats.stereoset import stereoset_scores
 from stereolens.studies.heads.candidates import candidate_scores
 from stereolens.studies.heads.config import check_layers
@@ -36,6 +37,13 @@ class SplitSettings:
     shapley_fraction: float = 0.3    # instances whose rows the Shapley value function measures
     pruning_fraction: float = 0.2    # instances whose rows the pruning sweeps measure; the rest train the probe
     seed: int = 0
+
+
+def shapley_seed(seed: int, country: str) -> int:
+    """The seed of one country's Shapley permutations: derived from ``shapley.seed`` and the country's name
+    (SHA-1, not Python's ``hash``, so every interpreter derives the same), so countries draw independently
+    and a rerun draws the same."""
+    return derived_seed(seed, f"heads.shapley|{country}")
 
 
 def heads_of_layers(layers: Sequence[int], n_heads: int) -> list[tuple[int, int]]:
@@ -77,7 +85,10 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
     value_fn = ProbeValue(encoder, probe, rows["shapley"], labels, players, metric=shapley.value,
                           max_rows=shapley.max_rows)
     train_value = ProbeValue(encoder, probe, rows["train"], labels, players, metric="accuracy", max_rows=shapley.max_rows)
-    perms = sample_permutations(len(players), shapley.permutations, seed=shapley.seed, antithetic=shapley.antithetic)
+    # one seed per country: with one shared seed every country would walk the same permutations, and their
+    # shared sampling error would push the cross-country correlations of Figure 2 up
+    country_seed = shapley_seed(shapley.seed, country)
+    perms = sample_permutations(len(players), shapley.permutations, seed=country_seed, antithetic=shapley.antithetic)
     estimate = permutation_shapley(value_fn, perms, step=shapley.step, antithetic=shapley.antithetic)
     full = np.ones((1, len(players)), dtype=bool)
     summary = {
@@ -87,6 +98,7 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
         "train_accuracy": float(train_value(full)[0]),
         "test_value_all_heads": estimate.full_value, "test_value_no_probed_heads": estimate.empty_value,
         "final_train_loss": losses[-1] if losses else None, "n_permutations": int(len(perms)),
+        "shapley_seed": country_seed,
         "n_coalitions_evaluated": estimate.n_evaluations, "n_value_calls": estimate.n_value_calls,
         "n_forward_passes": value_fn.forward_passes,
     }
@@ -117,7 +129,7 @@ def shapley_table(result: CountryResult) -> pd.DataFrame:
 
 
 def sweeps(value_fn: ProbeValue, result: CountryResult, *, step: int, lm=None, tokenizer=None, kind: str | None = None,
-           stereoset_items: pd.DataFrame | None = None, batch_size: int = 16, candidate_score: str = "mean") -> pd.DataFrame:
+           stereoset_items: pd.DataFrame | None = None, candidate_score: str = "mean") -> pd.DataFrame:
     """Top-down and bottom-up sweeps; StereoSet ss/lms/icat after each top-down step when items are given."""
     encoder = value_fn.encoder
 
@@ -125,7 +137,7 @@ def sweeps(value_fn: ProbeValue, result: CountryResult, *, step: int, lm=None, t
         gate = value_fn.gates_for(mask[None, :])[0]
         items = stereoset_items
         scores = {col: candidate_scores(lm, tokenizer, kind, items["context"].tolist(), items[col].tolist(),
-                                        encoder.gate, gate, batch_size=batch_size, score=candidate_score)
+                                        encoder.gate, gate, score=candidate_score, ids=items["id"].tolist())
                   for col in ("sent_stereo", "sent_anti", "sent_unrelated")}
         s = stereoset_scores(items["target"], scores["sent_stereo"], scores["sent_anti"], scores["sent_unrelated"])
         return {"ss": s["ss"], "lms": s["lms"], "icat": s["icat"], "n_stereoset_items": s["n"]}
@@ -149,7 +161,6 @@ class StudySettings:
     prune_step: int = 1
     stereoset_items: int | None = None  # StereoSet items per country scored after each top-down step; None: all
     candidate_score: str = "mean"       # per-token mean or sum of a candidate's log-probabilities, as the stereo study
-    batch_size: int = 16
 
 
 def study_settings(cfg: dict, *, seed: int) -> tuple[StudySettings, ProbeSettings, ShapleySettings]:
@@ -161,8 +172,7 @@ def study_settings(cfg: dict, *, seed: int) -> tuple[StudySettings, ProbeSetting
                           reuse_prefix=bool(shap_cfg["reuse_prefix"]), max_length=int(probe_cfg["max_length"]),
                           split=split, prune_step=int(prune_cfg["step"]),
                           stereoset_items=prune_cfg.get("stereoset_items_per_country"),
-                          candidate_score=str(prune_cfg["candidate_score"]),
-                          batch_size=int(prune_cfg["batch_size"]))
+                          candidate_score=str(prune_cfg["candidate_score"]))
     probe = ProbeSettings(learning_rate=float(probe_cfg["learning_rate"]), epochs=int(probe_cfg["epochs"]),
                           batch_size=int(probe_cfg["batch_size"]), weight_decay=float(probe_cfg["weight_decay"]),
                           finetune=bool(probe_cfg["finetune"]), seed=seed)
@@ -212,8 +222,7 @@ def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, stud
                                                   max_rows=shapley.max_rows, stereoset_items=study.stereoset_items)
             t0 = time.perf_counter()
             sweep = sweeps(pruning_value, result, step=study.prune_step, lm=model, tokenizer=tokenizer, kind=kind,
-                           stereoset_items=items, batch_size=study.batch_size,
-                           candidate_score=study.candidate_score)
+                           stereoset_items=items, candidate_score=study.candidate_score)
             result.probe_summary.update({"pooling": pooling, "shapley_seconds": result.seconds,
                                          "sweep_seconds": time.perf_counter() - t0,
                                          "n_stereoset_items": int(len(items))})

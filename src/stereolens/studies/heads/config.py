@@ -35,7 +35,7 @@ SCHEMA = section(
                     antithetic=boolean(), step=integer(1, null=True), max_rows=integer(1),
                     value=one_of(VALUE_METRICS), seed=integer(0), reuse_prefix=boolean()),
     pruning=section(step=integer(1), stereoset_items_per_country=integer(1, null=True),
-                    candidate_score=one_of(GATED_SCORES), batch_size=integer(1)),
+                    candidate_score=one_of(GATED_SCORES)),
 )
 
 

@@ -14,6 +14,7 @@ from stereolens.figures import save_figure
 from stereolens.io import write_csv, write_text
 from stereolens.report.markdown import markdown_table
 from stereolens.stages.kit import write_study_summary
+from stereolens.studies.heads.pruning import DIRECTIONS
 
 
 UNDEFINED = "undefined"
@@ -127,16 +128,48 @@ def correlation_figure(corr: CountryCorrelations, stem: Path, title: str) -> Non
     save_figure(fig, stem)
 
 
-def pruning_figure(sweeps: pd.DataFrame, stem: Path, title: str, ylabel: str) -> None:
+def same_pruning_order(shap: pd.DataFrame, sweeps: pd.DataFrame) -> dict[str, str]:
+    """Countries whose top-down and bottom-up sweeps take the same heads off at every step, each with the
+    reason (all Shapley values equal, as when no coalition moves the probe).  Their two pruning curves are
+    one curve measured twice, so the directions agreeing says nothing about the heads."""
+    same = {}
+    for country in sorted(sweeps["country"].astype(str).unique()):
+        removed = {}
+        for direction in DIRECTIONS:
+            part = sweeps[(sweeps["country"].astype(str) == country) & (sweeps["direction"] == direction)]
+            # read back from CSV, the first step's empty list is NaN
+            steps = part.sort_values("step")["removed_this_step"].fillna("").astype(str)
+            removed[direction] = [frozenset(h for h in step.split(";") if h) for step in steps]
+        if removed["top_down"] != removed["bottom_up"]:
+            continue
+        values = shap.loc[shap["country"].astype(str) == country, "shapley"]
+        if len(values) > 1 and values.nunique() == 1:
+            same[country] = f"all {len(values)} Shapley values are {values.iloc[0]:+.4g}"
+        else:
+            same[country] = "every pruning step removes the same heads in both directions"
+    return same
+
+
+def pruning_figure(sweeps: pd.DataFrame, stem: Path, title: str, ylabel: str,
+                   same_order: dict[str, str] | None = None) -> None:
+    """Figures F2/F5: probe value against heads pruned, top-down and bottom-up; a country in ``same_order``
+    gets one curve labelled as both directions, not two identical curves drawn as a contrast."""
     import matplotlib.pyplot as plt
 
+    same_order = same_order or {}
     countries = sorted(sweeps["country"].unique())
     rows, cols = _grid(len(countries))
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows + 0.6), squeeze=False)
     for ax, country in zip(axes.flat, countries):
-        for direction, style in (("top_down", "-o"), ("bottom_up", "--s")):
-            part = sweeps[(sweeps["country"] == country) & (sweeps["direction"] == direction)]
-            ax.plot(part["n_removed"], part["probe_value"], style, markersize=3, label=direction.replace("_", "-"))
+        if str(country) in same_order:
+            part = sweeps[(sweeps["country"] == country) & (sweeps["direction"] == "top_down")]
+            ax.plot(part["n_removed"], part["probe_value"], "-o", markersize=3,
+                    label="top-down = bottom-up (same order)")
+            ax.text(0.02, 0.02, same_order[str(country)], transform=ax.transAxes, fontsize=6, va="bottom")
+        else:
+            for direction, style in (("top_down", "-o"), ("bottom_up", "--s")):
+                part = sweeps[(sweeps["country"] == country) & (sweeps["direction"] == direction)]
+                ax.plot(part["n_removed"], part["probe_value"], style, markersize=3, label=direction.replace("_", "-"))
         ax.set_title(country)
         ax.set_xlabel("heads pruned")
         ax.set_ylabel(ylabel)
@@ -215,10 +248,18 @@ def configuration_choices(cfg: dict, probe: dict) -> list[tuple[str, str]]:
         ("epochs", f"{probe_cfg['epochs']}"),
         ("players", f"heads of layers {shap_cfg['layers'] if shap_cfg['layers'] is not None else 'all'}; every other head always on"),
         ("permutations", f"{shap_cfg['permutations']} (antithetic: {shap_cfg['antithetic']}), seed {shap_cfg['seed']}; "
+                         "each country draws its own permutations from a seed derived from that seed and its name "
+                         "(ours: one shared draw would share its sampling error across countries and push their "
+                         "correlations up; the seeds are in probe.json as shapley_seed); "
                          "every permutation walked to the end"),
         ("pruning step", f"{cfg['pruning']['step']} head(s) per step; probe {value} on the pruning set"),
         ("StereoSet items", f"the pruning set's instances, first {items} per country" if items
          else "the pruning set's instances, all"),
+        ("StereoSet candidates", f"scored by the stereo study's scorer under the head gate (stereolens.scoring."
+                                 f"candidates: PLL-word-l2r given the context for masked LMs, log P(candidate | "
+                                 f"context) for causal LMs; every token scored, [UNK] included, as StereoSet's "
+                                 f"reference code), {cfg['pruning']['candidate_score']} over the candidate's tokens; "
+                                 "with every head on, the scores are `stereolens stereo score`'s"),
         ("head removal", "the head's slice of the attention output is multiplied by 0 before the output projection"),
     ]
 
@@ -242,12 +283,12 @@ def write_tables(out: Path, shap: pd.DataFrame, sweeps: pd.DataFrame, corr: Coun
 
 
 def write_figures(out: Path, shap: pd.DataFrame, sweeps: pd.DataFrame, corr: CountryCorrelations, *,
-                  model_id: str, value: str) -> None:
+                  model_id: str, value: str, same_order: dict[str, str] | None = None) -> None:
     """Figures F1/F4, 2, F2/F5 and, when the sweeps scored StereoSet, F3/F6."""
     ylabel = "probe accuracy" if value == "accuracy" else "minus probe cross-entropy"
     heatmap_figure(shap, out / "head_contributions", f"Head contributions (Shapley), {model_id} (Figures F1/F4)")
     correlation_figure(corr, out / "country_correlation", f"Spearman rho of head contributions, {model_id} (Figure 2)")
-    pruning_figure(sweeps, out / "pruning_probe", f"Head pruning, {model_id} (Figures F2/F5)", ylabel)
+    pruning_figure(sweeps, out / "pruning_probe", f"Head pruning, {model_id} (Figures F2/F5)", ylabel, same_order)
     if "ss" in sweeps:
         stereoset_figure(sweeps, out / "pruning_stereoset", f"SS, LMS, iCAT during top-down pruning, {model_id} (Figures F3/F6)")
 
@@ -261,9 +302,19 @@ def instance_provenance(sources: list[str]) -> dict:
     return provenance
 
 
+def same_order_notes(same_order: dict[str, str]) -> list[str]:
+    """The report page's lines for countries whose two pruning orders are one."""
+    if not same_order:
+        return []
+    return ["", "Pruning orders that are one (Figures F2/F5 draw a single curve for these countries):", "",
+            *[f"- {country}: top-down and bottom-up pruning remove the same heads at every step ({reason}), so "
+              "the two directions agreeing is not a finding about the heads" for country, reason in same_order.items()]]
+
+
 def study_summary(per_country: list[dict], corr: CountryCorrelations, probe: dict, cfg: dict, *,
-                  model_id: str) -> dict:
-    """``summary.json``: per-country rows, their numbers as metrics, the headline, provenance, correlations."""
+                  model_id: str, same_order: dict[str, str] | None = None) -> dict:
+    """``summary.json``: per-country rows, their numbers as metrics, the headline, provenance, correlations,
+    and the countries whose top-down and bottom-up pruning orders are one (``same_pruning_order``)."""
     value = cfg["shapley"]["value"]
     sources = probe.get("instance_sources", [])
     metrics = {f"{r['country']}.{k}": v for r in per_country for k, v in r.items() if isinstance(v, (int, float))}
@@ -274,10 +325,12 @@ def study_summary(per_country: list[dict], corr: CountryCorrelations, probe: dic
     return {"model": model_id, "value": value, "countries": per_country, "metrics": metrics,
             "instance_sources": sources, "config": cfg, "headline": headline,
             "provenance": instance_provenance(sources), "correlation": corr.as_json(),
-            "correlation_undefined": corr.undefined_records()}
+            "correlation_undefined": corr.undefined_records(),
+            "same_pruning_order": [{"country": c, "reason": r} for c, r in (same_order or {}).items()]}
 
 
-def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dict, cfg: dict, *, model_id: str) -> str:
+def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dict, cfg: dict, *, model_id: str,
+                same_order: dict[str, str] | None = None) -> str:
     """``report.md``: the configuration choices, the per-country table and the correlation matrix."""
     value = cfg["shapley"]["value"]
     sources = probe.get("instance_sources", [])
@@ -303,6 +356,7 @@ def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dic
         "Values are Shapley values of the probe's " + value + " on the Shapley set (± standard error over permutations"
         + (", an antithetic pair's mean as one sample" if cfg["shapley"]["antithetic"] else "") + "). "
         "Probe accuracy and StereoSet during pruning are measured on the pruning set.",
+        *same_order_notes(same_order or {}),
         "",
         "## Spearman correlation of head contributions between countries (Figure 2)",
         "",
@@ -321,10 +375,11 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
     out = Path(out)
     corr = country_correlations(shap)
     per_country = country_rows(shap, sweeps, probe, cfg["shapley"]["value"])
+    same_order = same_pruning_order(shap, sweeps)
     table = pd.DataFrame(per_country)
     write_tables(out, shap, sweeps, corr, table)
-    write_figures(out, shap, sweeps, corr, model_id=model_id, value=cfg["shapley"]["value"])
-    summary = study_summary(per_country, corr, probe, cfg, model_id=model_id)
+    write_figures(out, shap, sweeps, corr, model_id=model_id, value=cfg["shapley"]["value"], same_order=same_order)
+    summary = study_summary(per_country, corr, probe, cfg, model_id=model_id, same_order=same_order)
     write_study_summary(out / "summary.json", summary)
-    write_text(out / "report.md", report_page(table, corr, probe, cfg, model_id=model_id))
+    write_text(out / "report.md", report_page(table, corr, probe, cfg, model_id=model_id, same_order=same_order))
     return summary

@@ -39,6 +39,7 @@ import pandas as pd
 from stereolens.annotation.scales import Scale
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import write_csv
+from stereolens.stats.seeds import derived_seed as _stable_seed
 
 COMPARISONS: dict[str, tuple[str, str]] = {"A-C": ("A", "C"), "B-C": ("B", "C")}
 TIE = "tie"
@@ -63,10 +64,6 @@ def item_id(language: str, comparison: str, model: str, scenario_id: str, sample
     """A stable id that does not reveal the conditions (annotators see it)."""
     key = f"{language}|{comparison}|{model}|{scenario_id}|{sample}"
     return "pv-" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
-
-
-def _stable_seed(seed: int, key: str) -> int:
-    return int(hashlib.sha1(f"{seed}|{key}".encode("utf-8")).hexdigest()[:8], 16)
 
 
 def response_means(scores: pd.DataFrame) -> pd.Series:

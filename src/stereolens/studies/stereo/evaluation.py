@@ -21,7 +21,9 @@ the candidate's token log-probabilities into one number:
   :func:`stereoset_generative_scores`).
 
 ``stereolens stereo score`` and the ``stereo-evaluate`` stage both score through
-:func:`score_instances`.
+:func:`score_instances`, whose ``mean`` and ``sum`` come from
+:func:`stereolens.scoring.candidates.score_candidates`, the scorer the heads study
+runs under its head gate (every candidate token scored, ``[UNK]`` included).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import read_csv_checked, score_column, write_csv, write_json
-from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, aggregate_logprob, stereoset_table
+from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, stereoset_table
 
 SCORE_INPUT_COLUMNS = ("id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated")
 CANDIDATES = (("stereo", "sent_stereo"), ("anti", "sent_anti"), ("unrelated", "sent_unrelated"))
@@ -63,13 +65,15 @@ def scoring_method(kind: str, score: str) -> str:
                 "mean log2 P of the candidate without the context / mean log2 P of the context sentence")
     base = {"masked": "PLL-word-l2r of the candidate's tokens with the context present (natural log)",
             "causal": "conditional log-likelihood log P(candidate | context) (natural log)"}[kind]
-    return base + (", mean over the candidate's tokens" if score == "mean" else ", summed over its tokens")
+    # the [UNK] rule is ours to state: StereoSet's reference scores every token id the tokenizer returns
+    return (base + (", mean over the candidate's tokens" if score == "mean" else ", summed over its tokens")
+            + "; every token of the candidate scored, [UNK] included (as StereoSet's reference code)")
 
 
 def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: str = DEFAULT_CANDIDATE_SCORE,
                     cache: Any = None, progress: bool = False) -> pd.DataFrame:
     """``instances`` plus ``score_*`` and ``n_tokens_*`` for the three candidates, scored in one batch each."""
-    from stereolens.scoring import score_continuations, score_masked_continuations
+    from stereolens.scoring.candidates import score_candidates
 
     check_candidate_score(kind, score)
     out = instances.copy()
@@ -79,12 +83,8 @@ def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: st
             values, counts = stereoset_generative_scores(model, contexts, conts)
             out[f"n_tokens_{name}"], out[f"score_{name}"] = counts, values
             continue
-        if kind == "masked":
-            scores = score_masked_continuations(model, None, contexts, conts, "pll_word_l2r", ids=ids, cache=cache, progress=progress)
-        else:
-            scores = score_continuations(model, None, contexts, [" " + c for c in conts], ids=ids, cache=cache, progress=progress)
-        out[f"n_tokens_{name}"] = [s.n_tokens for s in scores]
-        out[f"score_{name}"] = [aggregate_logprob(s.logprob, s.n_tokens, score) for s in scores]
+        scored = score_candidates(model, None, kind, contexts, conts, score=score, ids=ids, cache=cache, progress=progress)
+        out[f"n_tokens_{name}"], out[f"score_{name}"] = scored.n_tokens, scored.values
     return out
 
 
