@@ -31,6 +31,7 @@ import hashlib
 import html
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,6 +253,12 @@ def stale_line(reports: str | Path, stale: list[str]) -> str:
             "`dvc repro report` rebuilds it")
 
 
+def _with_study_pages(wheres: Iterable[str]) -> set[str]:
+    """``wheres`` and, for a study measured per model, its page of models (``site/<study>.html``)."""
+    wheres = set(wheres)
+    return wheres | {w.split("/")[0] for w in wheres}
+
+
 def mark_stale(reports: str | Path, stale: list[str], record: dict[str, Any]) -> None:
     """Put the stale line at the top of the index and of each page showing a stale summary (the study's
     page of models too), and take it off the others; a page whose text would not change is not rewritten."""
@@ -259,9 +266,9 @@ def mark_stale(reports: str | Path, stale: list[str], record: dict[str, Any]) ->
 
     reports = Path(reports)
     banner = f'<p class="banner stale">{html.escape(stale_line(reports, stale))}</p>' if stale else ""
-    marked = {page_file(w) for w in stale} | {page_file(w.split("/")[0]) for w in stale}
+    marked = {page_file(w) for w in _with_study_pages(stale)}
     pages = [reports / "index.html"] + [reports / "site" / page_file(w)
-                                        for w in {*record.get("summaries", {}), *(w.split("/")[0] for w in record.get("summaries", {}))}]
+                                        for w in sorted(_with_study_pages(record.get("summaries", {})))]
     for page in pages:
         if not page.is_file():
             continue
