@@ -68,6 +68,17 @@ def _sums(per_target: list[list[float]]) -> dict[str, float]:
     return {s: math.fsum(lps) for s, lps in zip(SENTENCES, per_target)}
 
 
+def _assert_packing_invariant(run) -> None:
+    """``run(pad=, workers=, batch_tokens=)`` (per-target log-probabilities of SENTENCES) sums to the same
+    scores padded or not, on one or two workers, at three budgets."""
+    reference = _sums(run(pad=False, workers=1, batch_tokens=8192))
+    for pad in (False, True):
+        for workers in (1, 2):
+            for batch_tokens in (16, 300, 1 << 16):
+                got = _sums(run(pad=pad, workers=workers, batch_tokens=batch_tokens))
+                _assert_same(got, reference, f"pad={pad}, workers={workers}, batch_tokens={batch_tokens}")
+
+
 @pytest.mark.parametrize("word_l2r", [False, True], ids=["pll", "pll_word_l2r"])
 def test_masked_padded_packing_and_workers_do_not_change_scores(mlm, word_l2r):
     model, tok = mlm
@@ -75,12 +86,7 @@ def test_masked_padded_packing_and_workers_do_not_change_scores(mlm, word_l2r):
     items = [build(encode_masked(tok, s, i, limit=64, truncate=False, word_ids=word_l2r)) for i, s in enumerate(SENTENCES)]
     bh = split_head(model, "masked", list(items[0].enc.ids))
     opts = dict(mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, vocab_size=len(tok))
-    reference = _sums(masked.run_masked(bh, items, pad=False, workers=1, batch_tokens=8192, **opts))
-    for pad in (False, True):
-        for workers in (1, 2):
-            for batch_tokens in (16, 300, 1 << 16):
-                got = _sums(masked.run_masked(bh, items, pad=pad, workers=workers, batch_tokens=batch_tokens, **opts))
-                _assert_same(got, reference, f"pad={pad}, workers={workers}, batch_tokens={batch_tokens}")
+    _assert_packing_invariant(lambda **packing: masked.run_masked(bh, items, **packing, **opts))
 
 
 def test_causal_padded_packing_and_workers_do_not_change_scores(clm):
@@ -88,12 +94,7 @@ def test_causal_padded_packing_and_workers_do_not_change_scores(clm):
     encs = [encode_causal(tok, "", s, i, limit=128, truncate=False) for i, s in enumerate(SENTENCES)]
     bh = split_head(model, "causal", list(encs[0].ids[:-1]))
     opts = dict(pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id, vocab_size=len(tok))
-    reference = _sums(causal.run_causal(bh, encs, pad=False, workers=1, batch_tokens=8192, **opts))
-    for pad in (False, True):
-        for workers in (1, 2):
-            for batch_tokens in (16, 300, 1 << 16):
-                got = _sums(causal.run_causal(bh, encs, pad=pad, workers=workers, batch_tokens=batch_tokens, **opts))
-                _assert_same(got, reference, f"pad={pad}, workers={workers}, batch_tokens={batch_tokens}")
+    _assert_packing_invariant(lambda **packing: causal.run_causal(bh, encs, **packing, **opts))
 
 
 # ---------------------------------------------------------------- lineage
