@@ -73,7 +73,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         print(json.dumps(check.as_dict(args.against), ensure_ascii=False) if args.json else check.describe(args.against),
               flush=True)
     total = sum(counts.values())
-    rest = ", ".join(f"{n} {status}" for status, n in counts.items() if status != "reproduced")
+    rest = ", ".join(f"{n} {'differ' if status == 'differs' and n > 1 else status}"
+                     for status, n in counts.items() if status != "reproduced")
     if not args.json:
         print(f"reproduce against {args.against}: {counts.get('reproduced', 0)} of {total} stage(s) reproduced"
               + (f"; {rest}" if rest else "") + f" (tolerance: integers exact, {tolerance.rule()})")
