@@ -288,6 +288,24 @@ def test_touching_a_module_makes_dvc_status_list_every_stage_that_runs_it(code_p
     assert not missed, f"after editing {path.relative_to(code_pipeline)}, dvc status misses stage(s) running it: {missed}"
 
 
+@pytest.mark.parametrize(("module", "expected"), [
+    ("stereolens.report.site", {"report"}), ("stereolens.report.profile", {"report"}),
+    ("stereolens.lineage.release", set()),
+])
+def test_report_look_and_lineage_tools_rerun_only_what_runs_them(code_pipeline, module, expected):
+    # the study stages need the report contract (what a summary.json must hold) and the markdown
+    # renderer, not the site's HTML or the profile: a comment in site.py must leave their outputs
+    # current; likewise they need lineage's graph and provenance, not the release or reproduce tools
+    path = code_pipeline / module_path(module).relative_to(REPO)
+    original = path.read_text(encoding="utf-8")
+    try:
+        path.write_text(original + "\n# touched by tests/test_dvc_deps.py\n", encoding="utf-8")
+        stale = _stale_stages(code_pipeline)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    assert stale == expected, f"after editing {path.relative_to(code_pipeline)}, dvc status lists {sorted(stale)}"
+
+
 def test_bytecode_and_a_study_readme_change_no_stage(code_pipeline):
     # Python writes __pycache__ beside the code it imports, and a study README is prose: neither
     # changes what a stage computes, so neither may make `dvc status` call a stage modified

@@ -178,9 +178,16 @@ def test_runs_of_one_stage_carry_the_declared_keys(pipeline):
                 k: run.data.tags[t] for k, t in (("model_id", "model"), ("language", "language")) if t in run.data.tags}, key
             # a run whose model scores says in which precision (the tiny models run in the default float32)
             assert run.data.params.get("precision") == ("float32" if key in SCORING_STAGES else None), key
+            if key in SCORING_STAGES - {("heads", "probe")}:  # heads runs its own passes (batch sizes in params)
+                # how the engine packed the passes is in the run's lineage (tags; the scores do not depend on it)
+                assert {"scoring.backend", "scoring.device", "scoring.dtype", "scoring.batch_tokens",
+                        "scoring.padding_side", "scoring.padded_passes"} <= set(run.data.tags), key
+                assert run.data.tags["scoring.padding_side"] == "right", key
         if key != ("pairs", "report"):  # the report's cells are each set's languages x dimensions
             metrics = {frozenset(r.data.metrics) for r in runs}
             assert len(metrics) == 1, (key, metrics)
+    masked_score = next(r for r in by_stage[("crows", "score")] if r.data.tags["model"] == "tiny-masked")
+    assert masked_score.data.tags["scoring.batch_tokens"] == "4096"  # masked.yaml's metric.batch_tokens
     crows = {frozenset(r.data.metrics) for r in by_stage[("crows", "report")]}
     (names,) = crows
     assert "bias_score.race-color" in names  # declared and absent from the tiny data: NaN, still a key

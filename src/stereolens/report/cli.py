@@ -51,6 +51,7 @@ def run_models(params_path: str | Path) -> tuple[list[str], str | None]:
 def _profile(args: argparse.Namespace) -> int:
     from stereolens.errors import DataError
     from stereolens.io import write_csv
+    from stereolens.report.contract import stale_line, stale_pages
     from stereolens.report.profile import build_profile, profile_frame, profile_text
 
     if not Path(args.reports).is_dir():
@@ -58,6 +59,9 @@ def _profile(args: argparse.Namespace) -> int:
     models, primary = run_models(args.params)
     profile = build_profile(args.reports, models=[*args.model, *models], default_model=primary)
     print(profile_text(profile))
+    stale = stale_pages(args.reports)
+    if stale:  # the summaries above are newer than what reports/index.html shows
+        print(stale_line(args.reports, stale))
     if args.csv:
         write_csv(args.csv, profile_frame(profile))
         print(f"profile: {len(profile.models)} model(s) x {len(profile.columns())} cell(s) -> {args.csv}")

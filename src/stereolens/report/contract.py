@@ -17,11 +17,21 @@ Under ``reports/<study>/``:
 The banner of a page is raised from the provenance block and, independently, from
 the provenance columns of the study's tables, so a study that forgets to declare
 simulated judgements still gets its banner.
+
+Whether the built site is current: ``reports/index.html`` records which summary each page
+was built from (:func:`rendered_meta`, a digest per ``summary.json``); a study's report stage
+that writes a different summary says so in one line and marks the index and the pages that
+show it stale, until the ``report`` stage rebuilds them (:func:`flag_stale_site`,
+docs/report.md "When the site is stale").
 """
 
 from __future__ import annotations
 
+import hashlib
+import html
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +61,7 @@ class StudyReport:
     @property
     def page(self) -> str:
         """The page's file name under reports/site/."""
-        return f"{self.name}@{self.model}.html" if self.model else f"{self.name}.html"
+        return page_file(self.where)
 
     @property
     def present(self) -> bool:
@@ -64,6 +74,12 @@ class StudyReport:
             return self.summary["headline"]
         return {k: v for k, v in self.summary.items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def page_file(where: str) -> str:
+    """The file name under reports/site/ of the page of ``<study>`` or ``<study>/<model_id>``."""
+    study, _, model = where.partition("/")
+    return f"{study}@{model}.html" if model else f"{study}.html"
 
 
 def _gate_reports(study: str, folder: Path, quality: Path) -> list[dict[str, Any]]:
@@ -185,3 +201,96 @@ def check_summary(summary: Any, *, where: str = "summary.json") -> None:
         notes = provenance.get("notes")
         if notes is not None and not (isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
             raise DataError(f"{where}: provenance.notes must be a list of sentences")
+
+
+# --------------------------------------------------------------------------- is the built site current?
+RENDERED_META = "stereolens-rendered"
+_RENDERED = re.compile(rf'<meta name="{RENDERED_META}" content="([^"]*)">')
+_STALE_BANNER = re.compile(r'<p class="banner stale">.*?</p>')
+
+
+def summary_digest(folder: str | Path) -> str:
+    """What a page was built from: the sha256 (16 hex digits) of ``folder``'s summary.json."""
+    return hashlib.sha256((Path(folder) / "summary.json").read_bytes()).hexdigest()[:16]
+
+
+def rendered_meta(reports: list[StudyReport], studies: list[str], model_ids: list[str]) -> str:
+    """The ``<meta>`` the index carries: the run's studies and models and, per page shown, the digest of the
+    summary it shows, so that a later summary can tell it is not the one on the site."""
+    record = {"studies": list(studies), "models": list(model_ids),
+              "summaries": {r.where: summary_digest(r.folder) for r in reports if r.present}}
+    return f'<meta name="{RENDERED_META}" content="{html.escape(json.dumps(record, sort_keys=True))}">'
+
+
+def rendered(reports: str | Path = "reports") -> dict[str, Any] | None:
+    """What ``reports/index.html`` was built from (:func:`rendered_meta`), None without a built index."""
+    index = Path(reports) / "index.html"
+    found = _RENDERED.search(index.read_text(encoding="utf-8")) if index.is_file() else None
+    return json.loads(html.unescape(found.group(1))) if found else None
+
+
+def stale_pages(reports: str | Path = "reports", record: dict[str, Any] | None = None) -> list[str]:
+    """The ``<study>`` or ``<study>/<model_id>`` whose summary.json is not the one the built site shows: changed,
+    gone, or new for a study and model of the built run.  Empty when the site is current or not built."""
+    reports = Path(reports)
+    record = record if record is not None else rendered(reports)
+    if record is None:
+        return []
+    shown = record.get("summaries", {})
+    stale = [w for w, digest in shown.items()
+             if not (reports / w / "summary.json").is_file() or summary_digest(reports / w) != digest]
+    for study in record.get("studies", []):
+        of_study = [w for w in shown if w == study or w.startswith(study + "/")]
+        candidates = [f"{study}/{m}" for m in record.get("models", [])] + ([] if of_study else [study])
+        stale += [w for w in candidates if w not in shown and (reports / w / "summary.json").is_file()]
+    return sorted(set(stale))
+
+
+def stale_line(reports: str | Path, stale: list[str]) -> str:
+    """The one line that says the site is stale, in the terminal and on its pages."""
+    shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
+    return (f"site stale: {Path(reports) / 'index.html'} was built before {shown} changed; "
+            "`dvc repro report` rebuilds it")
+
+
+def _with_study_pages(wheres: Iterable[str]) -> set[str]:
+    """``wheres`` and, for a study measured per model, its page of models (``site/<study>.html``)."""
+    wheres = set(wheres)
+    return wheres | {w.split("/")[0] for w in wheres}
+
+
+def mark_stale(reports: str | Path, stale: list[str], record: dict[str, Any]) -> None:
+    """Put the stale line at the top of the index and of each page showing a stale summary (the study's
+    page of models too), and take it off the others; a page whose text would not change is not rewritten."""
+    from stereolens.io import write_text
+
+    reports = Path(reports)
+    banner = f'<p class="banner stale">{html.escape(stale_line(reports, stale))}</p>' if stale else ""
+    marked = {page_file(w) for w in _with_study_pages(stale)}
+    pages = [reports / "index.html"] + [reports / "site" / page_file(w)
+                                        for w in sorted(_with_study_pages(record.get("summaries", {})))]
+    for page in pages:
+        if not page.is_file():
+            continue
+        text = page.read_text(encoding="utf-8")
+        new = _STALE_BANNER.sub("", text)
+        if banner and (page.name == "index.html" and page.parent == reports or page.name in marked):
+            new = new.replace("<main>", "<main>" + banner, 1)
+        if new != text:
+            write_text(page, new)
+
+
+def flag_stale_site(summary_path: str | Path) -> str | None:
+    """After a study's report stage wrote ``summary_path``: when a built site (an index.html up to three
+    folders above) shows another summary there, mark its pages stale and return the line to print."""
+    summary_path = Path(summary_path)
+    for reports in list(summary_path.parents)[1:4]:
+        record = rendered(reports)
+        if record is not None:
+            break
+    else:
+        return None
+    stale = stale_pages(reports, record)
+    mark_stale(reports, stale, record)
+    where = summary_path.parent.relative_to(reports).as_posix()
+    return stale_line(reports, stale) if where in stale else None

@@ -13,7 +13,7 @@ import pandas as pd
 import yaml
 
 from stereolens.io import write_text
-from stereolens.report.contract import StudyReport, model_folders, read_study_report
+from stereolens.report.contract import StudyReport, model_folders, read_study_report, rendered_meta
 from stereolens.report.markdown import MISSING, format_estimate
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ header{background:#1d2330;color:#fff;padding:14px 28px}header a{color:#cfe0ff;ma
 main{max-width:1100px;margin:0 auto;padding:12px 28px 40px}
 h1{font-size:1.6em}h2{border-bottom:1px solid #d5d9e0;padding-bottom:4px;margin-top:1.6em}
 .banner{background:#fff3cd;border:2px solid #c98a00;padding:10px 16px;margin:14px 0;border-radius:6px}
-.banner.gate{background:#fde2e1;border-color:#b3261e}
+.banner.gate{background:#fde2e1;border-color:#b3261e}.banner.stale{background:#e8eefc;border-color:#3056b3}
 .cards{display:flex;flex-wrap:wrap;gap:12px}.card{background:#fff;border:1px solid #d5d9e0;border-radius:6px;padding:10px 14px;min-width:140px}
 .card .v{font-size:1.4em;font-weight:600}.card .k{color:#5b6474;font-size:.85em}
 table{border-collapse:collapse;background:#fff;font-size:.85em;margin:6px 0}td,th{border:1px solid #d5d9e0;padding:3px 7px;text-align:left}
@@ -44,9 +44,9 @@ def _fmt(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _page(title: str, body: str, nav: str) -> str:
+def _page(title: str, body: str, nav: str, head: str = "") -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">{head}'
             f"<style>{_STYLE}</style></head><body><header>{nav}</header><main>{body}</main></body></html>\n")
 
 
@@ -278,7 +278,8 @@ def index_page(reports: list[StudyReport], params: dict[str, Any], profile: Prof
             "every number comes from the files under <code>reports/</code> that the pipeline wrote.</p>"
             + _profile_section(profile) + "<h2>Studies</h2>"
             f"<table><tr><th>study</th><th>model</th><th>headline</th><th>warnings</th></tr>{''.join(rows)}</table>")
-    return _page("stereolens report", body, _nav(studies, ""))
+    # which summary every page shows, so that a study rerun alone can tell the site is stale (contract.flag_stale_site)
+    return _page("stereolens report", body, _nav(studies, ""), head=rendered_meta(reports, studies, models))
 
 
 def build_site(studies: list[str], params: dict[str, Any], reports: str | Path = "reports") -> list[Path]:

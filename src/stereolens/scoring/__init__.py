@@ -23,6 +23,7 @@ _ENGINE_EXPORTS = (
     "score_pairs",
     "score_sentences",
     "score_seq2seq",
+    "scoring_setup",
 )
 
 __all__ = ["MASKED_METRICS", "METRICS", "Metric", "SentenceScore", *_ENGINE_EXPORTS]

@@ -39,6 +39,9 @@ T = TypeVar("T")
 # Logit rows are projected through the output head this many vocabulary entries
 # at a time (32M floats = 128 MiB), so memory stays flat in batch size and vocabulary.
 HEAD_CHUNK_ELEMENTS = 1 << 25
+# Every pass puts a row's tokens first and its padding after them (an attention mask hides the padding;
+# for a causal model right padding never changes an earlier position): the scorers' one padding side.
+PADDING_SIDE = "right"
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,12 @@ def target_logprobs(logits_fn, rows: torch.Tensor, targets: torch.Tensor, vocab_
     if not out:
         return rows.new_zeros(0, dtype=torch.float32)
     return torch.cat(out)
+
+
+def pads_passes(device: torch.device) -> bool:
+    """Whether rows of different lengths share a forward pass (padded) by default: not on a CPU, where a
+    padded position costs as much as a real one (module docstring), everywhere else."""
+    return device.type != "cpu"
 
 
 def cpu_workers(device: torch.device) -> int:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import Segment, longest_first, plan_batches, run_in_workers, target_logprobs
+from stereolens.scoring.batching import Segment, longest_first, pads_passes, plan_batches, run_in_workers, target_logprobs
 from stereolens.scoring.encoding import CausalEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -74,7 +74,7 @@ def run_causal(
     device = device_of(bh.model)
     lengths = [len(it.ids) - 1 for it in items]  # the last token is a target only
     if pad is None:
-        pad = device.type != "cpu"
+        pad = pads_passes(device)
     if workers is None:
         workers = 1
     batches = longest_first(list(plan_batches(lengths, [1] * len(items), max(1, batch_tokens // max(1, workers)), pad=pad)),

@@ -628,3 +628,46 @@ def score_masked_continuations(
         batch_tokens=batch_tokens, cache=cache, identity=identity or backend_identity, per_token=per_token,
         progress=progress,
     )
+
+
+# ---------------------------------------------------------------- lineage
+
+
+def scoring_setup(model: Any, *, batch_tokens: int | None = None) -> dict[str, str]:
+    """How this process scores with ``model`` (a loaded backend, an executor-backed model or a torch
+    model), as the MLflow tags ``scoring.*`` of a scoring run: the backend, device and dtype the
+    weights are in, the token budget per pass, the padding side, whether passes pad (mixed lengths)
+    and how many passes run side by side.  Scores do not depend on these beyond float32 rounding
+    (tests/scoring/test_scoring_batch_invariance.py); they are recorded so that two runs can be
+    compared knowing how each was run.  ``batch_tokens`` None is the engine's default.
+    """
+    import torch
+
+    from stereolens.scoring.batching import PADDING_SIDE, cpu_workers, pads_passes
+    from stereolens.scoring.continuations import is_hf_model
+
+    spec = getattr(model, "spec", None)
+    setup = {"scoring.backend": str(getattr(spec, "backend", None) or getattr(type(model), "backend", None) or "hf"),
+             "scoring.model_class": type(model).__name__}
+    if not (isinstance(model, torch.nn.Module) or is_hf_model(model)):
+        return setup  # a remote endpoint: how its server batches is not ours to know
+    if _scatter_of(model) is not None:
+        # the executor's workers load their own replicas; asking for ``model.model`` would load one here
+        device = torch.device(str(getattr(spec, "device", None) or "cpu"))
+        dtype = str(getattr(spec, "dtype", None) or "float32")
+    else:
+        weights = next((model.model if hasattr(model, "model") and not isinstance(model, torch.nn.Module)
+                        else model).parameters())
+        device, dtype = weights.device, str(weights.dtype).removeprefix("torch.")
+    padded = pads_passes(device)
+    return {
+        **setup,
+        "scoring.device": str(device),
+        "scoring.dtype": dtype,
+        "scoring.batch_tokens": str(batch_tokens or DEFAULT_BATCH_TOKENS),
+        "scoring.padding_side": PADDING_SIDE,
+        "scoring.padded_passes": str(padded).lower(),
+        # masked passes run side by side, one per CPU thread; causal ones one at a time (causal.run_causal)
+        "scoring.masked_workers": str(cpu_workers(device)),
+        "scoring.torch_threads": str(torch.get_num_threads()),
+    }

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from stereolens.scoring.access import BodyHead, device_of
-from stereolens.scoring.batching import Segment, cpu_workers, longest_first, plan_batches, run_in_workers, target_logprobs
+from stereolens.scoring.batching import Segment, cpu_workers, longest_first, pads_passes, plan_batches, run_in_workers, target_logprobs
 from stereolens.scoring.encoding import MaskedEncoding
 from stereolens.scoring.projection import DeferredLogprobs
 
@@ -114,7 +114,7 @@ def run_masked(
             on_item(i, results[i])
     lengths = [len(it.enc.ids) for it in items]
     if pad is None:
-        pad = device.type != "cpu"
+        pad = pads_passes(device)
     if workers is None:
         workers = cpu_workers(device)
     batches = longest_first(list(plan_batches(lengths, remaining, max(1, batch_tokens // max(1, workers)), pad=pad)),

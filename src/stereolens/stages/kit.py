@@ -61,14 +61,20 @@ def load_stage_model(
 
 def write_study_summary(path: str | os.PathLike, summary: Mapping[str, Any]) -> Path:
     """Write a study's ``summary.json`` after checking it against the report contract, and beside it the
-    compact ``headline.json`` DVC compares across experiments (a study's top-level summary only)."""
+    compact ``headline.json`` DVC compares across experiments (a study's top-level summary only).
+
+    Where a built site shows another summary for this study and model (``dvc repro crows_report`` runs no
+    ``report`` stage), one line says so and the site's pages are marked stale until it is rebuilt."""
     from stereolens.io import write_json
-    from stereolens.report.contract import check_summary
+    from stereolens.report.contract import check_summary, flag_stale_site
     from stereolens.tracking.headline import write_headline
 
     check_summary(summary, where=str(path))
     written = write_json(path, dict(summary))
     write_headline(path, summary)
+    stale = flag_stale_site(written)
+    if stale:
+        print(stale)
     return written
 
 

@@ -29,6 +29,7 @@ REPORTS = Path("reports/crows")
 @stage("crows-score", per_model=True)
 def crows_score(args: argparse.Namespace) -> None:
     """Score every CrowS-Pairs pair with the configured model and metric."""
+    from stereolens.scoring import scoring_setup
     from stereolens.studies.crows.scoring import crows_scoring_route, score_crows
     from stereolens.tracking import stage_run
 
@@ -56,8 +57,10 @@ def crows_score(args: argparse.Namespace) -> None:
             scored = pairs.head(0).assign(score_stereo=pd.Series(dtype=float), score_anti=pd.Series(dtype=float))
         else:
             lm = load_stage_model(model_cfg, params_path=args.params)
-            scored = score_crows(lm, pairs, route, metric_cfg["name"],
-                                 batch_tokens=int(metric_cfg.get("batch_tokens", 8192)),
+            batch_tokens = int(metric_cfg.get("batch_tokens", 8192))
+            # how the passes were packed, for the run's lineage (the scores do not depend on it)
+            run.set_tags(scoring_setup(lm, batch_tokens=batch_tokens))
+            scored = score_crows(lm, pairs, route, metric_cfg["name"], batch_tokens=batch_tokens,
                                  truncate=bool(metric_cfg.get("truncate", False)))
             identity, hits, misses = lm.identity, lm.cache.hits, lm.cache.misses
         elapsed = time.perf_counter() - start

@@ -251,6 +251,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
     """Association matrices (32 x 30) of every configured model for one language (+ the baseline if any)."""
     from stereolens.studies.leakage.lexicon import load_lexicon
     from stereolens.studies.leakage.methods import methods_for_kind
+    from stereolens.scoring import scoring_setup
     from stereolens.studies.leakage.scores import baseline_config, baseline_set_matrix, model_configs, score_model
     from stereolens.tracking import stage_run
 
@@ -274,6 +275,7 @@ def leakage_scores(args: argparse.Namespace) -> None:
                        tags={"translation_status": "authored" if language != "en" else "original+authored"}) as run:
             t0 = time.time()
             lm = load_stage_model(model_cfg, params_path=args.params)
+            run.set_tags(scoring_setup(lm, batch_tokens=study.get("batch_tokens")))  # how passes were packed
             out_dir = out_root / model_cfg["id"]
             done = score_model(lm, model_cfg["kind"], methods, lex, language, study, lm.cache, out_dir)
             # times say how the run went, not what was scored: MLflow and the printed line keep them,

@@ -241,6 +241,7 @@ def translate(args: argparse.Namespace) -> None:
 @stage("pairs-evaluate", per_model=True)
 def evaluate(args: argparse.Namespace) -> None:
     """Score every pair and control with the configured model; identity-term fragmentation per language."""
+    from stereolens.scoring import scoring_setup
     from stereolens.stages.kit import load_stage_model, model_dir, model_label
     from stereolens.studies.pairs.analysis import EVALUATION_SETS
     from stereolens.studies.pairs.evaluation import evaluation_sets, fragmentation_table, pairs_metric, score_sets
@@ -253,7 +254,8 @@ def evaluate(args: argparse.Namespace) -> None:
     table = evaluation_sets(p["study.pairs.evaluation"], model)
     lm = load_stage_model(model_cfg, params_path=args.params)
     start = time.perf_counter()
-    scores, stats = score_sets(lm, table, metric, model=model, batch_tokens=int(p["metric"].get("batch_tokens", 8192)),
+    batch_tokens = int(p["metric"].get("batch_tokens", 8192))
+    scores, stats = score_sets(lm, table, metric, model=model, batch_tokens=batch_tokens,
                                truncate=bool(p["metric"].get("truncate", False)))
     write_csv(processed / "scores.csv", scores)
     write_csv(processed / "fragmentation.csv", fragmentation_table(lm.tokenizer, table, model=model))
@@ -266,6 +268,7 @@ def evaluate(args: argparse.Namespace) -> None:
                                            else "PLL-word-l2r summed over all words (AmchiBias Eq. 1)"})
     with stage_run(p["tracking"], EVALUATE_RUN, model=model, axes={"set": EVALUATION_SETS}, scoring_model=model_cfg,
                    params={"metric": metric, "evaluation": p["study.pairs.evaluation"]}) as run:
+        run.set_tags(scoring_setup(lm, batch_tokens=batch_tokens))  # how the passes were packed, for the lineage
         # a set with nothing to score (crows not run, no constructed pairs) is NaN, not absent
         run.log_metrics({f"{k}.{m}": stats.get(k, {}).get(m) for k in EVALUATION_SETS
                          for m in ("pairs", "cache_hits", "cache_misses")})

@@ -413,6 +413,17 @@ def candidate_score(ecfg: dict[str, Any]) -> str:
     return str(ecfg.get("score") or DEFAULT_CANDIDATE_SCORE)
 
 
+def _scoring_setup(model: Any, score: str) -> dict[str, str]:
+    """How the candidates' passes were packed, for the evaluate run's lineage: score_instances runs at the
+    engine's default budget, StereoSet's generative score one text per pass as its reference does."""
+    from stereolens.scoring import scoring_setup
+
+    setup = scoring_setup(model)
+    if score == "stereoset_generative":
+        setup["scoring.batch_tokens"] = "one text per pass"
+    return setup
+
+
 @stage("stereo-evaluate", per_model=True)
 def evaluate(args: argparse.Namespace) -> None:
     """ss / lms / icat per country for each evaluated model, candidates scored given the context."""
@@ -460,7 +471,8 @@ def evaluate(args: argparse.Namespace) -> None:
         summaries[label] = s
         all_scores.append(scores)
         with _run(p, "evaluate", model=label, scoring_model=mcfg,
-                  tags={"instance_sources": ",".join(sorted(s["sources"])), "scoring": s["method"]}) as run:
+                  tags={"instance_sources": ",".join(sorted(s["sources"])), "scoring": s["method"],
+                        **_scoring_setup(model, score)}) as run:
             run.log_metrics({k: s[k] for k in ("ss", "lms", "icat")})
             run.log_artifact(out / "by_country.csv")
         print(f"stereo-evaluate: {label} ss {s['ss']:.1f} lms {s['lms']:.1f} icat {s['icat']:.1f} on {s['n']} instances "
