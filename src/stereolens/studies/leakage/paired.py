@@ -41,11 +41,12 @@ B_MORE = "model_b more"
 NO_DIFFERENCE = "no difference detected"
 UNDECIDABLE = "cannot be decided at this n"
 TEST = ("difference of the two models' coefficients of one human term (estimate_a - estimate_b); standard error "
-        "from a paired cluster bootstrap over groups (one draw of the groups refits both models: GLS at each fit's "
+        "(ours) from a paired cluster bootstrap over groups (one draw of the groups refits both models: GLS at each fit's "
         "REML variance components, {resamples} resamples, seed {seed}); two-sided Wald z-test of difference 0, "
         "interval difference +- z x se; verdict from the uncorrected p at alpha {alpha:g}")
 FAMILY = ("every cell (target language x method x non-target source language) compared for one model pair; "
-          "Holm and Benjamini-Hochberg run over each pair's cells separately")
+          "Holm and Benjamini-Hochberg run over each pair's cells separately; two models are compared only where "
+          "they score with the same method and are of the same kind, so that their coefficients share a unit (ours)")
 COLUMNS = ["model_a", "model_b", "cell", "method", "source", "target", "n", "n_clusters", "estimate_a", "estimate_b",
            "difference", "se_difference", "se_independent", "correlation", "ci_low", "ci_high", "p_value", "p_holm",
            "p_bh", "significant_holm", "significant_bh", "verdict", "mde", "reason"]

@@ -205,7 +205,9 @@ def robustness_table(variants: FitVariants, *, alpha: float = 0.05) -> pd.DataFr
     if "p_cluster" in configured.columns:
         rows.append(_row("standard error (paper: MixedLM's model-based)", "clustered by group (bootstrap)",
                          _edge_keys(configured, alpha=alpha, p_col="p_cluster"), headline, _tests(configured)))
-    return pd.DataFrame(rows, columns=ROBUSTNESS_COLUMNS)
+    table = pd.DataFrame(rows, columns=ROBUSTNESS_COLUMNS)
+    # counts stay whole numbers in the CSV (empty where the variant was not run)
+    return table.astype({"estimate": "Int64", "n": "Int64"})
 
 
 def _row(choice: str, variant: str, edges: set[str], headline: set[str] | None, n_tests: int) -> dict[str, Any]:
