@@ -59,7 +59,7 @@ def dense_gls(df: pd.DataFrame, terms: list[str], sigma2: float, tau2: float) ->
     return np.linalg.solve(x.T @ v_inv @ x, x.T @ v_inv @ df["y"].to_numpy(float))
 
 
-def test_gls_at_the_reml_variance_components_is_mixedlms_estimate_and_model_se():
+def test_gls_at_the_reml_variance_components_is_mixedlms_estimate():
     df = clustered_regression(1)
     result = mixedlm(df, ["H_A"])
     fd = fitted(df, ["H_A"], result)
@@ -226,3 +226,15 @@ def test_the_paired_se_is_the_sd_of_the_paired_resampled_differences():
     # a term one fit lacks has no difference and no standard error
     (missing,) = paired_differences(fa, fb, {"H_A": 0.3}, {"H_A": 0.25}, ["H_B"], resamples=50, seed=4)
     assert math.isnan(missing.difference) and math.isnan(missing.se_difference)
+
+
+def test_one_group_or_no_trait_variance_is_handled_not_raised():
+    df = clustered_regression(30)
+    one = df[df["group"] == "g00"].reset_index(drop=True)
+    errors = cluster_standard_errors(FittedDesign(one, ("H_A",), 9.0, 4.0), resamples=50)
+    assert math.isnan(errors.se["H_A"]) and errors.valid_resamples == 0 and errors.n_clusters == 1
+    # a trait variance on the boundary (0) or missing (NaN) is ordinary least squares
+    x = np.column_stack([df["H_A"], np.ones(len(df))])
+    ols = np.linalg.lstsq(x, df["y"].to_numpy(), rcond=None)[0]
+    for tau2 in (0.0, math.nan):
+        assert gls_estimates(FittedDesign(df, ("H_A",), 9.0, tau2), np.ones((1, len(df))))[0] == pytest.approx(ols)

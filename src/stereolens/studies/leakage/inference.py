@@ -94,7 +94,9 @@ def gls_estimates(fitted: FittedDesign, row_weights: np.ndarray) -> np.ndarray:
     n_t = w @ one_hot  # resamples x traits
     s_x = (w @ (one_hot[:, :, None] * x[:, None, :]).reshape(len(d), n_traits * p)).reshape(-1, n_traits, p)
     s_y = w @ (one_hot * y[:, None])
-    tau2, sigma2 = max(float(fitted.trait_variance), 0.0), float(fitted.residual_variance)
+    # a trait variance on the boundary (0) or not estimated leaves ordinary least squares
+    tau2 = float(fitted.trait_variance) if math.isfinite(fitted.trait_variance) and fitted.trait_variance > 0 else 0.0
+    sigma2 = float(fitted.residual_variance)
     kappa = tau2 / (sigma2 + n_t * tau2)
     a = sxx - np.einsum("bt,btj,btk->bjk", kappa, s_x, s_x)
     b = sxy - np.einsum("bt,btj,bt->bj", kappa, s_x, s_y)
@@ -124,6 +126,8 @@ def cluster_resamples(fits: Sequence[FittedDesign], *, resamples: int = DEFAULT_
     ``fits``, which is what pairs them); returns (one resamples x coefficients array per fit, number of groups).
     The groups are the sorted union of the fits' groups, so one set of groups gives the same draws everywhere."""
     groups = sorted({str(g) for f in fits for g in f.design["group"].unique()})
+    if len(groups) < 2:  # one group cannot be resampled: no clustered error (NaN), not an error
+        return [np.full((int(resamples), len(f.columns)), np.nan) for f in fits], len(groups)
     counts = cluster_draws(len(groups), resamples=resamples, seed=seed)
     index = {g: k for k, g in enumerate(groups)}
     out = []
