@@ -229,3 +229,31 @@ def test_bad_values_are_one_line_config_errors(call, message):
     with pytest.raises(ConfigError) as err:
         call()
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# --- the minimum detectable coefficient of a Wald z-test (leakage edges) ------------------------------
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.05 / 24, 0.01])
+def test_minimum_detectable_coefficient_is_statsmodels_solved_effect_times_se(alpha):
+    """statsmodels' one-sample normal power (both tails) solved for the effect at nobs 1 is the MDE in units of
+    the standard error; the closed form (z + z_power) x se drops only the far tail."""
+    from stereolens.stats.power import minimum_detectable_coefficient
+
+    for se in (0.0123, 0.5, 3.0):
+        solved = NormalIndPower().solve_power(effect_size=None, nobs1=1, alpha=alpha, power=0.8, ratio=0)
+        assert minimum_detectable_coefficient(se, alpha=alpha) == pytest.approx(solved * se, rel=1e-5)
+    # the hand calculation at alpha 0.05: 1.959964 + 0.841621 = 2.801585
+    assert minimum_detectable_coefficient(1.0) == pytest.approx(2.801585, abs=1e-6)
+    # and the two-sided Wald test at that coefficient has 80% power
+    mde = minimum_detectable_coefficient(0.2, alpha=alpha)
+    z = stats.norm.isf(alpha / 2)
+    assert stats.norm.sf(z - mde / 0.2) + stats.norm.cdf(-z - mde / 0.2) == pytest.approx(0.8, abs=1e-5)
+
+
+def test_minimum_detectable_coefficient_without_a_standard_error_is_nan_and_worded():
+    from stereolens.stats.power import minimum_detectable_coefficient, undetected_coefficient
+
+    assert math.isnan(minimum_detectable_coefficient(math.nan)) and math.isnan(minimum_detectable_coefficient(0.0))
+    assert undetected_coefficient(0.0336) == "could not detect a coefficient smaller than 0.0336 in size (80% power at alpha 0.05)"
+    assert "no standard error" in undetected_coefficient(math.nan)

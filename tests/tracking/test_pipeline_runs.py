@@ -96,6 +96,7 @@ def pipeline(tmp_path_factory, repo_root, tiny_causal_lm_dir, tiny_masked_lm_dir
             for language in ("en", "hi"):
                 run_stage("leakage-scores", model="tiny", language=language)
                 run_stage("leakage-fit", model="tiny", language=language)
+            run_stage("leakage-paired")  # one leakage model here: an empty comparison list, its run still logged
             run_stage("leakage-report", model="tiny")
         yield root, uri, dict(written)
     mp.undo()
@@ -124,8 +125,8 @@ def test_no_two_runs_of_one_pipeline_run_share_a_name(pipeline):
     runs = _runs(pipeline[1])
     names = [r.info.run_name for r in runs]
     # crows score + report per model, six pairs stages, one pairs report per set; leakage: human, scores and
-    # fit (ilps, choice) per language, report
-    assert len(runs) == 2 * 2 + 6 + 3 + (1 + 2 + 4 + 1 if SURVEY.is_dir() else 0)
+    # fit (ilps, choice) per language, paired, report
+    assert len(runs) == 2 * 2 + 6 + 3 + (1 + 2 + 4 + 1 + 1 if SURVEY.is_dir() else 0)
     assert len(set(names)) == len(names), sorted(names)
     if SURVEY.is_dir():
         assert {"leakage/fit/tiny/en/ilps", "leakage/fit/tiny/en/choice", "leakage/fit/tiny/hi/ilps",

@@ -30,8 +30,9 @@ def test_leakage_stages_end_to_end(tmp_path, monkeypatch, data_mirror, tiny_caus
     study["methods"]["causal"] = ["ilps", "choice"]  # the paper's methods (the default runs ILPS only)
     # a monolingual baseline for English only (scored with SeT); Hindi has none, so its fits omit LM_HI
     study["baselines"] = {"en": str(tiny_masked_lm_dir), "hi": None}
+    tiny = {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}
     params = {
-        "model": {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"},
+        "model": tiny, "models": {"tiny": tiny}, "model_ids": ["tiny"],
         "language": {"include": None},
         "tracking": {"enabled": False},
         "study": {"leakage": study},
@@ -63,6 +64,8 @@ def test_leakage_stages_end_to_end(tmp_path, monkeypatch, data_mirror, tiny_caus
     en_coef = pd.read_csv("data/processed/leakage/tiny/fit/en/tiny/ilps/coefficients.csv")
     assert list(en_coef["term"]) == ["H_EN", "H_HI", "LM_EN", "Intercept"]
 
+    assert main(["stage", "leakage-paired"]) == 0  # one model: nothing to compare, and it says so
+    assert json.loads(Path("reports/leakage/paired.json").read_text())["comparisons"] == []
     assert main(["stage", "leakage-report"]) == 0
     report = Path("reports/leakage/tiny")
     for name in ("coefficients.csv", "edges.json", "beta_table.csv", "qualitative.csv", "flow.png", "flow.svg", "report.md",
@@ -119,3 +122,21 @@ def test_leakage_stages_end_to_end(tmp_path, monkeypatch, data_mirror, tiny_caus
     bias = summary["position_bias"]["tiny/choice"]
     assert set(bias) == {"EN", "HI"} and all(0 <= v <= 1 for v in bias.values())
     assert "Position bias of the choice task" in text
+    # robustness (issue 32): the choice task ran in both orders, so each order alone is re-aggregated from the
+    # stored per-query probabilities and re-fitted; Hindi has thin groups, so the minimum-annotator rule is re-fitted
+    robustness = pd.read_csv(report / "robustness.csv")
+    assert robustness.iloc[0]["variant"] == "headline"
+    orders = robustness[robustness["choice"] == "choice task orders"]
+    assert list(orders["variant"]) == ["first-listed order only", "second-listed order only"]
+    assert orders["ran"].astype(bool).all()
+    assert bool(robustness.set_index("choice").loc["minimum annotators per group", "ran"])
+    assert summary["robustness"]["not_run"] == 0 and summary["robustness"]["of"] == len(robustness) - 1
+    assert summary["paired"]["comparisons"] == [] and "one model in this run" in summary["paired"]["reason"]
+    choice_dir = Path("data/processed/leakage/tiny/fit/hi/tiny/choice")
+    both = json.loads((choice_dir / "fit.json").read_text())
+    for order in ("first", "second"):
+        one = choice_dir / "variants" / f"choice_{order}_order"
+        # the same (group, trait) cells, other scores: each trait is in one pair per group in either order
+        assert json.loads((one / "fit.json").read_text())["n_obs"] == both["n_obs"]
+        assert not pd.read_csv(one / "coefficients.csv")["estimate"].equals(
+            pd.read_csv(choice_dir / "coefficients.csv")["estimate"])

@@ -294,3 +294,94 @@ def test_holm_and_bh_over_the_non_target_family_by_hand():
     drop = out[out["missing"] == "drop"].set_index("term")
     assert drop.loc["H_EN", "p_holm"] == pytest.approx(0.02) and drop.loc["H_RU", "p_bh"] == pytest.approx(0.04)
     assert adjusted[0]["p_holm"] == pytest.approx(0.008) and adjusted[0]["p_bh"] == pytest.approx(0.008)
+
+
+# ----------------------------------------------------------------------------- issue 32: robustness variants
+
+
+def test_one_order_matrix_is_what_a_one_order_run_scores(lex):
+    """Re-aggregating the stored both-order queries to their first listing gives exactly the scores of a run
+    asked in that order only; the two orders' scores average to the both-order scores (each trait meets each of
+    its opponents once in either order)."""
+    from stereolens.studies.leakage.items import to_matrix
+    from stereolens.studies.leakage.robustness import one_order_matrix
+
+    chooser = FirstOptionScorer(bias=2.0, merit={"wealthy": 1.0, "poor": -0.5})
+    groups = ["woman", "man"]
+    both, per_both, _ = choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=groups)
+    one, _, _ = choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=groups, both_orders=False)
+    like = to_matrix(both, lex.trait_order, lex.group_order)
+    first = one_order_matrix(per_both, "first", like)
+    second = one_order_matrix(per_both, "second", like)
+    pd.testing.assert_frame_equal(first, to_matrix(one, lex.trait_order, lex.group_order))
+    pd.testing.assert_frame_equal((first + second) / 2, like)
+    assert not first.equals(second)  # the planted position bias moves each order's scores
+    # a table asked in one order only has no second listing to split off
+    assert one_order_matrix(choice_scores(chooser, lex, "en", mode="logprob", design="matching", groups=groups,
+                                          both_orders=False)[1], "first", like) is None
+
+
+def _coefficients(rows: list[tuple[str, str, str, float, float]], *, converged: bool = True) -> pd.DataFrame:
+    """Stacked coefficient rows (panel, target, term, estimate, p) of converged fits, with the other p columns."""
+    df = pd.DataFrame(rows, columns=["panel", "target", "term", "estimate", "p"])
+    return df.assign(converged=converged, missing="zero", p_holm=df["p"] * 4, p_bh=df["p"] * 2, p_cluster=df["p"] * 3)
+
+
+def test_robustness_table_names_the_edges_each_variant_loses_or_adds():
+    from stereolens.studies.leakage.robustness import FitVariants, robustness_summary, robustness_table
+
+    configured = _coefficients([("m/ilps", "HI", "H_RU", 0.3, 0.001), ("m/ilps", "HI", "H_EN", 0.1, 0.02),
+                                ("m/ilps", "HI", "H_HI", 0.9, 1e-9),  # the target's own term: never an edge
+                                ("m/ilps", "EN", "H_RU", -0.2, 0.001)])  # negative: not an edge
+    dropped = _coefficients([("m/ilps", "HI", "H_RU", 0.3, 0.001), ("m/ilps", "HI", "H_EN", 0.1, 0.2),
+                             ("m/ilps", "HI", "H_HI", 0.9, 1e-9), ("m/ilps", "EN", "H_RU", 0.2, 0.01)])
+    thin = _coefficients([("m/ilps", "HI", "H_RU", 0.3, 0.001), ("m/ilps", "HI", "H_EN", 0.1, 0.02),
+                          ("m/ilps", "HI", "H_HI", 0.9, 1e-9)])
+    variants = FitVariants(configured=configured, alternative=dropped.assign(missing="drop"), alternative_name="drop",
+                           changed={("minimum annotators per group", "thin groups dropped"): [thin]})
+    table = robustness_table(variants, alpha=0.05).set_index("variant")
+    assert table.loc["headline", "decision"] == "2 edges: m/ilps EN->HI, m/ilps RU->HI"
+    assert table.loc["drop", "decision"] == "2 edges: m/ilps RU->EN, m/ilps RU->HI (lost m/ilps EN->HI; new m/ilps RU->EN)"
+    assert not table.loc["drop", "agrees"]
+    assert table.loc["thin groups dropped", "agrees"]  # the HI fit swapped for its variant, EN kept as configured
+    assert table.loc["Holm over the family of leakage tests", "decision"] == "1 edge: m/ilps RU->HI (lost m/ilps EN->HI)"
+    assert table.loc["Benjamini-Hochberg over the family of leakage tests", "agrees"]  # 0.04 < 0.05
+    assert table.loc["clustered by group (bootstrap)", "estimate"] == 1  # 0.06: EN->HI lost
+    assert table.loc["headline", "n"] == 3  # the leakage tests: non-target terms of converged fits
+    assert not table.loc["first-listed order only", "ran"]  # no choice panel in this run
+    block = robustness_summary(table.reset_index())
+    assert block == {"headline_decision": "2 edges: m/ilps EN->HI, m/ilps RU->HI", "survives": 3, "of": 6,
+                     "not_run": 2, "table": "robustness.csv"}
+
+
+def test_robustness_counts_the_edges_of_unconverged_fits_only_in_their_variant():
+    from stereolens.studies.leakage.robustness import FitVariants, robustness_table
+
+    configured = pd.concat([_coefficients([("m/ilps", "HI", "H_RU", 0.3, 0.001)]),
+                            _coefficients([("m/ilps", "EN", "H_RU", 0.3, 0.001)], converged=False)], ignore_index=True)
+    table = robustness_table(FitVariants(configured=configured), alpha=0.05).set_index("variant")
+    assert table.loc["headline", "estimate"] == 1 and table.loc["headline", "n"] == 1
+    assert table.loc["every fit, converged or not", "decision"] == "2 edges: m/ilps RU->EN, m/ilps RU->HI (new m/ilps RU->EN)"
+    assert table.loc["every fit, converged or not", "n"] == 2
+
+
+def test_mde_columns_cover_the_leakage_tests_at_alpha_and_at_each_familys_bonferroni_level():
+    from statsmodels.stats.power import NormalIndPower
+
+    from stereolens.studies.leakage.fit import with_minimum_detectable
+
+    coef = pd.DataFrame({
+        "panel": "m/ilps", "target": ["HI", "HI", "HI", "HI", "EN", "HI", "HI"],
+        "term": ["H_RU", "H_EN", "H_HI", "Intercept", "H_RU", "H_RU", "H_EN"],
+        "estimate": 0.1, "se": [0.02, 0.05, 0.01, 0.3, 0.04, 0.03, 0.06], "p": 0.2,
+        "missing": ["zero"] * 5 + ["drop"] * 2, "converged": [True] * 4 + [False] + [True] * 2})
+    out = with_minimum_detectable(coef, alpha=0.05, power=0.8)
+    solve = NormalIndPower().solve_power
+    # zero: two tests (the EN fit did not converge), drop: two tests
+    for row in (0, 1, 5, 6):
+        assert out.loc[row, "alpha_adjusted"] == pytest.approx(0.025)
+        assert out.loc[row, "mde"] == pytest.approx(solve(None, nobs1=1, alpha=0.05, power=0.8, ratio=0) * coef.loc[row, "se"], rel=1e-5)
+        assert out.loc[row, "mde_adjusted"] == pytest.approx(
+            solve(None, nobs1=1, alpha=0.025, power=0.8, ratio=0) * coef.loc[row, "se"], rel=1e-5)
+    # the target's own term, the intercept and an unconverged fit's term are no leakage tests
+    assert out.loc[[2, 3, 4], ["mde", "mde_adjusted", "alpha_adjusted"]].isna().all().all()

@@ -15,7 +15,7 @@ from stereolens.errors import DataError
 QUERY_KEYS = ["language", "group", "trait1", "trait2"]
 
 
-def _query_shares(table: pd.DataFrame) -> pd.DataFrame:
+def query_shares(table: pd.DataFrame) -> pd.DataFrame:
     """Per query, the share of trait1 and of trait2: the log-probability table as it is, the
     sampled generations (one row per sample with a ``match`` column) counted per query."""
     if {"p_trait1", "p_trait2"} <= set(table.columns):
@@ -32,7 +32,7 @@ def first_listed_wins(table: pd.DataFrame) -> float | None:
     0.5 is no position preference; 1.0 is a model that always picks the first option.  None for an
     empty table.
     """
-    shares = _query_shares(table)
+    shares = query_shares(table)
     if shares.empty:
         return None
     p1, p2 = shares["p_trait1"].to_numpy(float), shares["p_trait2"].to_numpy(float)

@@ -64,6 +64,12 @@ class LeakageFit:
     optimiser: str | None = None  # the statsmodels optimiser whose result was kept
     optimisers: list[dict[str, Any]] = field(default_factory=list)  # every optimiser tried: converged, llf
     log_likelihood: float | None = None
+    residual_variance: float = math.nan  # MixedLM's REML scale (sigma^2), beside the trait intercept variance
+    # the rows fitted (trait, group, y and the terms): what the cluster bootstrap and the paired comparison resample
+    design: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    # the clustered standard errors' provenance (unit, clusters, resamples) once they are added
+    # (:func:`stereolens.studies.leakage.inference.add_cluster_intervals`)
+    cluster: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -88,6 +94,8 @@ class LeakageFit:
             "log_likelihood": self.log_likelihood,
             "optimisers_tried": self.optimisers,
             "trait_random_intercept_variance": self.trait_variance,
+            "residual_variance": self.residual_variance,
+            "cluster": self.cluster,
             "notes": self.notes,
         }
 
@@ -248,6 +256,8 @@ def fit_leakage(
         optimiser=optimiser,
         optimisers=candidates,
         log_likelihood=_finite_or_none(result.llf),
+        residual_variance=float(result.scale),
+        design=df[["trait", "group", "y", *terms]].copy(),
     )
 
 
@@ -430,11 +440,36 @@ def with_edge_corrections(
     for col in ("significant_holm", "significant_bh"):
         out[col] = corrected[col].reindex(out.index).fillna(False).astype(bool)
     keyed = out.set_index(["panel", "target", "missing", "term"])
+    # what the edges carry of their coefficient rows besides the corrections, where the table has it
+    carried = [c for c in ("se_cluster", "ci_low_cluster", "ci_high_cluster", "p_cluster", "mde", "mde_adjusted")
+               if c in out.columns]
     adjusted = []
     for e in edges:
         row = keyed.loc[(e["panel"], e["target"], e["missing"], human_term(e["source"]))]
-        adjusted.append({**e, "p_holm": float(row["p_holm"]), "p_bh": float(row["p_bh"])})
+        adjusted.append({**e, "p_holm": float(row["p_holm"]), "p_bh": float(row["p_bh"]),
+                         **{c: float(row[c]) for c in carried}})
     return out, adjusted
+
+
+def with_minimum_detectable(coefficients: pd.DataFrame, *, alpha: float = 0.05, power: float = 0.8) -> pd.DataFrame:
+    """``mde`` and ``mde_adjusted``: the smallest coefficient each leakage test (:func:`correction_family`, one
+    family per missing-cell treatment) finds with ``power``, from its own model-based standard error
+    (:func:`stereolens.stats.power.minimum_detectable_coefficient`), at ``alpha`` and at Bonferroni's alpha / m
+    (= Holm's first step; ``alpha_adjusted``).  NaN outside the family: the target's own term, the baseline, the
+    intercept and every term of a fit that did not converge (no edge can be drawn from those)."""
+    from stereolens.stats.power import minimum_detectable_coefficient
+
+    out = coefficients.copy()
+    for col in ("alpha_adjusted", "mde", "mde_adjusted"):
+        out[col] = math.nan
+    family = correction_family(coefficients)
+    for _, rows in family.groupby("missing", sort=False):
+        adjusted_alpha = alpha / len(rows)
+        out.loc[rows.index, "alpha_adjusted"] = adjusted_alpha
+        out.loc[rows.index, "mde"] = [minimum_detectable_coefficient(se, alpha=alpha, power=power) for se in rows["se"]]
+        out.loc[rows.index, "mde_adjusted"] = [minimum_detectable_coefficient(se, alpha=adjusted_alpha, power=power)
+                                               for se in rows["se"]]
+    return out
 
 
 def family_size(coefficients: pd.DataFrame, missing: str) -> int:

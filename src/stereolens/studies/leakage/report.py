@@ -188,7 +188,9 @@ def _edge_lines(
     """The reported edges with their corrected p-values, and the edges of fits that did not converge."""
     lines = ["", f"## {label[0].upper()}{label[1:]} (non-target alpha > 0, p < {alpha:g}; the paper's rule)", ""]
     if reported:
-        cols = [c for c in ["panel", "source", "target", "estimate", "p", "p_holm", "p_bh"] if c in reported[0]]
+        cols = [c for c in ["panel", "source", "target", "estimate", "ci_low", "ci_high", "ci_low_cluster",
+                            "ci_high_cluster", "p", "p_holm", "p_bh", "p_cluster", "mde", "mde_adjusted"]
+                if c in reported[0]]
         lines.append(markdown_table(pd.DataFrame(reported)[cols]))
     else:
         lines.append("No significant edge.\n")
@@ -199,6 +201,68 @@ def _edge_lines(
         lines += [f"Not reported: {len(unconverged)} edge(s) from fits whose MixedLM did not converge: "
                   + ", ".join(f"{e['panel']} {e['source']}->{e['target']}" for e in unconverged) + ".", ""]
     return lines
+
+
+def _undetected_lines(coefficients: pd.DataFrame, *, alpha: float, power: float, power_legend: str) -> list[str]:
+    """The leakage tests of the configured fits that found no edge, with the smallest coefficient each could have
+    found (:func:`stereolens.stats.power.undetected_coefficient`)."""
+    from stereolens.stats.power import undetected_coefficient
+    from stereolens.studies.leakage.fit import correction_family
+
+    if "mde" not in coefficients.columns:
+        return []
+    family = correction_family(coefficients)
+    if "configured" in family.columns:
+        family = family[family["configured"].astype(bool)]
+    quiet = family[~((family["estimate"] > 0) & (family["p"] < alpha))]
+    lines = ["### What the tests without an edge could have found", "", power_legend, ""]
+    if quiet.empty:
+        return lines + ["Every leakage test found an edge.", ""]
+    table = pd.DataFrame({
+        "panel": quiet["panel"], "source": quiet["term"].str[2:], "target": quiet["target"],
+        "estimate": quiet["estimate"], "se": quiet["se"], "p": quiet["p"], "mde": quiet["mde"],
+        "mde_adjusted": quiet["mde_adjusted"],
+        "reading": [undetected_coefficient(m, alpha=alpha, power=power) for m in quiet["mde"]]})
+    return lines + [markdown_table(table)]
+
+
+def _robustness_lines(robustness: pd.DataFrame | None) -> list[str]:
+    if robustness is None or robustness.empty:
+        return []
+    from stereolens.studies.leakage.robustness import robustness_summary
+
+    block = robustness_summary(robustness)
+    return ["## Robustness: does the edge set survive each analysis choice?", "",
+            f"The headline ({block['headline_decision']}) survives {block['survives']} of {block['of']} variants run"
+            + (f"; {block['not_run']} not run (the reason is in the table)" if block["not_run"] else "") + ". "
+            "Each row changes one choice and recomputes the edges from the same stored scores; a variant agrees when "
+            "its edge set is the headline's, edge for edge. estimate: the number of edges; n: the leakage tests "
+            "behind them (a set-valued verdict has no interval, so the interval columns are empty; ours). "
+            "[robustness.csv](robustness.csv)", "",
+            markdown_table(robustness)]
+
+
+def _paired_lines(paired: Mapping[str, Any] | None, model_id: str) -> list[str]:
+    if not paired:
+        return []
+    lines = ["## Paired comparisons with the run's other models", ""]
+    comparisons = paired.get("comparisons") or []
+    if not comparisons:
+        return lines + [f"No comparison: {paired.get('reason', 'nothing to compare')}.", ""]
+    rows = []
+    for c in comparisons:
+        mine = c["model_a"] == model_id
+        rows.append({"other model": c["model_b"] if mine else c["model_a"], "cell": c["cell"],
+                     "this model": c["estimate_a"] if mine else c["estimate_b"],
+                     "other": c["estimate_b"] if mine else c["estimate_a"],
+                     "model_a - model_b": c["difference"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
+                     "se": c["se_difference"], "se if independent": c["se_independent"], "p": c["p_value"],
+                     "p_holm": c["p_holm"], "p_bh": c["p_bh"], "mde": c["mde"],
+                     "verdict": f"{c['verdict']} ({c['model_a']} - {c['model_b']})"})
+    return lines + [f"Test: {paired.get('test', '')}. Family: {paired.get('family', '')}. mde: the smallest difference "
+                    "the test finds with 80% power. 'se if independent' is sqrt(se_a^2 + se_b^2), what comparing the "
+                    "two models' own intervals assumes. [paired.json](../paired.json)", "",
+                    markdown_table(pd.DataFrame(rows))]
 
 
 def report_markdown(
@@ -215,6 +279,11 @@ def report_markdown(
     alpha: float = 0.05,
     correction_legend: str = "",
     position_bias: Mapping[str, Mapping[str, float | None]] | None = None,
+    power_legend: str = "",
+    cluster_legend: str = "",
+    robustness: pd.DataFrame | None = None,
+    paired: Mapping[str, Any] | None = None,
+    power: float = 0.8,
 ) -> str:
     """The report page: what was measured, with which terms, and where the data came from.
 
@@ -251,6 +320,12 @@ def report_markdown(
         lines += _position_bias_lines(position_bias)
     lines += ["## Terms available per fit", ""] + [_fit_line(s) for s in fit_summaries]
     lines += _edge_lines(reported, unconverged, label=label, alpha=alpha, correction_legend=correction_legend)
+    if cluster_legend:
+        lines += [cluster_legend, ""]
+    if power_legend:
+        lines += _undetected_lines(coefficients, alpha=alpha, power=power, power_legend=power_legend)
+    lines += _robustness_lines(robustness)
+    lines += _paired_lines(paired, model_id)
     if "missing" in coefficients.columns and coefficients["missing"].nunique() > 1:
         lines += ["### Edges under both treatments of missing human cells", "",
                   "zero: missing cells (the published files' 999) filled with 0 (the reference code `mixed_effect.py` "

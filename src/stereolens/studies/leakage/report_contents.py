@@ -30,6 +30,7 @@ class LeakageReport:
     label: str  # what the edges are: leakage, or cross-language associations without a baseline
     markdown: str
     summary: dict[str, Any]
+    robustness: pd.DataFrame  # robustness.ROBUSTNESS_COLUMNS, the headline first
 
     @property
     def n_unconverged_edges(self) -> int:
@@ -39,14 +40,20 @@ class LeakageReport:
 def build_report(
     fits: CollectedFits, human: Mapping[str, pd.DataFrame], lex: Lexicon, languages: Sequence[str], *,
     model_id: str, scores_dir: Path, human_provenance: Mapping[str, Any], annotation_source: str,
-    alpha: float = 0.05, top_k: int = 20,
+    alpha: float = 0.05, top_k: int = 20, paired: Mapping[str, Any] | None = None, power: float = 0.8,
 ) -> LeakageReport:
-    """Every table, the page and the summary of the report (the flow figure is drawn from ``reported``)."""
-    from stereolens.stats.multiple import family_description
-    from stereolens.studies.leakage.fit import beta_table, family_size, with_edge_corrections
-    from stereolens.studies.leakage.report import edges_label, position_bias_by_panel, report_markdown
+    """Every table, the page and the summary of the report (the flow figure is drawn from ``reported``).
 
-    coefficients, edges = with_edge_corrections(pd.concat(fits.coefficients, ignore_index=True), fits.edges, alpha=alpha)
+    ``paired`` is the run's ``paired.json`` (the leakage-paired stage); its comparisons with ``model_id`` go into
+    the page and the summary's ``paired`` block."""
+    from stereolens.stats.multiple import family_description
+    from stereolens.studies.leakage.fit import beta_table, family_size, with_edge_corrections, with_minimum_detectable
+    from stereolens.studies.leakage.paired import paired_block
+    from stereolens.studies.leakage.report import edges_label, position_bias_by_panel, report_markdown
+    from stereolens.studies.leakage.robustness import robustness_summary, robustness_table
+
+    stacked = with_minimum_detectable(pd.concat(fits.coefficients, ignore_index=True), alpha=alpha, power=power)
+    coefficients, edges = with_edge_corrections(stacked, fits.edges, alpha=alpha)
     reported = [e for e in edges if e["configured"] and e["converged"]]
     beta = beta_table(fits.beta_inputs, languages)
     qualitative = qualitative_for_edges(reported, human, lex, scores_dir, top_k=top_k)
@@ -59,6 +66,10 @@ def build_report(
     correction_legend = (family_description(n_family, alpha) + f" The family: the non-target human terms of the "
                          f"{n_converged} converged fit(s) of {len(fits.fit_summaries)} (missing human cells "
                          f"{configured_missing}); a fit that did not converge reports no edge and is left out of it.")
+    power_legend = mde_legend(n_family, alpha=alpha, power=power)
+    cluster_legend = cluster_interval_legend(fits.fit_summaries, alpha=alpha)
+    robustness = robustness_table(fit_variants(coefficients, fits), alpha=alpha)
+    paired_comparisons = paired_block(paired or {}, model_id)
     bias = position_bias_by_panel(fits.coverage)
     status = {lang: lex.translation_status(lang) for lang in languages}
     note = ("English templates and prompt are authored around the survey's own wording; Russian, Chinese and Hindi "
@@ -66,13 +77,80 @@ def build_report(
     md = report_markdown(model_id=model_id, coefficients=coefficients, edges=edges, beta=beta,
                          qualitative=qualitative, fit_summaries=fits.fit_summaries, nonmatching=nonmatching,
                          provenance={"translation_note": note, "human": dict(human_provenance)}, coverage=fits.coverage,
-                         alpha=alpha, correction_legend=correction_legend, position_bias=bias)
+                         alpha=alpha, correction_legend=correction_legend, position_bias=bias,
+                         power_legend=power_legend, cluster_legend=cluster_legend, robustness=robustness,
+                         paired=paired_comparisons, power=power)
     summary = report_summary(
         edges, reported, fits.fit_summaries, label=label, alpha=alpha, n_family=n_family,
         correction_legend=correction_legend, position_bias=bias, coverage=fits.coverage,
         human_provenance=human_provenance, translation_status=status, annotation_source=annotation_source, note=note)
+    summary["minimum_detectable"] = {"power": power, "alpha": alpha,
+                                     "alpha_adjusted": alpha / n_family if n_family else None,
+                                     "columns": ["mde", "mde_adjusted"], "legend": power_legend}
+    summary["clustered_intervals"] = {"unit": "group", "columns": ["se_cluster", "ci_low_cluster", "ci_high_cluster",
+                                                                   "p_cluster"],
+                                      "star_uses": "MixedLM's model-based interval and p (the paper's rule)",
+                                      "legend": cluster_legend}
+    summary["robustness"] = robustness_summary(robustness)
+    summary["paired"] = paired_comparisons
     return LeakageReport(coefficients, edges, reported, beta, qualitative, nonmatching, list(fits.panels), label, md,
-                         summary)
+                         summary, robustness)
+
+
+def fit_variants(coefficients: pd.DataFrame, fits: CollectedFits) -> Any:
+    """The robustness inputs: the configured fits (corrected), the other missing-cell treatment's and every
+    variant's coefficient tables (:class:`~stereolens.studies.leakage.robustness.FitVariants`)."""
+    from stereolens.studies.leakage.fit import MISSING_TREATMENTS
+    from stereolens.studies.leakage.robustness import FitVariants
+
+    configured = coefficients[coefficients["configured"].astype(bool)]
+    alternative = coefficients[~coefficients["configured"].astype(bool)]
+    missing = fits.fit_summaries[0]["missing"]
+    variants = FitVariants(configured=configured, alternative=alternative if len(alternative) else None,
+                           alternative_name=next(t for t in MISSING_TREATMENTS if t != missing),
+                           choice_panels=any(panel.endswith("/choice") for panel in fits.panels))
+    for v in fits.variants:
+        key = (v["choice"], v["variant"])
+        variants.changed.setdefault(key, [])
+        if v["ran"]:
+            variants.changed[key].append(v["coefficients"])
+        else:
+            variants.not_run.setdefault(key, []).append(f"{v['panel']} -> {v['target']}: {v['reason']}")
+    return variants
+
+
+def mde_legend(n_family: int, *, alpha: float, power: float) -> str:
+    """What the MDE columns are, in words."""
+    from scipy import stats
+
+    from stereolens.report.markdown import format_cell
+
+    factor = stats.norm.isf(alpha / 2) + stats.norm.ppf(power)
+    adjusted = (f"mde_adjusted: the same at Bonferroni's alpha / m = {format_cell(alpha)} / {n_family} = "
+                f"{format_cell(alpha / n_family)}, the level of Holm's first step (Benjamini-Hochberg has no single "
+                "per-test level, so no MDE is given for it)") if n_family else "mde_adjusted: no family, none"
+    return (f"mde: the smallest leakage coefficient (alpha_l, in the model's score units per unit of human rating) "
+            f"the edge's Wald test finds with {format_cell(power * 100)}% power at alpha {format_cell(alpha)}, "
+            f"(z_(1-alpha/2) + z_power) x se = {format_cell(factor)} x se, from MixedLM's model-based standard error, "
+            "the one the edge rule uses (the closed form drops the far tail's share of the power, below 1e-5, and "
+            f"treats se as known, as the z-test does); {adjusted}. Given for the leakage tests only (non-target human "
+            "terms of converged fits).")
+
+
+def cluster_interval_legend(fit_summaries: Sequence[Mapping[str, Any]], *, alpha: float) -> str:
+    """What the clustered columns are and which interval the edges use."""
+    from stereolens.report.markdown import format_cell
+
+    info = next((s.get("cluster") for s in fit_summaries if s.get("cluster")), None) or {}
+    groups = sorted({int(s["cluster"]["n_clusters"]) for s in fit_summaries if s.get("cluster")})
+    resamples = info.get("resamples", "?")
+    return (f"ci_low_cluster, ci_high_cluster: estimate +- z x se_cluster at {format_cell(100 * (1 - alpha))}%, "
+            f"se_cluster the standard deviation of the coefficient over {resamples} resamples of the groups "
+            f"(cluster unit: the group, {', '.join(map(str, groups)) or '?'} per fit; the fixed effects refitted by "
+            "GLS at the fit's REML variance components; ours), p_cluster its Wald p. The 32 rows of one group share "
+            "the group's words in every template, so MixedLM's interval (ci_low, ci_high), which treats them as "
+            "independent given the trait, can be too narrow. The edges (the paper's rule) use MixedLM's model-based "
+            "interval and p; the robustness table says whether they survive the clustered one.")
 
 
 def qualitative_for_edges(

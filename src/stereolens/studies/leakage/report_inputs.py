@@ -27,6 +27,9 @@ class CollectedFits:
     coverage: dict[str, Any] = field(default_factory=dict)  # language -> scores_coverage
     panels: list[str] = field(default_factory=list)  # model/method, in the order first met
     nonmatching: list[pd.DataFrame] = field(default_factory=list)
+    # the robustness variants of every fit: panel, target, choice, variant, ran, reason and (where run) the
+    # coefficient table in the stacked layout of ``coefficients``
+    variants: list[dict[str, Any]] = field(default_factory=list)
 
     def nonmatching_table(self) -> pd.DataFrame:
         # an empty table (with its columns) when nothing was sampled: the file is a declared stage output
@@ -90,9 +93,26 @@ def _add_panel_fits(found: CollectedFits, entry: Mapping[str, Any], language: st
         if configured:
             found.beta_inputs[(panel, language)] = coef
             found.fit_summaries.append({"panel": panel, **fs})
-        coef = coef.assign(converged=bool(fs.get("converged", False)), missing=fs["missing"], configured=configured)
-        coef.insert(0, "target", language.upper())
-        coef.insert(0, "panel", panel)
-        found.coefficients.append(coef)
+        found.coefficients.append(_stacked(coef, fs, panel, language, configured=configured))
         found.edges.extend({"panel": panel, **{k: v for k, v in e.items() if k != "model"}, "configured": configured}
                            for e in json.loads((out / "edges.json").read_text(encoding="utf-8")))
+    for v in entry.get("variants") or []:
+        variant = {"panel": panel, "target": language.upper(), "choice": v["choice"], "variant": v["variant"],
+                   "ran": bool(v["ran"]), "reason": v.get("reason", ""), "coefficients": None}
+        if v["ran"]:
+            where = Path(v["dir"])
+            fs = json.loads((where / "fit.json").read_text(encoding="utf-8"))
+            variant["coefficients"] = _stacked(pd.read_csv(where / "coefficients.csv"), fs, panel, language,
+                                               configured=False)
+        found.variants.append(variant)
+
+
+def _stacked(coef: pd.DataFrame, fit_summary: Mapping[str, Any], panel: str, language: str, *,
+             configured: bool) -> pd.DataFrame:
+    """One fit's coefficient table in the stacked layout: panel and target first, the fit's convergence, missing
+    treatment and whether it is the configured one after."""
+    coef = coef.assign(converged=bool(fit_summary.get("converged", False)), missing=fit_summary["missing"],
+                       configured=configured)
+    coef.insert(0, "target", language.upper())
+    coef.insert(0, "panel", panel)
+    return coef

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from stereolens.errors import ConfigError
+from stereolens.errors import ConfigError, DataError
 from stereolens.io import write_csv, write_json, write_text
 from stereolens.stages.common import languages_to_run, load_params, stage_params
 from stereolens.stages.registry import stage
@@ -33,11 +34,15 @@ HUMAN_RUN = declare_run("leakage", "human", params=("study",),
 SCORES_RUN = declare_run("leakage", "scores", params=("model", "study"), metrics=("{method}_seconds",))
 FIT_RUN = declare_run("leakage", "fit", params=("fit", "method"),
                       metrics=("alpha_{term}", "p_{term}", "n_edges", "n_obs"))
-REPORT_RUN = declare_run("leakage", "report", params=("study",), metrics=("n_edges", "n_fits"))
+REPORT_RUN = declare_run("leakage", "report", params=("study",),
+                         metrics=("n_edges", "n_fits", "paired_difference.{other}.{cell}"))
+PAIRED_RUN = declare_run("leakage", "paired", params=("study",), metrics=("difference.{pair}.{cell}",))
 
 PROCESSED = Path("data/processed/leakage")
 HUMAN_DIR = PROCESSED / "human"
 REPORT_DIR = Path("reports/leakage")
+# every model's coefficient differences from every other's, edge by edge (leakage-paired; read by each report)
+PAIRED_JSON = REPORT_DIR / "paired.json"
 # the leakage-human gate reports: a declared output of that stage (dvc.yaml), so `dvc checkout` restores them
 HUMAN_GATES_DIR = REPORT_DIR / "quality"
 
@@ -307,7 +312,9 @@ def leakage_fit(args: argparse.Namespace) -> None:
     """Mixed-effects leakage fit for every (model, method) scored in one target language."""
     from stereolens.studies.leakage.fit import (check_missing_treatment, check_thin_rule, fit_missing_treatments,
                                                 human_term)
+    from stereolens.studies.leakage.inference import add_cluster_intervals
     from stereolens.studies.leakage.matrices import read_human_dir, read_score_matrix, read_thin_groups
+    from stereolens.studies.leakage.robustness import variant_fits
     from stereolens.tracking import stage_run
 
     p = stage_params(args, STUDY_KEY, "model.id", "tracking")
@@ -330,6 +337,7 @@ def leakage_fit(args: argparse.Namespace) -> None:
     missing = check_missing_treatment(fit_cfg.get("missing", "zero"))
     thin_rule = check_thin_rule(fit_cfg.get("thin_groups", "keep"))
     alpha = float(fit_cfg.get("alpha", 0.05))
+    resamples, seed = cluster_settings(fit_cfg)
     for model_id, info in manifest["models"].items():
         for method in [m for m in info["methods"] if m in (fit_cfg.get("methods") or [m])]:
             target = read_score_matrix(scores_dir / language / model_id / f"{method}.csv", "model score matrix")
@@ -337,10 +345,19 @@ def leakage_fit(args: argparse.Namespace) -> None:
                            params={"fit": fit_cfg, "method": method}, annotation_source=source,
                            axes={"term": terms}) as run:
                 out = out_root / model_id / method
+                scale = fit_cfg.get("scale", "raw")
                 fits = fit_missing_treatments(target, human, language, baseline=baseline, missing=missing, alpha=alpha,
-                                              scale=fit_cfg.get("scale", "raw"), model=f"{model_id}/{method}",
+                                              scale=scale, model=f"{model_id}/{method}",
                                               thin=thin, thin_rule=thin_rule)
-                entry = {"model": model_id, "method": method, **_write_fits(fits, out)}
+                for _, fit, _ in fits:  # the clustered interval beside MixedLM's, under both treatments
+                    add_cluster_intervals(fit, resamples=resamples, seed=seed, alpha=alpha)
+                queries = scores_dir / language / model_id / "choice_queries.csv"
+                variants = variant_fits(target, human, language, configured=fits[0][1], baseline=baseline, scale=scale,
+                                        missing=missing, alpha=alpha, thin=thin, thin_rule=thin_rule, method=method,
+                                        per_query=pd.read_csv(queries) if method == "choice" and queries.is_file()
+                                        else None)
+                entry = {"model": model_id, "method": method, **_write_fits(fits, out),
+                         "variants": _write_variants(variants, out, alpha=alpha, model=f"{model_id}/{method}")}
                 primary_fit = fits[0][1]
                 # a human term the fit left out (constant in this language) is NaN, not absent
                 by_term = primary_fit.coefficients.set_index("term")
@@ -361,21 +378,102 @@ def _primary_id(args: argparse.Namespace) -> str:
     return str(load_params("model.id", path=args.params)["model.id"])
 
 
+def cluster_settings(fit_cfg: dict[str, Any]) -> tuple[int, int]:
+    """(resamples, seed) of the cluster bootstrap, ``study.leakage.fit.cluster``."""
+    from stereolens.studies.leakage.inference import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+    cfg = fit_cfg.get("cluster") or {}
+    unknown = sorted(set(cfg) - {"resamples", "seed"})
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} in study.leakage.fit.cluster (known: resamples, seed)")
+    resamples, seed = cfg.get("resamples", DEFAULT_RESAMPLES), cfg.get("seed", DEFAULT_SEED)
+    for name, value, low in (("resamples", resamples, 2), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"study.leakage.fit.cluster.{name} must be an integer >= {low}, got {value!r}")
+    return resamples, seed
+
+
 def _write_fits(fits: list[tuple[str, Any, list[dict[str, Any]]]], out: Path) -> dict[str, Any]:
-    """Coefficients, edges and fit summary of each treatment (the first, configured one in ``out``, the other in
-    ``out/alternative_missing``); the summary entry of the fit."""
+    """Coefficients, edges, fit summary and the fitted rows (``design.csv``, what the paired stage resamples) of
+    each treatment (the first, configured one in ``out``, the other in ``out/alternative_missing``); the summary
+    entry of the fit."""
     entry: dict[str, Any] = {}
     for k, (treatment, fit, edges) in enumerate(fits):
         where = out if k == 0 else out / "alternative_missing"
         write_csv(where / "coefficients.csv", fit.coefficients)
         write_json(where / "edges.json", edges)
         write_json(where / "fit.json", fit.summary())
+        write_csv(where / "design.csv", fit.design)
         n_edges = sum(e["converged"] for e in edges)
         if k == 0:
             entry.update({"dir": str(out), "missing": treatment, "n_edges": n_edges})
         else:
             entry["alternative"] = {"dir": str(where), "missing": treatment, "n_edges": n_edges}
     return entry
+
+
+def _write_variants(variants: list[Any], out: Path, *, alpha: float, model: str) -> list[dict[str, Any]]:
+    """Each robustness variant's coefficients, edges and fit summary under ``out/variants/<slug>``; one summary
+    entry per variant, with the reason where it was not run."""
+    from stereolens.studies.leakage.fit import leakage_edges
+
+    entries = []
+    for v in variants:
+        entry: dict[str, Any] = {"choice": v.choice, "variant": v.variant, "ran": v.ran}
+        if v.ran:
+            where = out / "variants" / v.slug
+            edges = leakage_edges(v.fit, alpha=alpha, model=model, converged_only=False)
+            write_csv(where / "coefficients.csv", v.fit.coefficients)
+            write_json(where / "edges.json", edges)
+            write_json(where / "fit.json", v.fit.summary())
+            entry.update({"dir": str(where), "n_edges": sum(e["converged"] for e in edges)})
+        else:
+            entry["reason"] = v.reason
+        entries.append(entry)
+    return entries
+
+
+# --------------------------------------------------------------------------- paired comparisons
+
+
+@stage("leakage-paired")
+def leakage_paired(args: argparse.Namespace) -> None:
+    """Every pair of the run's models: the difference of their coefficients edge by edge (paired bootstrap)."""
+    from stereolens.studies.leakage.paired import (compare_panels, configured_cells, find_panels, paired_document,
+                                                   run_models)
+    from stereolens.tracking import stage_run
+
+    p = load_params(STUDY_KEY, "models", "tracking", path=args.params)
+    study, tracking = p[STUDY_KEY], p["tracking"]
+    fit_cfg = study.get("fit") or {}
+    alpha = float(fit_cfg.get("alpha", 0.05))
+    resamples, seed = cluster_settings(fit_cfg)
+    models = run_models(p["models"], study)
+    ids = [m for m, _ in models]
+    languages = [lang.lower() for lang in study["languages"]]
+    panels = find_panels(PROCESSED, list(p["models"]), languages)
+    table = compare_panels(panels, languages, order=ids, alpha=alpha, resamples=resamples, seed=seed)
+    reason = "" if len(ids) > 1 else f"one model in this run ({ids[0]}): nothing to compare"
+    doc = paired_document(table, ids, alpha=alpha, resamples=resamples, seed=seed, reason=reason)
+    cells = configured_cells(study, [k for _, k in models]) or ["none"]
+    # the report runs log one metric per other model and cell: the same keys in every run, from the configuration
+    doc["metric_cells"] = cells
+    pairs = [f"{a}__{b}" for a, b in itertools.combinations(ids, 2)] or ["none"]
+    with stage_run(tracking, PAIRED_RUN, params={"study": study}, annotation_source=_human_source(
+            read_human_provenance(HUMAN_DIR)), axes={"pair": pairs, "cell": cells}) as run:
+        write_csv(REPORT_DIR / "paired.csv", table)
+        write_json(PAIRED_JSON, doc)
+        values: dict[str, Any] = {f"difference.{pair}.{cell}": None for pair in pairs for cell in cells}
+        for row in table.itertuples():
+            key = f"difference.{row.model_a}__{row.model_b}.{row.method}.{row.source}_to_{row.target}"
+            if key in values:
+                values[key] = row.difference
+        run.log_metrics(values)
+        run.log_artifact(REPORT_DIR / "paired.csv")
+    verdicts = table["verdict"].value_counts().to_dict() if len(table) else {}
+    print(f"leakage paired: {len(table)} comparison(s) of {len(ids)} model(s)"
+          + (f" ({', '.join(f'{n} {v}' for v, n in verdicts.items())})" if verdicts else f" ({doc.get('reason')})")
+          + f" -> {REPORT_DIR / 'paired.csv'}, {PAIRED_JSON}")
 
 
 # --------------------------------------------------------------------------- report
@@ -386,6 +484,7 @@ def leakage_report(args: argparse.Namespace) -> None:
     """Coefficient table, leakage edges, beta table, flow figure, qualitative table, report page."""
     from stereolens.studies.leakage.lexicon import load_lexicon
     from stereolens.studies.leakage.matrices import read_human_dir
+    from stereolens.studies.leakage.paired import difference_metrics
     from stereolens.studies.leakage.report import flow_figure
     from stereolens.studies.leakage.report_contents import build_report
     from stereolens.studies.leakage.report_inputs import collect_fits
@@ -397,13 +496,19 @@ def leakage_report(args: argparse.Namespace) -> None:
     scores_dir, report_dir = _scores_dir(p["model.id"]), model_dir(REPORT_DIR, p["model.id"])
     human_provenance = read_human_provenance(HUMAN_DIR)
     source = _human_source(human_provenance)
+    if not PAIRED_JSON.is_file():
+        raise DataError(f"{PAIRED_JSON} not found: run the leakage-paired stage before leakage-report")
+    paired = json.loads(PAIRED_JSON.read_text(encoding="utf-8"))
     report = build_report(
         collect_fits(_fit_dir(p["model.id"]), scores_dir, languages), read_human_dir(HUMAN_DIR), load_lexicon(study["seed_dir"]),
         languages, model_id=p["model.id"], scores_dir=scores_dir, human_provenance=human_provenance,
         annotation_source=source, alpha=float((study.get("fit") or {}).get("alpha", 0.05)),
-        top_k=int((study.get("report") or {}).get("qualitative_top_k", 20)))
-    with stage_run(tracking, REPORT_RUN, model=p["model.id"], params={"study": study}, annotation_source=source) as run:
+        top_k=int((study.get("report") or {}).get("qualitative_top_k", 20)), paired=paired)
+    others, cells = list(paired.get("models") or [p["model.id"]]), list(paired.get("metric_cells") or ["none"])
+    with stage_run(tracking, REPORT_RUN, model=p["model.id"], params={"study": study}, annotation_source=source,
+                   axes={"other": others, "cell": cells}) as run:
         write_csv(report_dir / "coefficients.csv", report.coefficients)
+        write_csv(report_dir / "robustness.csv", report.robustness)
         write_json(report_dir / "edges.json", report.edges)
         write_csv(report_dir / "beta_table.csv", report.beta)
         write_csv(report_dir / "qualitative.csv", report.qualitative)
@@ -412,7 +517,8 @@ def leakage_report(args: argparse.Namespace) -> None:
                            title=f"{report.label[0].upper()}{report.label[1:]} (human source language -> target language in the model)")
         write_text(report_dir / "report.md", report.markdown)
         write_study_summary(report_dir / "summary.json", report.summary)
-        run.log_metrics({"n_edges": report.summary["n_edges"], "n_fits": report.summary["n_fits"]})
+        run.log_metrics({"n_edges": report.summary["n_edges"], "n_fits": report.summary["n_fits"],
+                         **difference_metrics(paired, p["model.id"], others, cells)})
         run.set_tags({"translation_status": "authored (unreviewed) for ru/zh/hi"})
         for path in [report_dir / "coefficients.csv", report_dir / "report.md", *figs]:
             run.log_artifact(path)
