@@ -145,3 +145,44 @@ class Browser:
         finally:
             ws.close()
         return {"errors": errors, "broken_images": broken, "n_images": n_images, "text": text}
+
+    def horizontal_overflow(self, url: str, width: int = 1400, height: int = 900, timeout: float = 30.0) -> dict:
+        """Open ``url`` in a ``width`` x ``height`` window; return how far the page scrolls sideways
+        (``overflow``: document width minus window width, 0 when it does not) and the elements wider
+        than the window (their tag, class and width), the ones to fix."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
+        target = json.loads(urllib.request.urlopen(request, timeout=10).read())
+        ws = websocket.create_connection(target["webSocketDebuggerUrl"], timeout=timeout)
+        counter = iter(range(1, 10_000))
+
+        def send(method: str, **params):
+            ident = next(counter)
+            ws.send(json.dumps({"id": ident, "method": method, "params": params}))
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                message = json.loads(ws.recv())
+                if message.get("id") == ident:
+                    return message
+                if message.get("method") == "Page.loadEventFired":
+                    loaded.append(True)
+            raise TimeoutError(f"no answer from chromium within {timeout}s for {url}")
+
+        loaded: list[bool] = []
+        try:
+            send("Page.enable")
+            send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+            send("Page.navigate", url=url)
+            deadline = time.time() + timeout
+            while not loaded and time.time() < deadline:
+                if json.loads(ws.recv()).get("method") == "Page.loadEventFired":
+                    loaded.append(True)
+            found = send("Runtime.evaluate", returnByValue=True, expression=(
+                "(() => { const w = document.documentElement.clientWidth;"
+                " const wide = Array.from(document.querySelectorAll('body *'))"
+                "   .filter(e => e.getBoundingClientRect().right > w + 1)"
+                "   .map(e => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`);"
+                " return {window: w, document: document.documentElement.scrollWidth, wide: wide.slice(0, 10)}; })()"
+            ))["result"]["result"]["value"]
+        finally:
+            ws.close()
+        return {"overflow": max(0, found["document"] - found["window"]), "window": found["window"], "wide": found["wide"]}
