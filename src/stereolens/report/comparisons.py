@@ -22,9 +22,11 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from stereolens.errors import DataError
 from stereolens.report.markdown import UNITS, format_cell, format_estimate
@@ -84,7 +86,7 @@ class Comparison:
         return self.verdict
 
     def _difference_unit(self) -> str:
-        return "share_points" if self.unit == "share" else self.unit
+        return {"share": "share_points", "percent": "percent_points"}.get(self.unit, self.unit)
 
     def estimates(self) -> tuple[str, str]:
         return (format_estimate(self.estimate_a, unit=self.unit), format_estimate(self.estimate_b, unit=self.unit))
@@ -236,6 +238,13 @@ def _row(c: Comparison) -> list[str]:
     first, second = c.estimates()
     return [c.cell, f"{c.model_a} vs {c.model_b}", format_cell(c.n), first, second, c.difference_text(),
             format_cell(c.p_value), format_cell(c.p_holm), format_cell(c.p_bh), c.verdict_words(), c.mde_text()]
+
+
+def paired_frame(paired: PairedStudy) -> pd.DataFrame:
+    """The comparisons as a table (``compare --paired --csv``): numbers as numbers, a row per comparison in
+    the order the terminal shows them, with the group a reader sees them under."""
+    rows = [{**{k: v for k, v in asdict(c).items()}, "group": GROUPS[c.group]} for c in _ordered(paired)]
+    return pd.DataFrame(rows, columns=[f.name for f in fields(Comparison)] + ["group"])
 
 
 def _ordered(paired: PairedStudy) -> list[Comparison]:

@@ -43,9 +43,10 @@ def format_cell(value: Any, digits: int = 3) -> str:
             return MISSING
         if math.isinf(number):
             return "inf" if number > 0 else "-inf"
-        if 10 ** digits <= abs(number) < 1e15:
+        text = f"{number:.{digits}g}"
+        if "e+" in text and abs(number) < 1e15:
             return f"{number:.0f}"  # 1235, not 1.24e+03: the integer part is never cut
-        return f"{number:.{digits}g}"
+        return text
     # pipes would end the cell early
     return str(value).replace("|", "\\|").replace("\n", " ")
 
@@ -61,8 +62,8 @@ def markdown_table(df: pd.DataFrame | None, digits: int = 3) -> str:
 
 
 # how an estimate's unit is shown: a share (0-1) and a percentage (0-100) both as "57.6%", a
-# difference of shares in percentage points, anything else (ratios such as PCS, "ratio" or "") as a plain number
-_PERCENT_SCALE = {"share": 100.0, "percent": 1.0, "share_points": 100.0}
+# difference of shares (or of percentages) in percentage points, anything else (ratios such as PCS, "ratio" or "") as a plain number
+_PERCENT_SCALE = {"share": 100.0, "percent": 1.0, "share_points": 100.0, "percent_points": 1.0}
 PLAIN_UNITS = ("", "ratio", "plain")
 UNITS = (*_PERCENT_SCALE, *PLAIN_UNITS)
 
@@ -104,7 +105,7 @@ def format_estimate(value: Any, low: Any = None, high: Any = None, *, unit: str 
     interval = _finite(low) and _finite(high)
     if unit in _PERCENT_SCALE:
         scale = _PERCENT_SCALE[unit]
-        suffix = " pp" if unit == "share_points" else "%"
+        suffix = " pp" if unit.endswith("_points") else "%"
         text = f"{_fixed(float(value) * scale, 1)}{suffix}"
         return text + (f" [{_fixed(float(low) * scale, 1)}, {_fixed(float(high) * scale, 1)}]" if interval else "")
     if not interval:
