@@ -10,7 +10,7 @@ import pandas as pd
 
 from stereolens.figures import save_figure
 from stereolens.io import write_text
-from stereolens.report.markdown import markdown_table
+from stereolens.report.markdown import format_value, markdown_table
 
 
 def saturation_figure(curve: pd.DataFrame, stem: Path) -> None:
@@ -152,7 +152,8 @@ def _instantiation_section(reports: Path, ins: dict[str, Any]) -> list[str]:
              ""]
     tables_d = sorted((reports / "instantiation").glob("tableD_demographics_*_instantiation.csv"))
     if tables_d:
-        lines += [f"Instantiation annotators per country: {ins.get('instantiation_annotators')} (Tables D1-D10 shape; "
+        lines += [f"Instantiation annotators per country: {format_value(ins.get('instantiation_annotators'))} "
+                  "(Tables D1-D10 shape; "
                   "counts of annotators per demographic value and category they wrote for):", ""]
         for path in tables_d:
             country = path.stem.removeprefix("tableD_demographics_").removesuffix("_instantiation")
