@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from stereolens.report.markdown import format_mapping
+from stereolens.report.markdown import format_cell, format_mapping
 from stereolens.studies.leakage.lexicon import Lexicon
 from stereolens.studies.leakage.report_inputs import CollectedFits
 
@@ -96,9 +96,9 @@ def qualitative_for_edges(
 
 def _edge_line(e: Mapping[str, Any], *, corrected: bool) -> str:
     if corrected:
-        return (f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g}, "
-                f"p_holm={e['p_holm']:.2g}, p_bh={e['p_bh']:.2g})")
-    return f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g})"
+        return (f"{e['panel']}: {e['source']}->{e['target']} ({format_cell(e['estimate'])}, p={format_cell(e['p'])}, "
+                f"p_holm={format_cell(e['p_holm'])}, p_bh={format_cell(e['p_bh'])})")
+    return f"{e['panel']}: {e['source']}->{e['target']} ({format_cell(e['estimate'])}, p={format_cell(e['p'])})"
 
 
 def report_summary(
