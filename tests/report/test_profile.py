@@ -357,6 +357,8 @@ def test_profile_command_writes_the_csv(reports, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "57.6% [55.1, 60.0] n=1508" in printed and f"[1] skipped: {CHAT_SKIP}" in printed
     assert f"profile: 2 model(s) x {len(EXPECTED) // 2} cell(s) -> {out}" in printed
+    # the run the summaries come from, as the report pages name it (no git work tree, no dvc.lock here)
+    assert "\nrun: no git commit, no dvc.lock\n" in printed
     table = pd.read_csv(out)
     assert list(table.model) == [CLM, CHAT]
     row = table[table.model == CHAT].iloc[0]

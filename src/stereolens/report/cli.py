@@ -51,6 +51,7 @@ def run_models(params_path: str | Path) -> tuple[list[str], str | None]:
 def _profile(args: argparse.Namespace) -> int:
     from stereolens.errors import DataError
     from stereolens.io import write_csv
+    from stereolens.report.identity import run_identity
     from stereolens.report.profile import build_profile, profile_frame, profile_text
 
     if not Path(args.reports).is_dir():
@@ -58,6 +59,9 @@ def _profile(args: argparse.Namespace) -> int:
     models, primary = run_models(args.params)
     profile = build_profile(args.reports, models=[*args.model, *models], default_model=primary)
     print(profile_text(profile))
+    # the workspace the summaries lie in, as the report pages name their run: the two lines agree while no
+    # stage the report reads has run again since
+    print(f"\nrun: {run_identity(Path(args.reports).resolve().parent).source_words()}")
     if args.csv:
         write_csv(args.csv, profile_frame(profile))
         print(f"profile: {len(profile.models)} model(s) x {len(profile.columns())} cell(s) -> {args.csv}")

@@ -35,13 +35,16 @@ class RunIdentity:
     changed: bool | None  # whether SOURCE_PATHS differ from that commit (None: unknown)
     lock_sha256: str | None  # see the module docstring; None without a dvc.lock
 
-    def words(self) -> str:
-        """One line: ``report built 2025-01-02 03:04:05 UTC, commit 1a2b3c4d5e6f (uncommitted changes to
-        src/conf), dvc.lock 0a1b2c3d4e5f``."""
+    def source_words(self) -> str:
+        """``commit 1a2b3c4d5e6f, dvc.lock 0a1b2c3d4e5f``: what the numbers come from."""
         commit = (f"commit {self.commit[:SHORT]}" + (" with uncommitted changes to its code or configuration"
                                                       if self.changed else "")) if self.commit else "no git commit"
         lock = f"dvc.lock {self.lock_sha256[:SHORT]}" if self.lock_sha256 else "no dvc.lock"
-        return f"report built {self.built}, {commit}, {lock}"
+        return f"{commit}, {lock}"
+
+    def words(self) -> str:
+        """One line: ``report built 2025-01-02 03:04:05 UTC, commit 1a2b3c4d5e6f, dvc.lock 0a1b2c3d4e5f``."""
+        return f"report built {self.built}, {self.source_words()}"
 
 
 def lock_digest(lock: str | Path) -> str | None:
