@@ -125,7 +125,8 @@ def browser(tmp_path_factory):
     b.close()
 
 
-PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absentstudy.html", "site/crows.html"]
+PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absentstudy.html", "site/crows.html",
+         "site/crows@tiny-clm.html", "site/stereo@tiny-clm.html"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -294,7 +295,9 @@ def test_every_page_names_the_run(site):
 
 def test_paired_comparisons_under_the_profile_and_on_the_study_pages(site, browser, tmp_path):
     text = browser.check((site / "index.html").resolve().as_uri(), tmp_path / "index.png")["text"]
-    block = text[text.index("Paired comparisons between models"):text.index("\nStudies\n")]
+    # under each study's model rows: crows' comparisons, stereo's "not computed"
+    block = text[text.index("crows: paired comparisons"):text.index("\nStudies\n")]
+    assert block.index("crows: paired comparisons") < block.index("stereo\n") < block.index("stereo: paired")
     # which differences are significant, which are not, which cannot be decided at this n
     assert "significant differences: 1 (gender (tiny-clm higher))" in block
     assert "no difference detected: 1 (age)" in block and "cannot be decided at this n: 1 (disability)" in block

@@ -273,10 +273,10 @@ def paired_text(paired: PairedStudy | None, study: str) -> str:
     return "\n".join(lines)
 
 
-def paired_html(paired: PairedStudy | None, study: str) -> str:
+def paired_html(paired: PairedStudy | None, study: str, heading: str = "h4") -> str:
     """A study's comparison block for the report site: the counts per verdict in a sentence (which
     differences are significant, which are not, which cannot be decided at this n), then the table."""
-    title = f"<h3>{html.escape(study)}: paired comparisons</h3>"
+    title = f"<{heading}>{html.escape(study)}: paired comparisons</{heading}>"
     if paired is None:
         return (f'{title}<p class="muted">{NOT_COMPUTED}: the study wrote no '
                 f"<code>reports/{html.escape(study)}/{PAIRED_FILE}</code>.</p>")
@@ -296,11 +296,14 @@ def paired_html(paired: PairedStudy | None, study: str) -> str:
             f'<div class="scroll"><table><tr>{head}</tr>{rows}</table></div>')
 
 
-def comparisons_html(reports: str | Path, studies: Sequence[str]) -> str:
-    """The comparison block under the model profile: every profiled study's paired comparisons."""
-    blocks = [paired_html(read_paired(reports, s), s) for s in studies]
-    return ("<h2>Paired comparisons between models</h2><p>On the items both models scored: the difference of the "
-            "two models' estimates with its paired interval and test, adjusted over the study's family of cells "
-            "(Holm and Benjamini-Hochberg). <em>Cannot be decided at this n</em>: even the most lopsided outcome "
-            "these items allow could not reach significance, so no verdict either way is possible.</p>" + "".join(blocks))
+COMPARISONS_LEGEND = (
+    "<em>Paired comparisons</em> (under each study's models): on the items both models scored, the difference "
+    "of the two models' estimates with its paired interval and test, adjusted over the study's family of cells "
+    "(Holm and Benjamini-Hochberg). <em>Cannot be decided at this n</em>: even the most lopsided outcome these "
+    "items allow could not reach significance, so no verdict either way is possible.")
+
+
+def comparison_blocks(reports: str | Path, studies: Sequence[str]) -> dict[str, str]:
+    """Each profiled study's comparison block, to show under its models' rows."""
+    return {s: paired_html(read_paired(reports, s), s) for s in studies}
 

@@ -549,11 +549,12 @@ def profile_text(profile: Profile, width: int = TERMINAL_WIDTH) -> str:
     return "\n".join(lines)
 
 
-def profile_html(profile: Profile, href_prefix: str = "") -> str:
+def profile_html(profile: Profile, href_prefix: str = "", after: Mapping[str, str] | None = None) -> str:
     """The profile as HTML for ``reports/index.html``: a table per study (its column group), a row
     per model; every cell links to its study page (its robustness to the robustness table), shows the n
     behind its value and names its provenance; links are relative to ``reports/`` (``href_prefix``
-    ``../`` for a page under ``reports/site/``)."""
+    ``../`` for a page under ``reports/site/``).  ``after``: HTML to put under a study's table (its paired
+    comparisons between the models)."""
     import html
 
     if not profile.models:
@@ -579,6 +580,6 @@ def profile_html(profile: Profile, href_prefix: str = "") -> str:
             rows.append(f"<tr><th>{html.escape(model)}</th>{''.join(tds)}</tr>")
         page = html.escape(href_prefix + study_page_href(study))
         parts.append(f'<h3><a href="{page}">{html.escape(study)}</a></h3><div class="scroll"><table>'
-                     f"<tr><th>model</th>{head}</tr>{''.join(rows)}</table></div>")
+                     f"<tr><th>model</th>{head}</tr>{''.join(rows)}</table></div>" + (after or {}).get(study, ""))
     legend = "".join(f"<li><strong>{html.escape(k)}</strong>: {html.escape(v)}</li>" for k, v in PROVENANCE_WORDS.items())
     return "".join(parts) + f'<details><summary>Provenance words</summary><ul class="prov">{legend}</ul></details>'

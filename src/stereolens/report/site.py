@@ -39,7 +39,7 @@ h1{font-size:1.6em}h2{border-bottom:1px solid #d5d9e0;padding-bottom:4px;margin-
 .cards{display:flex;flex-wrap:wrap;gap:12px}.card{background:#fff;border:1px solid #d5d9e0;border-radius:6px;padding:10px 14px;min-width:140px}
 .card .v{font-size:1.4em;font-weight:600}.card .k{color:#5b6474;font-size:.85em}
 table{border-collapse:collapse;background:#fff;font-size:.85em;margin:6px 0;max-width:100%}
-td,th{border:1px solid #d5d9e0;padding:3px 7px;text-align:left;overflow-wrap:anywhere}
+td,th{border:1px solid #d5d9e0;padding:3px 7px;text-align:left;overflow-wrap:break-word}
 .scroll{overflow-x:auto;max-width:100%}figure{background:#fff;border:1px solid #d5d9e0;padding:8px;margin:10px 0}figure img{max-width:100%}
 pre{background:#fff;border:1px solid #d5d9e0;padding:8px;white-space:pre-wrap;font-size:.8em}
 .prov,.n{color:#5b6474;font-size:.8em}tr.differ td{background:#fff6e5}.prov.unreviewed{color:#8a5a00}.ok{color:#176f2c;font-weight:600}.bad{color:#b3261e;font-weight:600}.muted{color:#5b6474}
@@ -104,8 +104,13 @@ def _markdown(report: StudyReport, rel: str) -> tuple[str, set[str]]:
     return rendered.replace("<table>", '<div class="scroll"><table>').replace("</table>", "</table></div>"), shown
 
 
+def _boxed(rows: str) -> str:
+    """A table in a box of its own: where its cells cannot wrap enough, it scrolls, not the page."""
+    return f'<div class="scroll"><table>{rows}</table></div>'
+
+
 def _words_table(rows: list[tuple[str, str]]) -> str:
-    return "<table>" + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows) + "</table>"
+    return _boxed("".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows))
 
 
 def _provenance_html(prov: Mapping[str, Any]) -> str:
@@ -125,7 +130,7 @@ def _gates_html(report: StudyReport) -> str:
         f"<td>{html.escape('; '.join(map(str, g['failing'])))}</td>"
         f"<td><a href=\"../{html.escape(Path(os.path.relpath(g['file'], _reports_root(report))).as_posix())}\">"
         f"{html.escape(g['file'].name)}</a></td></tr>" for g in report.gates)
-    return f"<h2>Gates</h2><table><tr><th>gate</th><th>result</th><th>what failed</th><th>report</th></tr>{rows}</table>"
+    return f"<h2>Gates</h2>{_boxed(f'<tr><th>gate</th><th>result</th><th>what failed</th><th>report</th></tr>{rows}')}"
 
 
 def _own_comparisons(report: StudyReport) -> str:
@@ -141,7 +146,7 @@ def _own_comparisons(report: StudyReport) -> str:
         paired = replace(paired, comparisons=[c for c in paired.comparisons if report.model in (c.model_a, c.model_b)])
         if not paired.comparisons:
             paired = replace(paired, reason=f"no comparison involves {report.model}")
-    return paired_html(paired, report.name).replace("<h3>", "<h2>", 1).replace("</h3>", "</h2>", 1)
+    return paired_html(paired, report.name, heading="h2")
 
 
 def study_page(report: StudyReport, studies: list[str], params: dict[str, Any], profile: Profile | None = None,
@@ -174,7 +179,7 @@ def study_page(report: StudyReport, studies: list[str], params: dict[str, Any], 
         model_rows += f"<tr><th>model in summary</th><td>{_fmt(summary['model'])}</td></tr>"
     config = (params.get("study") or {}).get(report.name)
     config_rows = settings(config) if isinstance(config, Mapping) else [("value", format_value(config))]
-    body.append(f"<h2>Model and configuration</h2><table>{model_rows}</table>"
+    body.append(f"<h2>Model and configuration</h2>{_boxed(model_rows)}"
                 f"<details><summary>study.{html.escape(report.name)} (params.yaml)</summary>"
                 f"{_words_table(config_rows)}</details>")
     prov = summary.get("provenance")
@@ -306,9 +311,9 @@ def models_page(study: str, reports: list[StudyReport], studies: list[str], para
     missing = [m for m in run_models if m not in {r.model for r in reports}]
     note = (f'<p class="muted">Not run for {", ".join(html.escape(m) for m in missing)} (no '
             f"<code>reports/{html.escape(study)}/&lt;model&gt;/summary.json</code>).</p>") if missing else ""
-    paired = paired_html(read_paired(_reports_root(reports[0]), study), study) if reports else ""
+    paired = paired_html(read_paired(_reports_root(reports[0]), study), study, heading="h2") if reports else ""
     body = (f"<h1>{html.escape(study)}</h1><p>One page per model measured.</p>"
-            f"<table><tr><th>model</th><th>headline</th></tr>{''.join(rows)}</table>{note}{paired}")
+            f"{_boxed('<tr><th>model</th><th>headline</th></tr>' + ''.join(rows))}{note}{paired}")
     return _page(f"{study}: stereolens report", body, _nav(studies, "../"), identity)
 
 
@@ -327,17 +332,17 @@ def model_profile(reports: list[StudyReport], params: dict[str, Any], pages: Col
 
 
 def _profile_section(profile: Profile | None, reports: Path | None = None) -> str:
-    from stereolens.report.comparisons import comparisons_html
+    from stereolens.report.comparisons import COMPARISONS_LEGEND, comparison_blocks
     from stereolens.report.profile import profile_html
 
     if profile is None:
         return ""
-    compared = comparisons_html(reports, profile.studies) if reports is not None else ""
+    blocks = comparison_blocks(reports, profile.studies) if reports is not None else {}
     return ("<h2>Model profile</h2><p>Every model across every study: hover a cell for its detail or the reason it "
             "is empty, click it for the study page; under each value, the n behind it and its provenance; "
             "<em>robustness</em>: of the analysis choices the study recomputes its headline under, how many reach "
-            "the same decision (click it for the table).</p>"
-            + profile_html(profile) + compared)
+            f"the same decision (click it for the table). {COMPARISONS_LEGEND}</p>"
+            + profile_html(profile, after=blocks))
 
 
 def index_page(reports: list[StudyReport], params: dict[str, Any], profile: Profile | None = None,
@@ -361,7 +366,7 @@ def index_page(reports: list[StudyReport], params: dict[str, Any], profile: Prof
     body = (f"<h1>stereolens report</h1><p>Models {listed} (the first is the primary). One page per study and model; "
             "every number comes from the files under <code>reports/</code> that the pipeline wrote.</p>"
             + _profile_section(profile, root) + "<h2>Studies</h2>"
-            f"<table><tr><th>study</th><th>model</th><th>headline</th><th>warnings</th></tr>{''.join(rows)}</table>")
+            + _boxed("<tr><th>study</th><th>model</th><th>headline</th><th>warnings</th></tr>" + "".join(rows)))
     return _page("stereolens report", body, _nav(studies, ""), identity)
 
 
