@@ -95,6 +95,12 @@ def reports(tmp_path: Path) -> Path:
            {"enforced": False, "gates": {"construct_validity": {"observed": 0.1875, "threshold": 0.8, "passed": False},
                                          "inter_judge_alpha": {"observed": None, "threshold": 0.6, "passed": None,
                                                                "note": "needs at least two judges"}}})
+    # the base model was asked in Hindi too, and every Prompt A answer was invalid (wrong language): its LDI hi
+    # has no valid response, which is not "not measured"
+    (root / "pcs" / CLM / "tables").mkdir()
+    pd.DataFrame({"model": [CLM] * 3, "language": ["hi", "hi", "ur"], "condition": ["A", "B", "A"],
+                  "n_responses": [12, 12, 12], "n_excluded": [12, 3, 0]}).to_csv(
+        root / "pcs" / CLM / "tables" / "excluded_responses.csv", index=False)
     _write(root / "pcs" / CHAT / "summary.json",
            {"pcs": 0.138, "cap_util": 0.135, "n_excluded": 0, "ldi": {"hi": {"a": 4.9}, "ur": {"a": 5.1, "b": 4.9}},
             "hud": {"overall": 0.1}, "provenance": pcs_prov})
@@ -148,7 +154,9 @@ EXPECTED = {
     (CLM, "pcs", "gate: inter-judge agreement (Krippendorff's alpha)"): (
         "n/a: undefined for this run (needs at least two judges)", "llm_panel, simulated, authored translation",
         "site/pcs.html"),
-    (CLM, "pcs", "LDI hi"): ("n/a: not measured for this model", "", "site/pcs.html"),
+    (CLM, "pcs", "LDI hi"): ("n/a: no valid responses: all 12 Prompt A responses in hi were excluded as invalid "
+                             "(tables/excluded_responses.csv)", "llm_panel, simulated, authored translation",
+                             "site/pcs.html"),
     # ratios of score gains, never percentages
     (CHAT, "pcs", "PCS"): ("0.138", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CHAT, "pcs", "capability utilisation"): ("0.135", "llm_panel, simulated, authored translation", "site/pcs.html"),

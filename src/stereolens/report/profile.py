@@ -303,6 +303,25 @@ def _gate_cells(gates: Mapping[str, Any]) -> list[Cell]:
     return cells
 
 
+def _languages_without_valid_responses(folder: Path, measured: set[str]) -> list[Cell]:
+    """An LDI cell for each language the model was asked in whose every Prompt A response was excluded as invalid
+    (``tables/excluded_responses.csv``): "no valid responses", not "not measured", since the language was run."""
+    path = folder / "tables" / "excluded_responses.csv"
+    if not path.is_file():
+        return []
+    table = pd.read_csv(path, dtype={"language": str, "condition": str})
+    if not {"language", "condition", "n_responses", "n_excluded"} <= set(table.columns):
+        raise DataError(f"{path}: needs columns language, condition, n_responses, n_excluded")
+    cells = []
+    for language, part in table[table["condition"] == "A"].groupby("language", sort=True):
+        asked, excluded = int(part["n_responses"].sum()), int(part["n_excluded"].sum())
+        if language not in measured and asked and excluded == asked:
+            cells.append(Cell("pcs", f"LDI {language}", reason=f"no valid responses: all {asked} Prompt A responses in "
+                                                               f"{language} were excluded as invalid "
+                                                               "(tables/excluded_responses.csv)"))
+    return cells
+
+
 def pcs_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     n_excluded = summary.get("n_excluded")
     pcs_reason = _undefined(f"all {n_excluded} scenario-feature cells excluded: the explicit prompt gained less "
@@ -322,6 +341,7 @@ def pcs_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
         mean = sum(values) / len(values) if values else None
         cells.append(Cell("pcs", f"LDI {lang}", mean, detail=f"mean over {len(values)} features (ours)",
                           reason="" if mean is not None else _undefined("no valid Prompt A score")))
+    cells += _languages_without_valid_responses(folder, set(summary.get("ldi") or {}))
     hud = (summary.get("hud") or {}).get("overall")
     cells.append(Cell("pcs", "HUD", hud, reason="" if hud is not None else _undefined("needs valid hi and ur scores")))
     gates_file = folder / "gates.json"
