@@ -65,19 +65,8 @@ class Browser:
     def text_when(self, url: str, ready, timeout: float = 60.0, screenshot: Path | None = None) -> str:
         """Open ``url`` (a page that renders after load, such as a single-page app) and return its text
         once ``ready(text)`` holds, or the last text seen when ``timeout`` runs out."""
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
-        target = json.loads(urllib.request.urlopen(request, timeout=10).read())
-        ws = websocket.create_connection(target["webSocketDebuggerUrl"], timeout=timeout)
-        counter = iter(range(1, 10_000))
-
-        def send(method: str, **params):
-            ident = next(counter)
-            ws.send(json.dumps({"id": ident, "method": method, "params": params}))
-            while True:
-                message = json.loads(ws.recv())
-                if message.get("id") == ident:
-                    return message
-
+        ws = self._open_tab(timeout)
+        send = self._sender(ws)
         try:
             send("Page.navigate", url=url)
             deadline, text = time.time() + timeout, ""
@@ -145,3 +134,51 @@ class Browser:
         finally:
             ws.close()
         return {"errors": errors, "broken_images": broken, "n_images": n_images, "text": text}
+
+    def _open_tab(self, timeout: float):
+        """A new tab's DevTools connection."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/json/new?about:blank", method="PUT")
+        target = json.loads(urllib.request.urlopen(request, timeout=10).read())
+        return websocket.create_connection(target["webSocketDebuggerUrl"], timeout=timeout)
+
+    @staticmethod
+    def _sender(ws, on_event=None):
+        """``send(method, **params)``: the command's answer; every other message on the way to ``on_event``."""
+        counter = iter(range(1, 10_000))
+
+        def send(method: str, **params):
+            ident = next(counter)
+            ws.send(json.dumps({"id": ident, "method": method, "params": params}))
+            while True:
+                message = json.loads(ws.recv())
+                if message.get("id") == ident:
+                    return message
+                if on_event is not None:
+                    on_event(message)
+        return send
+
+    def horizontal_overflow(self, url: str, width: int = 1400, height: int = 900, timeout: float = 30.0) -> dict:
+        """Open ``url`` in a ``width`` x ``height`` window; return how far the page scrolls sideways
+        (``overflow``: document width minus window width, 0 when it does not) and the elements reaching past
+        the window's right edge (tag, class, right edge), the ones to look at when it does."""
+        ws = self._open_tab(timeout)
+        loaded: list[bool] = []
+        send = self._sender(ws, lambda m: loaded.append(True) if m.get("method") == "Page.loadEventFired" else None)
+        try:
+            send("Page.enable")
+            send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+            send("Page.navigate", url=url)
+            deadline = time.time() + timeout
+            while not loaded and time.time() < deadline:
+                if json.loads(ws.recv()).get("method") == "Page.loadEventFired":
+                    loaded.append(True)
+            found = send("Runtime.evaluate", returnByValue=True, expression=(
+                "(() => { const w = document.documentElement.clientWidth;"
+                " const wide = Array.from(document.querySelectorAll('body *'))"
+                "   .filter(e => e.getBoundingClientRect().right > w + 1)"
+                "   .map(e => `${e.tagName.toLowerCase()}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`);"
+                " return {window: w, document: document.documentElement.scrollWidth, wide: wide.slice(0, 10)}; })()"
+            ))["result"]["result"]["value"]
+        finally:
+            ws.close()
+        return {"overflow": max(0, found["document"] - found["window"]), "window": found["window"], "wide": found["wide"]}

@@ -38,7 +38,10 @@ def reports(tmp_path: Path) -> Path:
     # crows: the base model scores, the chat model is skipped by the study itself
     _write(root / "crows" / CLM / "summary.json",
            {"model": CLM, "n": 1508, "bias_score": 0.576, "ci_low": 0.551, "ci_high": 0.6, "p_value": 4.7e-9,
-            "skipped": None, "provenance": HUMAN})
+            "skipped": None, "provenance": HUMAN,
+            # issue 32's robustness block: the headline's decision under every analysis choice the study varies
+            "robustness": {"headline_decision": "stereotypical sentence preferred", "survives": 3, "of": 4,
+                           "not_run": 1, "table": "robustness.csv"}})
     _write(root / "crows" / CHAT / "summary.json",
            {"model": CHAT, "n": 0, "bias_score": None, "skipped": CHAT_SKIP, "provenance": HUMAN})
     # leakage: two languages; one edge EN -> HI for the base model, none for the chat model, whose
@@ -92,6 +95,12 @@ def reports(tmp_path: Path) -> Path:
            {"enforced": False, "gates": {"construct_validity": {"observed": 0.1875, "threshold": 0.8, "passed": False},
                                          "inter_judge_alpha": {"observed": None, "threshold": 0.6, "passed": None,
                                                                "note": "needs at least two judges"}}})
+    # the base model was asked in Hindi too, and every Prompt A answer was invalid (wrong language): its LDI hi
+    # has no valid response, which is not "not measured"
+    (root / "pcs" / CLM / "tables").mkdir()
+    pd.DataFrame({"model": [CLM] * 3, "language": ["hi", "hi", "ur"], "condition": ["A", "B", "A"],
+                  "n_responses": [12, 12, 12], "n_excluded": [12, 3, 0]}).to_csv(
+        root / "pcs" / CLM / "tables" / "excluded_responses.csv", index=False)
     _write(root / "pcs" / CHAT / "summary.json",
            {"pcs": 0.138, "cap_util": 0.135, "n_excluded": 0, "ldi": {"hi": {"a": 4.9}, "ur": {"a": 5.1, "b": 4.9}},
             "hud": {"overall": 0.1}, "provenance": pcs_prov})
@@ -110,9 +119,9 @@ EXPECTED = {
     (CLM, "crows", "bias score"): ("57.6% [55.1, 60.0]", "human", "site/crows.html"),
     (CHAT, "crows", "bias score"): (f"n/a: skipped: {CHAT_SKIP}", "", "site/crows.html"),
     (CLM, "leakage", "edges into EN"): ("0", "human, authored translation", "site/leakage.html"),
-    (CLM, "leakage", "edges out of EN"): ("1 (EN->HI 0.0218 [0.0056, 0.038] (ilps))", "human, authored translation",
+    (CLM, "leakage", "edges out of EN"): ("1 (EN->HI 0.0218 [0.0056, 0.0380] (ilps))", "human, authored translation",
                                          "site/leakage.html"),
-    (CLM, "leakage", "edges into HI"): ("1 (EN->HI 0.0218 [0.0056, 0.038] (ilps))", "human, authored translation",
+    (CLM, "leakage", "edges into HI"): ("1 (EN->HI 0.0218 [0.0056, 0.0380] (ilps))", "human, authored translation",
                                        "site/leakage.html"),
     (CLM, "leakage", "edges out of HI"): ("0", "human, authored translation", "site/leakage.html"),
     **{(CHAT, "leakage", f"edges {way} {lang}"): ("0", "human, authored translation", "site/leakage.html")
@@ -129,7 +138,7 @@ EXPECTED = {
     (CHAT, "pairs", "bias (crows, en)"): ("52.0% [49.5, 54.5]", "human", "site/pairs.html"),
     (CLM, "stereo", "ss"): ("27.2% [15.2, 39.4]", "authored", "site/stereo.html"),
     (CLM, "stereo", "lms"): ("54.7% [45.3, 66.7]", "authored", "site/stereo.html"),
-    (CLM, "stereo", "icat"): ("29.7 [16.4, 46]", "authored", "site/stereo.html"),
+    (CLM, "stereo", "icat"): ("29.7 [16.4, 46.0]", "authored", "site/stereo.html"),
     (CHAT, "stereo", "ss"): ("60.0%", "authored", "site/stereo.html"),
     (CHAT, "stereo", "lms"): ("80.0%", "authored", "site/stereo.html"),
     (CHAT, "stereo", "icat"): ("64", "authored", "site/stereo.html"),
@@ -140,24 +149,44 @@ EXPECTED = {
     (CLM, "pcs", "LDI ur"): ("2.5", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CLM, "pcs", "HUD"): ("n/a: undefined for this run (needs valid hi and ur scores)",
                           "llm_panel, simulated, authored translation", "site/pcs.html"),
-    (CLM, "pcs", "gate construct_validity"): ("0.188 FAILED (threshold 0.8, not enforced)",
-                                              "llm_panel, simulated, authored translation", "site/pcs.html"),
-    (CLM, "pcs", "gate inter_judge_alpha"): ("n/a: undefined for this run (needs at least two judges)",
-                                             "llm_panel, simulated, authored translation", "site/pcs.html"),
-    (CLM, "pcs", "LDI hi"): ("n/a: not measured for this model", "", "site/pcs.html"),
-    (CHAT, "pcs", "PCS"): ("13.8%", "llm_panel, simulated, authored translation", "site/pcs.html"),
-    (CHAT, "pcs", "capability utilisation"): ("13.5%", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "gate: construct validity"): ("0.188 FAILED (threshold 0.8, not enforced)",
+                                               "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "gate: inter-judge agreement (Krippendorff's alpha)"): (
+        "n/a: undefined for this run (needs at least two judges)", "llm_panel, simulated, authored translation",
+        "site/pcs.html"),
+    (CLM, "pcs", "LDI hi"): ("n/a: no valid responses: all 12 Prompt A responses in hi were excluded as invalid "
+                             "(tables/excluded_responses.csv)", "llm_panel, simulated, authored translation",
+                             "site/pcs.html"),
+    # ratios of score gains, never percentages
+    (CHAT, "pcs", "PCS"): ("0.138", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CHAT, "pcs", "capability utilisation"): ("0.135", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CHAT, "pcs", "LDI hi"): ("4.9", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CHAT, "pcs", "LDI ur"): ("5", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CHAT, "pcs", "HUD"): ("0.1", "llm_panel, simulated, authored translation", "site/pcs.html"),
-    (CHAT, "pcs", "gate construct_validity"): ("0.9 passed (threshold 0.8)", "llm_panel, simulated, authored translation",
-                                               "site/pcs.html"),
-    (CHAT, "pcs", "gate inter_judge_alpha"): ("n/a: not measured for this model", "", "site/pcs.html"),
+    (CHAT, "pcs", "gate: construct validity"): ("0.9 passed (threshold 0.8)",
+                                                "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CHAT, "pcs", "gate: inter-judge agreement (Krippendorff's alpha)"): ("n/a: not measured for this model", "",
+                                                                          "site/pcs.html"),
     (CLM, "heads", "top heads (Spain)"): ("L16H1 (+0.094±0.060)", "authored", "site/heads.html"),
     (CLM, "heads", "probe accuracy (Spain)"): ("75.0%", "authored", "site/heads.html"),
     (CHAT, "heads", "top heads (Spain)"): ("n/a: study not run for this model", "", "site/heads.html"),
     (CHAT, "heads", "probe accuracy (Spain)"): ("n/a: study not run for this model", "", "site/heads.html"),
+    # beside every study's cells its robustness: the table where the study wrote one, else "not computed"
+    (CLM, "crows", "robustness"): ("survives 3 of 4 (1 not run)", "human", f"crows/{CLM}/robustness.csv"),
+    (CHAT, "crows", "robustness"): (f"n/a: skipped: {CHAT_SKIP}", "", "site/crows.html"),
+    **{(model, study, "robustness"): ("n/a: not computed (no robustness block in summary.json)", "",
+                                      f"site/{study}.html")
+       for study in ("leakage", "pairs", "stereo", "pcs", "heads") for model in (CLM, CHAT)
+       if (model, study) != (CHAT, "heads")},
+    (CHAT, "heads", "robustness"): ("n/a: study not run for this model", "", "site/heads.html"),
 }
+# the n behind each value (the terminal shows it after the value)
+EXPECTED_N = {(CLM, "crows", "bias score"): 1508, (CLM, "pairs", "bias (starter, en)"): 60,
+              (CLM, "pairs", "hyperlocal gap (starter, en)"): 60, (CLM, "pairs", "bias (starter, kok)"): 60,
+              (CLM, "pairs", "hyperlocal gap (starter, kok)"): 60, (CLM, "pairs", "bias (crows, en)"): 1508,
+              (CHAT, "pairs", "bias (crows, en)"): 1508, **{(m, "stereo", k): 40 for m in (CLM, CHAT)
+                                                            for k in ("ss", "lms", "icat")},
+              (CLM, "heads", "probe accuracy (Spain)"): 2}
 
 
 def _cells(profile) -> dict:
@@ -170,6 +199,7 @@ def test_every_cell_of_two_models_profile(reports):
     profile = build_profile(reports, models=[CLM, CHAT])
     assert profile.models == [CLM, CHAT]  # the per-set pairs/starter/summary.json is not a model
     assert _cells(profile) == EXPECTED
+    assert {key: c.n for key in EXPECTED for c in [profile.cell(*key)] if c.n is not None} == EXPECTED_N
     # numbers stay numbers beside their text, with the interval in the study's own scale
     crows = profile.cell(CLM, "crows", "bias score")
     assert (crows.value, crows.low, crows.high, crows.unit) == (0.576, 0.551, 0.6, "share")
@@ -206,11 +236,14 @@ def test_the_csv_is_a_row_per_model_with_every_cell_in_its_columns(reports, tmp_
     assert list(table.model) == [CLM, CHAT]
     rows = table.set_index("model")
     # a column group per study, in the profile's order; the interval, verdict and reason only where a cell has one
-    assert list(table.columns[:7]) == ["model", "crows.bias score", "crows.bias score.low", "crows.bias score.high",
-                                       "crows.bias score.reason", "crows.provenance", "crows.link"]
+    assert list(table.columns[:11]) == ["model", "crows.bias score", "crows.bias score.low", "crows.bias score.high",
+                                        "crows.bias score.n", "crows.bias score.reason", "crows.robustness",
+                                        "crows.robustness.reason", "crows.robustness.link", "crows.provenance",
+                                        "crows.link"]
     assert [c for c in table.columns if c.startswith("stereo.")] == [
-        "stereo.ss", "stereo.ss.low", "stereo.ss.high", "stereo.lms", "stereo.lms.low", "stereo.lms.high",
-        "stereo.icat", "stereo.icat.low", "stereo.icat.high", "stereo.provenance", "stereo.link"]
+        "stereo.ss", "stereo.ss.low", "stereo.ss.high", "stereo.ss.n", "stereo.lms", "stereo.lms.low",
+        "stereo.lms.high", "stereo.lms.n", "stereo.icat", "stereo.icat.low", "stereo.icat.high", "stereo.icat.n",
+        "stereo.robustness", "stereo.robustness.reason", "stereo.provenance", "stereo.link"]
     # pairs' sets rest on different data: a provenance per cell, not one for the study
     assert "pairs.provenance" not in table.columns and "pairs.bias (crows, en).provenance" in table.columns
     # numbers stay numbers, the interval in its own columns, in the study's own scale
@@ -222,10 +255,14 @@ def test_the_csv_is_a_row_per_model_with_every_cell_in_its_columns(reports, tmp_
     assert rows.loc[CHAT, "crows.bias score.reason"] == f"skipped: {CHAT_SKIP}"
     assert (rows.loc[CHAT, "pcs.PCS"], rows.loc[CHAT, "pcs.provenance"], rows.loc[CHAT, "pcs.link"]) == \
         (0.138, "llm_panel, simulated, authored translation", "site/pcs.html")
-    assert (rows.loc[CLM, "pcs.gate construct_validity"], rows.loc[CLM, "pcs.gate construct_validity.verdict"]) == \
+    assert (rows.loc[CLM, "pcs.gate: construct validity"], rows.loc[CLM, "pcs.gate: construct validity.verdict"]) == \
         (0.1875, "FAILED (threshold 0.8, not enforced)")
     assert (rows.loc[CLM, "leakage.edges out of EN"], rows.loc[CLM, "leakage.edges out of EN.verdict"]) == \
-        (1, "(EN->HI 0.0218 [0.0056, 0.038] (ilps))")
+        (1, "(EN->HI 0.0218 [0.0056, 0.0380] (ilps))")
+    # the n behind each value in a column of its own; the robustness as the count of choices that agree
+    assert (rows.loc[CLM, "crows.bias score.n"], rows.loc[CLM, "stereo.ss.n"]) == (1508, 40)
+    assert (rows.loc[CLM, "crows.robustness"], rows.loc[CLM, "crows.robustness.link"]) == \
+        (3, f"crows/{CLM}/robustness.csv")
     # every cell of the profile is in the CSV, with its provenance and link
     for (model, study, measure), (_, provenance, link) in EXPECTED.items():
         cell, row = profile.cell(model, study, measure), rows.loc[model]
@@ -258,7 +295,7 @@ def test_a_study_never_run_and_the_single_model_layout(tmp_path):
     assert profile.models == ["primary-x", CLM]
     assert profile.cell(CLM, "crows", "bias score").text == "60.0% [55.0, 65.0]"
     assert profile.cell("primary-x", "crows", "bias score").reason == "study not run for this model"
-    assert profile.cell("primary-x", "pcs", "PCS").text == "20.0%"
+    assert profile.cell("primary-x", "pcs", "PCS").text == "0.2"
     assert profile.cell("primary-x", "pcs", "judge gates").reason == "no gates.json beside summary.json"
     assert profile.cell(CLM, "heads", "all measures").text == "n/a: study not run (no summary.json under reports/heads/)"
 
@@ -302,7 +339,14 @@ def test_provenance_label(prov, label):
     ((0.5755968, 0.5503979, 0.6001326), {"unit": "share"}, "57.6% [55.0, 60.0]"),
     ((27.179, 15.196, 39.367), {"unit": "percent"}, "27.2% [15.2, 39.4]"),
     ((-0.2666667,), {"unit": "share_points"}, "-26.7 pp"),
-    ((29.7406, 16.372, 45.98), {}, "29.7 [16.4, 46]"),
+    ((29.7406, 16.372, 45.98), {}, "29.7 [16.4, 46.0]"),
+    # bounds at the estimate's decimals, whatever their own digits: the interval reads as one precision
+    ((0.5755968, 0.55, 0.6), {}, "0.576 [0.550, 0.600]"),
+    ((0.0218, 0.0056, 0.038), {}, "0.0218 [0.0056, 0.0380]"),
+    ((-1.2781, -1.9, 0.4), {"unit": "ratio"}, "-1.28 [-1.90, 0.40]"),
+    ((-0.00001, -0.2, 0.3), {}, "0.000 [-0.200, 0.300]"),
+    ((6.603e-05, 1e-05, 9e-05), {}, "6.6e-05 [1e-05, 9e-05]"),
+    ((1234.5678,), {}, "1235"),
     ((3,), {}, "3"),
     ((None, 0.1, 0.2), {"unit": "share"}, "n/a"),
     ((float("nan"),), {}, "n/a"),
@@ -319,8 +363,10 @@ def test_profile_command_writes_the_csv(reports, tmp_path, capsys):
     params.write_text(f"model:\n  id: {CLM}\nmodels:\n  {CLM}: {{}}\n  {CHAT}: {{}}\n", encoding="utf-8")
     assert main(["profile", "--reports", str(reports), "--params", str(params), "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "57.6% [55.1, 60.0]" in printed and f"[1] skipped: {CHAT_SKIP}" in printed
+    assert "57.6% [55.1, 60.0] n=1508" in printed and f"[1] skipped: {CHAT_SKIP}" in printed
     assert f"profile: 2 model(s) x {len(EXPECTED) // 2} cell(s) -> {out}" in printed
+    # the run the summaries come from, as the report pages name it (no git work tree, no dvc.lock here)
+    assert "\nrun: no git commit, no dvc.lock\n" in printed
     table = pd.read_csv(out)
     assert list(table.model) == [CLM, CHAT]
     row = table[table.model == CHAT].iloc[0]
@@ -388,17 +434,20 @@ def test_terminal_shows_a_row_per_model_in_each_studys_column_group(reports):
     assert max(len(line) for line in lines) <= 100
     start = lines.index("stereo  (provenance: authored; pages: site/stereo.html)")
     assert [re.split(r"\s{2,}", line.strip()) for line in lines[start + 1:start + 4]] == [
-        ["model", "ss", "lms", "icat"],
-        [CLM, "27.2% [15.2, 39.4]", "54.7% [45.3, 66.7]", "29.7 [16.4, 46]"],
-        [CHAT, "60.0%", "80.0%", "64"]]
+        ["model", "ss", "lms", "icat", "robustness"],
+        [CLM, "27.2% [15.2, 39.4] n=40", "54.7% [45.3, 66.7] n=40", "29.7 [16.4, 46.0] n=40", "n/a [1]"],
+        [CHAT, "60.0% n=40", "80.0% n=40", "64 n=40", "n/a [1]"]]
     start = lines.index("crows  (provenance: human; pages: site/crows.html)")
-    assert lines[start + 1:start + 5] == ["  model      bias score", f"  {CLM}  57.6% [55.1, 60.0]",
-                                          f"  {CHAT}  n/a [1]", f"  [1] skipped: {CHAT_SKIP}"]
+    assert lines[start + 1:start + 5] == ["  model      bias score                 robustness",
+                                          f"  {CLM}  57.6% [55.1, 60.0] n=1508  survives 3 of 4 (1 not run)",
+                                          f"  {CHAT}  n/a [1]                    n/a [1]",
+                                          f"  [1] skipped: {CHAT_SKIP}"]
     # pairs has more measures than 100 columns hold: its group is cut into tables, each with every model
     pairs = lines[lines.index(next(x for x in lines if x.startswith("pairs  "))):]
     pairs = pairs[:pairs.index("")]
     assert sum(line.startswith("  model  ") for line in pairs) >= 2
     # every cell is shown, with the reason of every empty one
-    assert _terminal_cells(text) == {key: text for key, (text, _, _) in EXPECTED.items()}
+    assert _terminal_cells(text) == {key: text + (f" n={EXPECTED_N[key]}" if key in EXPECTED_N else "")
+                                     for key, (text, _, _) in EXPECTED.items()}
     assert lines[-len(PROVENANCE_WORDS) - 1] == "provenance words:"
     assert lines[-len(PROVENANCE_WORDS)].startswith("  human: written or judged by people")

@@ -59,3 +59,16 @@ def register_models_resolver() -> None:
 
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, _resolve)
+
+
+def run_models(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every model a composed config's run measures, primary first: ``models`` in ``model_ids`` order (the
+    ids dvc.yaml's per-model stages run over), else the one ``model``.  What ``stereolens plan`` counts."""
+    models = config.get("models") or {}
+    ids = list(config.get("model_ids") or models)
+    if not ids:
+        return [dict(config["model"])]
+    missing = [i for i in ids if i not in models]
+    if missing:
+        raise ConfigError(f"model_ids {missing} have no entry in models (known: {', '.join(models) or 'none'})")
+    return [dict(models[i]) for i in ids]

@@ -52,6 +52,7 @@ def _profile(args: argparse.Namespace) -> int:
     from stereolens.errors import DataError
     from stereolens.io import write_csv
     from stereolens.report.contract import stale_line, stale_pages
+    from stereolens.report.identity import run_identity
     from stereolens.report.profile import build_profile, profile_frame, profile_text
 
     if not Path(args.reports).is_dir():
@@ -59,6 +60,9 @@ def _profile(args: argparse.Namespace) -> int:
     models, primary = run_models(args.params)
     profile = build_profile(args.reports, models=[*args.model, *models], default_model=primary)
     print(profile_text(profile))
+    # the workspace the summaries lie in, as the report pages name their run: the two lines agree while no
+    # stage the report reads has run again since
+    print(f"\nrun: {run_identity(Path(args.reports).resolve().parent).source_words()}")
     stale = stale_pages(args.reports)
     if stale:  # the summaries above are newer than what reports/index.html shows
         print(stale_line(args.reports, stale))

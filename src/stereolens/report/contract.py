@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from stereolens.lineage.provenance import UNREVIEWED_KINDS, describe_unreviewed, provenance_of, status_word, unreviewed_kind
+from stereolens.report.words import expectation_words, gate_name, panel_gate_words
 
 
 @dataclass
@@ -92,10 +93,13 @@ def _gate_reports(study: str, folder: Path, quality: Path) -> list[dict[str, Any
             continue
         report = json.loads(path.read_text(encoding="utf-8"))
         passed = next((report[k] for k in ("success", "all_passed", "passed") if isinstance(report.get(k), bool)), None)
-        failing = [r.get("expectation", "?") for r in report.get("results", []) if isinstance(r, dict) and not r.get("success", True)]
+        # what failed, in words a person reads (report/words.py), never the Great Expectations id
+        failing = [expectation_words(r) for r in report.get("results", []) if isinstance(r, dict) and not r.get("success", True)]
         if not failing and isinstance(report.get("gates"), dict):
-            failing = [name for name, g in report["gates"].items() if isinstance(g, dict) and g.get("passed") is False]
-        found.append({"file": path, "suite": report.get("suite") or path.stem, "passed": passed, "failing": failing,
+            failing = [panel_gate_words(name, g) for name, g in report["gates"].items()
+                       if isinstance(g, dict) and g.get("passed") is False]
+        suite = report.get("suite") or path.stem
+        found.append({"file": path, "suite": suite, "name": gate_name(suite), "passed": passed, "failing": failing,
                       "enforced": report.get("enforced")})
     return found
 
@@ -169,8 +173,8 @@ def read_study_report(study: str, reports: str | Path = "reports", model: str | 
                          if g["file"] not in {h["file"] for h in result.gates} and not _in_model_folder(g["file"], shared, model_ids or [model])]
     table_counts = {str(t): c for t in result.tables for t, c in provenance_of(t).items()}
     result.banner = _banner(summary, table_counts)
-    result.gate_warnings = [f"gate {g['suite']} FAILED" + (f" ({', '.join(map(str, g['failing']))})" if g["failing"] else "")
-                            + ("" if g.get("enforced") in (None, True) else ": reported, not enforced")
+    result.gate_warnings = [f"{g['name']}: FAILED" + (f" ({'; '.join(map(str, g['failing']))})" if g["failing"] else "")
+                            + ("" if g.get("enforced") in (None, True) else ", reported, not enforced")
                             for g in result.gates if g["passed"] is False]
     return result
 

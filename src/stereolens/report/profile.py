@@ -11,6 +11,10 @@ machine, and translations the project wrote), the study page it links to and, wh
 has no value, the reason: the study was not run, was not run for this model, skipped
 this model (a chat model has no CrowS score), or its data leave the number undefined.
 
+Beside each study's cells, the model's robustness (issue 32): ``survives k of n`` from the summary's
+``robustness`` block, linking to ``robustness.csv``, or ``not computed`` where the study wrote none
+(report/comparisons.py reads it).  Every value carries the n behind it where the summary gives one.
+
 Choices that are ours, not the papers': LDI per language is shown as the mean over the
 scenario features (the study's tables give every feature); pairs' hyperlocal gap is
 hyperlocal minus pan-regional bias score (AmchiBias Figure 2 shows the two bars).
@@ -19,7 +23,7 @@ hyperlocal minus pan-regional bias score (AmchiBias Figure 2 shows the two bars)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +32,10 @@ import pandas as pd
 
 from stereolens.errors import DataError
 from stereolens.lineage.provenance import status_word, unreviewed_kind
+from stereolens.report.comparisons import NOT_COMPUTED, read_robustness
 from stereolens.report.contract import check_summary
-from stereolens.report.markdown import MISSING, format_cell, format_estimate
+from stereolens.report.markdown import MISSING, format_cell, format_estimate, format_n
+from stereolens.report.words import measure_name
 
 PROFILE_STUDIES = ("crows", "leakage", "pairs", "stereo", "pcs", "heads")
 # what each provenance word under a value means (shown under the profile)
@@ -58,13 +64,20 @@ class Cell:
     link: str = ""
     reason: str = ""  # why there is no value
     verdict: str = ""  # shown right after the value: a gate's result, a leakage cell's edges
+    n: int | None = None  # the items, pairs or instances behind the value
+    shown: str = ""  # the value in words where a number alone says too little ("survives 3 of 4")
 
     @property
     def text(self) -> str:
-        shown = format_estimate(self.value, self.low, self.high, unit=self.unit)
+        shown = self.shown or format_estimate(self.value, self.low, self.high, unit=self.unit)
         if shown == MISSING:
             return f"{MISSING}: {self.reason}" if self.reason else MISSING
         return f"{shown} {self.verdict}" if self.verdict else shown
+
+    @property
+    def text_with_n(self) -> str:
+        """:attr:`text` and the n behind it (``57.6% [55.1, 60.0] n=1508``)."""
+        return f"{self.text} {format_n(self.n)}" if self.value is not None and format_n(self.n) else self.text
 
 
 @dataclass
@@ -168,6 +181,11 @@ def provenance_label(prov: Mapping[str, Any] | None) -> str:
 # ---------------------------------------------------------------- one study's cells
 
 
+def _count(value: Any) -> int | None:
+    """A summary's n as a count, None where it gives none."""
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value else None
+
+
 def _undefined(note: Any = None) -> str:
     if note and str(note).startswith("undefined"):
         return str(note)
@@ -196,7 +214,7 @@ def _bias_interval(entry: Mapping[str, Any]) -> tuple[Any, Any, str]:
 def crows_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     value = summary.get("bias_score")
     low, high, ties = _bias_interval(summary)
-    return [Cell("crows", "bias score", value, low, high, unit="share",
+    return [Cell("crows", "bias score", value, low, high, unit="share", n=_count(summary.get("n")),
                  detail=f"{format_cell(summary.get('n'))} pairs, binomial p {format_cell(summary.get('p_value'))}"
                         f"{ties}",
                  reason="" if value is not None else _undefined("no pair scored"))]
@@ -243,15 +261,17 @@ def pairs_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
             lang = run.get("language", "?")
             low, high, ties = _bias_interval(run)
             cells.append(Cell("pairs", f"bias ({name}, {lang})", run.get("bias_score"), low, high, unit="share",
-                              detail=f"{format_cell(run.get('n'))} pairs{ties}",
+                              detail=f"{format_cell(run.get('n'))} pairs{ties}", n=_count(run.get("n")),
                               provenance=prov, reason="" if run.get("bias_score") is not None else _undefined()))
             gap = run.get("hyperlocal_vs_pan_regional")
             if gap:
                 detail = (f"hyperlocal {format_estimate(gap.get('hyperlocal'), unit='share')} "
                           f"(n {gap.get('n_hyperlocal')}) - pan-regional "
                           f"{format_estimate(gap.get('pan_regional'), unit='share')} (n {gap.get('n_pan_regional')})")
+                n_gap = [_count(gap.get(k)) for k in ("n_hyperlocal", "n_pan_regional")]
                 cells.append(Cell("pairs", f"hyperlocal gap ({name}, {lang})", gap.get("difference"),
                                   unit="share_points", detail=detail, provenance=prov,
+                                  n=sum(n_gap) if None not in n_gap else None,
                                   reason="" if gap.get("difference") is not None
                                   else _undefined("a group class has no pairs")))
     return cells
@@ -262,7 +282,7 @@ def stereo_cells(summary: Mapping[str, Any], folder: Path, model: str) -> list[C
     cells = []
     for key, unit in (("ss", "percent"), ("lms", "percent"), ("icat", "")):
         low, high = _interval(entry, key)
-        cells.append(Cell("stereo", key, entry.get(key), low, high, unit=unit,
+        cells.append(Cell("stereo", key, entry.get(key), low, high, unit=unit, n=_count(entry.get("n")),
                           detail=f"{format_cell(entry.get('n'))} instances",
                           reason="" if entry.get(key) is not None else _undefined("no instance scored")))
     return cells
@@ -275,10 +295,30 @@ def _gate_cells(gates: Mapping[str, Any]) -> list[Cell]:
         threshold = gate.get("threshold")
         terms = [f"threshold {format_cell(threshold)}"] if threshold is not None else []
         terms += [] if gates.get("enforced", True) else ["not enforced"]
-        cells.append(Cell("pcs", f"gate {name}", gate.get("observed"), gate.get("ci_low"), gate.get("ci_high"),
+        cells.append(Cell("pcs", f"gate: {measure_name(name)}", gate.get("observed"), gate.get("ci_low"),
+                          gate.get("ci_high"), n=_count(gate.get("n")),
                           verdict=f"{verdict} ({', '.join(terms)})" if terms else verdict,
                           detail=str(gate.get("note") or ""),
                           reason="" if gate.get("observed") is not None else _undefined(gate.get("note"))))
+    return cells
+
+
+def _languages_without_valid_responses(folder: Path, measured: set[str]) -> list[Cell]:
+    """An LDI cell for each language the model was asked in whose every Prompt A response was excluded as invalid
+    (``tables/excluded_responses.csv``): "no valid responses", not "not measured", since the language was run."""
+    path = folder / "tables" / "excluded_responses.csv"
+    if not path.is_file():
+        return []
+    table = pd.read_csv(path, dtype={"language": str, "condition": str})
+    if not {"language", "condition", "n_responses", "n_excluded"} <= set(table.columns):
+        raise DataError(f"{path}: needs columns language, condition, n_responses, n_excluded")
+    cells = []
+    for language, part in table[table["condition"] == "A"].groupby("language", sort=True):
+        asked, excluded = int(part["n_responses"].sum()), int(part["n_excluded"].sum())
+        if language not in measured and asked and excluded == asked:
+            cells.append(Cell("pcs", f"LDI {language}", reason=f"no valid responses: all {asked} Prompt A responses in "
+                                                               f"{language} were excluded as invalid "
+                                                               "(tables/excluded_responses.csv)"))
     return cells
 
 
@@ -286,15 +326,22 @@ def pcs_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     n_excluded = summary.get("n_excluded")
     pcs_reason = _undefined(f"all {n_excluded} scenario-feature cells excluded: the explicit prompt gained less "
                             "than the minimum" if n_excluded else None)
-    cells = [Cell("pcs", "PCS", summary.get("pcs"), unit="share",
+    # PCS and capability utilisation are ratios of score gains (they can pass 1 and fall below 0): plain
+    # numbers, never percentages
+    # the cells PCS averages: statistics.json beside the summary counts them (n_included)
+    statistics = _read_json(folder / "statistics.json") if (folder / "statistics.json").is_file() else {}
+    n_cells = _count(summary.get("n_included", statistics.get("n_included") if isinstance(statistics, Mapping) else None))
+    cells = [Cell("pcs", "PCS", summary.get("pcs"), unit="ratio", n=n_cells,
+                  detail=f"mean over {format_cell(n_cells)} scenario-feature cells" if n_cells is not None else "",
                   reason="" if summary.get("pcs") is not None else pcs_reason),
-             Cell("pcs", "capability utilisation", summary.get("cap_util"), unit="share",
+             Cell("pcs", "capability utilisation", summary.get("cap_util"), unit="ratio",
                   reason="" if summary.get("cap_util") is not None else _undefined(summary.get("cap_util_note")))]
     for lang, features in (summary.get("ldi") or {}).items():
         values = [v for v in (features or {}).values() if isinstance(v, (int, float))]
         mean = sum(values) / len(values) if values else None
         cells.append(Cell("pcs", f"LDI {lang}", mean, detail=f"mean over {len(values)} features (ours)",
                           reason="" if mean is not None else _undefined("no valid Prompt A score")))
+    cells += _languages_without_valid_responses(folder, set(summary.get("ldi") or {}))
     hud = (summary.get("hud") or {}).get("overall")
     cells.append(Cell("pcs", "HUD", hud, reason="" if hud is not None else _undefined("needs valid hi and ur scores")))
     gates_file = folder / "gates.json"
@@ -317,7 +364,8 @@ def heads_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
                           detail=f"Shapley value of {summary.get('value', 'accuracy')}",
                           reason="" if row.get("top_heads") else _undefined("no head attributed")))
         cells.append(Cell("heads", f"probe accuracy ({country})", row.get("probe_test_accuracy"), unit="share",
-                          detail=f"held out, {format_cell(row.get('pruning_instances'))} instances"))
+                          detail=f"held out, {format_cell(row.get('pruning_instances'))} instances",
+                          n=_count(row.get("pruning_instances"))))
     return cells
 
 
@@ -332,11 +380,16 @@ def _study_cells(study: str, summary: Mapping[str, Any], folder: Path, model: st
 # ---------------------------------------------------------------- the profile
 
 
-def study_page_href(study: str, model: str | None = None, reports: Path | None = None) -> str:
+def study_page_href(study: str, model: str | None = None, reports: Path | None = None,
+                    pages: Collection[str] | None = None) -> str:
     """The page a cell links to, relative to ``reports/``: the model's own study page where the
-    site has one (``site/<study>@<model>.html``, the per-model layout), else the study page."""
-    if model and reports is not None and (reports / "site" / f"{study}@{model}.html").is_file():
-        return f"site/{study}@{model}.html"
+    site has one (``site/<study>@<model>.html``, the per-model layout; ``pages``, the site's page
+    names, when the site is being written, else the files under ``reports/site/``), else the study page."""
+    page = f"{study}@{model}.html"
+    if model and pages is not None:
+        return f"site/{page}" if page in pages else f"site/{study}.html"
+    if model and reports is not None and (reports / "site" / page).is_file():
+        return f"site/{page}"
     return f"site/{study}.html"
 
 
@@ -345,23 +398,42 @@ def _placeholder(study: str, measures: Iterable[str], reason: str, link: str) ->
     return [Cell(study, m, reason=reason, link=link) for m in measures]
 
 
-def _measured(study: str, model: str, folder: Path, reports: Path) -> list[Cell] | str:
-    """The cells one model's summary of ``study`` gives, each with its provenance and link; or,
-    when the study skipped the model, the study's reason."""
+ROBUSTNESS = "robustness"
+
+
+def robustness_cell(study: str, summary: Mapping[str, Any], folder: Path, reports: Path) -> Cell:
+    """``survives k of n`` beside the study's cells, linking to the model's robustness table; ``not computed``
+    where the summary has no ``robustness`` block (issue 32's contract, report/comparisons.py)."""
+    found = read_robustness(summary, folder, reports)
+    if found is None:
+        return Cell(study, ROBUSTNESS, reason=f"{NOT_COMPUTED} (no robustness block in summary.json)")
+    # the value is the count of choices that agree (a number in the CSV); "of n" is in its words
+    return Cell(study, ROBUSTNESS, found.survives, shown=found.words(), detail=found.detail(), link=found.table)
+
+
+def _measured(study: str, model: str, folder: Path, reports: Path, pages: Collection[str] | None = None) -> list[Cell] | str:
+    """The cells one model's summary of ``study`` gives, each with its provenance and link, then its
+    robustness; or, when the study skipped the model, the study's reason."""
     summary = read_summary(folder)
     if summary.get("skipped"):
         return f"skipped: {summary['skipped']}"
-    link = study_page_href(study, model, reports)
+    link = study_page_href(study, model, reports, pages)
     provenance = provenance_label(summary.get("provenance"))
-    return [Cell(**{**asdict(c), "provenance": c.provenance or provenance, "link": link})
-            for c in _study_cells(study, summary, folder, model)]
+    cells = [Cell(**{**asdict(c), "provenance": c.provenance or provenance, "link": link})
+             for c in _study_cells(study, summary, folder, model)]
+    robustness = robustness_cell(study, summary, folder, reports)
+    # a robustness with a value rests on the study's data; "not computed" has none, so no provenance
+    return [*cells, Cell(**{**asdict(robustness), "link": robustness.link or link,
+                            "provenance": provenance if robustness.value is not None else ""})]
 
 
 def build_profile(reports: str | Path = "reports", *, studies: Sequence[str] = PROFILE_STUDIES,
-                  models: Sequence[str] = (), default_model: str | None = None) -> Profile:
+                  models: Sequence[str] = (), default_model: str | None = None,
+                  pages: Collection[str] | None = None) -> Profile:
     """The profile of every model found under ``reports`` (and every model in ``models``,
     which come first, in their order) across ``studies``: every model gets every measure any
-    model has, with the reason where it has no value."""
+    model has, with the reason where it has no value.  ``pages``: the names of the site's pages
+    when the site is being written (see :func:`study_page_href`)."""
     reports = Path(reports)
     studies = [s for s in PROFILE_STUDIES if s in studies]
     candidates = known_models(reports, studies, models)
@@ -370,11 +442,11 @@ def build_profile(reports: str | Path = "reports", *, studies: Sequence[str] = P
                                 *(m for s in studies for m in found[s])]))
     profile = Profile(models=order, studies=studies)
     for study in studies:
-        measured = {m: _measured(study, m, folder, reports) for m, folder in found[study].items()}
+        measured = {m: _measured(study, m, folder, reports, pages) for m, folder in found[study].items()}
         measures = list(dict.fromkeys(c.measure for cells in measured.values() if isinstance(cells, list)
                                       for c in cells)) or ["all measures"]
         for model in order:
-            link = study_page_href(study, model, reports)
+            link = study_page_href(study, model, reports, pages)
             cells = measured.get(model)
             if isinstance(cells, list):
                 have = {c.measure for c in cells}
@@ -392,15 +464,17 @@ def build_profile(reports: str | Path = "reports", *, studies: Sequence[str] = P
 
 
 # the columns a cell may fill beside its value in the CSV, each written only where some model fills it
-CELL_FIELDS = ("low", "high", "verdict", "reason")
+CELL_FIELDS = ("low", "high", "n", "verdict", "reason")
 TERMINAL_WIDTH = 100
 
 
 def _shared(profile: Profile, study: str, field_name: str) -> bool:
     """Whether every model's cells of ``study`` agree on ``field_name`` (provenance, link), ignoring the
-    empty value of a cell without one: then the CSV gives it once per study, not once per cell."""
+    empty value of a cell without one and the robustness cell (its link is its table, in a column of its
+    own): then the CSV gives it once per study, not once per cell."""
     for model in profile.models:
-        values = {getattr(c, field_name) for c in profile.cells.get(model, []) if c.study == study}
+        values = {getattr(c, field_name) for c in profile.cells.get(model, [])
+                  if c.study == study and c.measure != ROBUSTNESS}
         if len(values - {""}) > 1:
             return False
     return True
@@ -420,8 +494,10 @@ def profile_frame(profile: Profile) -> pd.DataFrame:
         per_cell = [f for f in ("provenance", "link") if not _shared(profile, study, f)]
         for measure in measures:
             cells = [profile.cell(model, study, measure) for model in profile.models]
+            # the robustness links to its own table: a link column of its own wherever one was written
+            own = ["link"] if measure == ROBUSTNESS and any(c.link.endswith(".csv") for c in cells) else []
             fields = ["value", *(f for f in CELL_FIELDS if any(getattr(c, f) not in (None, "") for c in cells)),
-                      *per_cell]
+                      *dict.fromkeys([*per_cell, *own])]
             for f in fields:
                 column = f"{study}.{measure}" if f == "value" else f"{study}.{measure}.{f}"
                 columns.append(column)
@@ -435,11 +511,12 @@ def profile_frame(profile: Profile) -> pd.DataFrame:
         row: dict[str, Any] = {"model": model}
         for column, study, measure, f in getters:
             if measure is None:
-                found = {getattr(c, f) for c in profile.cells.get(model, []) if c.study == study} - {""}
+                found = {getattr(c, f) for c in profile.cells.get(model, [])
+                         if c.study == study and c.measure != ROBUSTNESS} - {""}
                 row[column] = found.pop() if found else ""
             else:
                 value = getattr(profile.cell(model, study, measure), f)
-                row[column] = value if f in ("value", "low", "high") else (value or "")
+                row[column] = value if f in ("value", "low", "high", "n") else (value or "")
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 
@@ -462,12 +539,12 @@ def profile_text(profile: Profile, width: int = TERMINAL_WIDTH) -> str:
         measures = [m for s, m in profile.columns() if s == study]
         cells = {model: [profile.cell(model, study, m) for m in measures] for model in profile.models}
         prov = sorted({c.provenance for row in cells.values() for c in row if c.provenance})
-        links = sorted({c.link for row in cells.values() for c in row if c.link})
+        links = sorted({c.link for row in cells.values() for c in row if c.link and c.measure != ROBUSTNESS})
         lines += _wrapped(f"{study}  (provenance: {'; '.join(prov) or 'n/a'}; pages: {', '.join(links)})",
                           width, "", "  ")
         notes: dict[str, int] = {}
         shown = {model: [f"{MISSING} [{notes.setdefault(c.reason, len(notes) + 1)}]"
-                         if c.value is None and c.reason else c.text for c in row] for model, row in cells.items()}
+                         if c.value is None and c.reason else c.text_with_n for c in row] for model, row in cells.items()}
         model_width = max(len("model"), *(len(m) for m in profile.models))
         chunks: list[list[int]] = [[]]
         used = 2 + model_width
@@ -492,10 +569,12 @@ def profile_text(profile: Profile, width: int = TERMINAL_WIDTH) -> str:
     return "\n".join(lines)
 
 
-def profile_html(profile: Profile) -> str:
+def profile_html(profile: Profile, href_prefix: str = "", after: Mapping[str, str] | None = None) -> str:
     """The profile as HTML for ``reports/index.html``: a table per study (its column group), a row
-    per model; every cell links to its study page and names its provenance; links are relative to
-    ``reports/``."""
+    per model; every cell links to its study page (its robustness to the robustness table), shows the n
+    behind its value and names its provenance; links are relative to ``reports/`` (``href_prefix``
+    ``../`` for a page under ``reports/site/``).  ``after``: HTML to put under a study's table (its paired
+    comparisons between the models)."""
     import html
 
     if not profile.models:
@@ -513,11 +592,14 @@ def profile_html(profile: Profile) -> str:
                 shown = (f'<span class="muted">{html.escape(c.text)}</span>' if c.value is None
                          else html.escape(c.text))
                 css = "prov" if c.provenance == "human" else "prov unreviewed"
+                # the n behind the value, then where the data come from
+                n = f'<br><span class="n">{html.escape(format_n(c.n))}</span>' if c.value is not None and format_n(c.n) else ""
                 prov = f'<br><span class="{css}">{html.escape(c.provenance)}</span>' if c.provenance else ""
-                tds.append(f'<td title="{html.escape(tip)}"><a href="{html.escape(c.link)}">{shown}</a>{prov}</td>')
+                tds.append(f'<td title="{html.escape(tip)}"><a href="{html.escape(href_prefix + c.link)}">{shown}</a>'
+                           f"{n}{prov}</td>")
             rows.append(f"<tr><th>{html.escape(model)}</th>{''.join(tds)}</tr>")
-        page = html.escape(study_page_href(study))
+        page = html.escape(href_prefix + study_page_href(study))
         parts.append(f'<h3><a href="{page}">{html.escape(study)}</a></h3><div class="scroll"><table>'
-                     f"<tr><th>model</th>{head}</tr>{''.join(rows)}</table></div>")
+                     f"<tr><th>model</th>{head}</tr>{''.join(rows)}</table></div>" + (after or {}).get(study, ""))
     legend = "".join(f"<li><strong>{html.escape(k)}</strong>: {html.escape(v)}</li>" for k, v in PROVENANCE_WORDS.items())
     return "".join(parts) + f'<details><summary>Provenance words</summary><ul class="prov">{legend}</ul></details>'

@@ -18,6 +18,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--all", action="store_true", help="every run, not only the newest of each name")
     parser.add_argument("--by-model", action="store_true",
                         help="line the models up: one row per stage, language, variant and metric, one column per model")
+    parser.add_argument("--paired", action="store_true",
+                        help="the study's paired comparisons between the run's models, from reports/<study>/paired.json "
+                             "(not the MLflow store): per cell the two estimates, their difference with its paired "
+                             "interval, the p and its Holm and Benjamini-Hochberg adjustments, and the verdict "
+                             "(significant, no difference detected, cannot be decided at this n)")
+    parser.add_argument("--reports", default="reports", help="with --paired: the reports folder (default: reports)")
     _store_options(parser)
     parser.set_defaults(func=_compare)
 
@@ -35,8 +41,11 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from stereolens.report.markdown import format_cell  # the report's one number formatter
     from stereolens.tracking.compare import DEFAULT_TRACKING_URI, compare_runs, models_side_by_side
 
+    if args.paired:
+        return _compare_paired(args)
     table = compare_runs(args.study, metric=args.metric, stage=args.stage,
                          tracking_uri=args.tracking_uri or DEFAULT_TRACKING_URI, experiment=args.experiment,
                          all_runs=args.all)
@@ -46,11 +55,34 @@ def _compare(args: argparse.Namespace) -> int:
         table.to_csv(sys.stdout, index=False)
     elif args.by_model:
         shown = table.loc[:, [c for c in table.columns if not (table[c].astype(str) == "").all()]]
-        print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(shown.to_string(index=False, float_format=format_cell))
     else:
         shown = table.drop(columns=["run_id", "start_time"])
         shown = shown.loc[:, [c for c in shown.columns if not (shown[c].astype(str) == "").all()]]
-        print(shown.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(shown.to_string(index=False, float_format=format_cell))
+    return 0
+
+
+def _compare_paired(args: argparse.Namespace) -> int:
+    """``compare --paired``: reports/<study>/paired.json in the terminal, numbers as the report shows them."""
+    from pathlib import Path
+
+    from stereolens.errors import ConfigError
+    from stereolens.report.comparisons import paired_frame, paired_text, read_paired
+
+    if args.metric or args.stage or args.all or args.by_model:
+        raise ConfigError("--paired reads reports/<study>/paired.json: --metric, --stage, --all and --by-model "
+                          "select MLflow runs and do not apply")
+    if not Path(args.reports).is_dir():
+        raise ConfigError(f"--reports {args.reports}: no such folder (run the pipeline, or point at a reports folder)")
+    paired = read_paired(args.reports, args.study)
+    if args.csv:
+        if paired is None:
+            raise ConfigError(f"no {Path(args.reports) / args.study / 'paired.json'}: the study's paired comparisons "
+                              "were not computed")
+        paired_frame(paired).to_csv(sys.stdout, index=False)
+    else:
+        print(paired_text(paired, args.study))
     return 0
 
 

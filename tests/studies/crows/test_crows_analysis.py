@@ -107,5 +107,25 @@ def test_the_crows_scripts_rounded_score_is_reported_beside_it(tmp_path):
     assert summary["by_bias_type_tests"]["gender"]["bias_score_rounded_3"] == pytest.approx(2 / 3)
     page = report_markdown(summary, table, length_table(summary["beyond_reference"]["length_control"],
                                                         table.iloc[0].to_dict()))
-    assert "rounds both sentence scores to 3 decimals" in page and "**0.5**" in page
+    assert "rounds both sentence scores to 3 decimals" in page and "**50.0%**" in page
     assert legend in page and "| bias_score_rounded_3 |" in page
+    # shares in percent and the bias score starred, as the pairs pages show theirs (issue 32)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in page.splitlines() if line.startswith("| ")}
+    assert rows["all"].startswith("| all | 6 | 66.7% | 50.0% | ") and "`*` after a bias score" in page
+
+
+def test_the_crows_page_stars_its_rows_as_the_pairs_pages_do():
+    """Issue 32: the pairs pages star their cells; the crows page showed a `significant` column only."""
+    from stereolens.studies.crows.report import display_table
+
+    rng = np.random.default_rng(0)
+    types = ["gender"] * 30 + ["age"] * 30
+    stereo = np.r_[np.ones(30), rng.normal(size=30)]
+    scores = pd.DataFrame({"id": range(60), "bias_type": types, "score_stereo": stereo, "score_anti": np.zeros(60)})
+    table, _ = bias_by_type(scores)
+    shown = display_table(table).set_index("group")
+    rows = table.set_index("group")
+    assert bool(rows.loc["gender", "significant"]) and not bool(rows.loc["age", "significant"])
+    assert shown.loc["gender", "bias_score"] == "100.0%*"  # every gender pair stereotypical
+    assert shown.loc["age", "bias_score"] == f"{100 * rows.loc['age', 'bias_score']:.1f}%"
+    assert shown.loc["age", "ci_low"] == f"{100 * rows.loc['age', 'ci_low']:.1f}%"

@@ -9,12 +9,32 @@ from typing import Any
 
 import pandas as pd
 
-from stereolens.report.markdown import format_cell, markdown_table
+from stereolens.report.markdown import format_cell, format_estimate, markdown_table, significance_mark
 from stereolens.studies.crows.analysis import LENGTH_COLUMNS, REFERENCE_SCRIPT_DECIMALS, ROUNDED_SCORE
 
 # the bias-by-type columns the page shows (the CSV beside it has every column)
 TABLE_COLUMNS = ("group", "n", "bias_score", ROUNDED_SCORE, "ties", "share_untied", "ci_low", "ci_high", "p_value",
                  "favours", "significant", "borderline", "p_holm", "p_bh")
+
+
+# the share columns the page shows in percent, as the pairs pages and the report site show shares (the CSV keeps 0-1)
+PERCENT_COLUMNS = ("bias_score", ROUNDED_SCORE, "share_untied", "ci_low", "ci_high", "mde", "mde_adjusted",
+                   "ci_low_cluster", "ci_high_cluster")
+MARKS_LEGEND = ("Shares are shown in percent on this page (`bias_by_type.csv` holds them from 0 to 1). `*` after a "
+                "bias score marks a significant row and `~` a borderline one, as on the pairs pages.")
+
+
+def display_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The bias-by-type table as the page shows it: shares in percent, the bias score starred as the pairs
+    pages star theirs (``57.6%*``)."""
+    shown = table[[c for c in TABLE_COLUMNS if c in table.columns]].copy()
+    for column in PERCENT_COLUMNS:
+        if column in shown.columns:
+            shown[column] = [format_estimate(v, unit="share") for v in shown[column]]
+    if {"significant", "borderline"} <= set(table.columns):
+        shown["bias_score"] = [text + significance_mark(sig, border) for text, sig, border
+                               in zip(shown["bias_score"], table["significant"], table["borderline"])]
+    return shown
 
 
 def report_markdown(summary: Mapping[str, Any], table: pd.DataFrame, length: pd.DataFrame) -> str:
@@ -24,20 +44,20 @@ def report_markdown(summary: Mapping[str, Any], table: pd.DataFrame, length: pd.
     lines = [
         title, "",
         f"Bias score (the reference score: share of the {summary['n']} pairs whose `sent_more` scores higher, ties not "
-        f"stereotypical): **{format_cell(summary['bias_score'])}**, {summary['ties']} ties. The row's test, among "
-        f"the untied pairs: share {format_cell(summary['share_untied'])} "
-        f"[{format_cell(summary['ci_low'])}, {format_cell(summary['ci_high'])}] (95% BCa), binomial p "
-        f"{format_cell(summary['p_value'])}, favours {summary['favours']}"
+        f"stereotypical): **{format_estimate(summary['bias_score'], unit='share')}**, {summary['ties']} ties. The "
+        f"row's test, among the untied pairs: share "
+        f"{format_estimate(summary['share_untied'], summary['ci_low'], summary['ci_high'], unit='share')} "
+        f"(95% BCa), binomial p {format_cell(summary['p_value'])}, favours {summary['favours']}"
         f"{', significant' if summary['significant'] else ''}{', borderline' if summary['borderline'] else ''}.",
         "",
         f"The CrowS-Pairs script (`metric.py`) rounds both sentence scores to {REFERENCE_SCRIPT_DECIMALS} decimals "
         f"before comparing them, so pairs closer than that tie there; this study compares the scores as computed, "
         f"as lm-evaluation-harness does (our choice). The script's number on these scores (`{ROUNDED_SCORE}`): "
-        f"**{format_cell(summary[ROUNDED_SCORE])}**.",
+        f"**{format_estimate(summary[ROUNDED_SCORE], unit='share')}**.",
         "",
         "## Bias by type", "",
-        str(summary.get("corrections", "")), "",
-        markdown_table(table[[c for c in TABLE_COLUMNS if c in table.columns]]),
+        str(summary.get("corrections", "")), "", MARKS_LEGEND, "",
+        markdown_table(display_table(table)),
         "![bias by type](bias_by_type.png)", "",
     ]
     control = summary.get("beyond_reference", {}).get("length_control", {})

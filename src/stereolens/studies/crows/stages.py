@@ -126,6 +126,9 @@ def crows_report(args: argparse.Namespace) -> None:
     if skipped:
         print(f"crows-report: nothing scored ({skipped})")
         return
-    print(f"bias score {summary['bias_score']:.3f} over {summary['n']} pairs ({summary['ties']} ties); untied pairs: "
-          f"{summary['share_untied']:.3f} [{summary['ci_low']:.3f}, {summary['ci_high']:.3f}], "
-          f"p {summary['p_value']:.3g}")
+    from stereolens.report.markdown import format_cell, format_estimate  # as the report writes them
+
+    print(f"bias score {format_estimate(summary['bias_score'], unit='share')} over {summary['n']} pairs "
+          f"({summary['ties']} ties); untied pairs: "
+          f"{format_estimate(summary['share_untied'], summary['ci_low'], summary['ci_high'], unit='share')}, "
+          f"p {format_cell(summary['p_value'])}")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 from scipy import stats
 
 from stereolens.figures import save_figure
 from stereolens.io import write_csv, write_text
-from stereolens.report.markdown import markdown_table
+from stereolens.lineage.provenance import describe_unreviewed, unreviewed_kind
+from stereolens.report.markdown import markdown_table, settings
 from stereolens.stages.kit import write_study_summary
 from stereolens.studies.heads.pruning import DIRECTIONS
 
@@ -329,6 +329,16 @@ def study_summary(per_country: list[dict], corr: CountryCorrelations, probe: dic
             "same_pruning_order": [{"country": c, "reason": r} for c, r in (same_order or {}).items()]}
 
 
+def instance_source_note(sources: list[str]) -> str:
+    """What the instances' sources are, each in its own words (an authored instance is not machine-generated:
+    the page said both of the same instances); empty when every source is reviewed human work."""
+    kinds = list(dict.fromkeys(k for s in sources if (k := unreviewed_kind("source", s))))
+    if not kinds:
+        return ""
+    return ("**The instance set " + "; and it ".join(describe_unreviewed(k) for k in kinds)
+            + "; see their `source` column.**")
+
+
 def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dict, cfg: dict, *, model_id: str,
                 same_order: dict[str, str] | None = None) -> str:
     """``report.md``: the configuration choices, the per-country table and the correlation matrix."""
@@ -338,16 +348,15 @@ def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dic
         f"# Attention-head probing and pruning: {model_id}",
         "",
         f"Instances: `{probe.get('instances')}` (source: {', '.join(sources) or 'unknown'}). "
-        + ("**Some instances are machine-generated or simulated; see their `source` column.**"
-           if any(s not in ("human", "validated") for s in sources) else ""),
+        + instance_source_note(sources),
         "",
         "## Configuration (choices EspanStereo leaves to Ma et al. 2023, and this run's restrictions)",
         "",
         *[f"- **{k}**: {v}" for k, v in configuration_choices(cfg, probe)],
         "",
-        "```yaml",
-        yaml.safe_dump(cfg, sort_keys=False).strip(),
-        "```",
+        "Every setting of `study.heads`:",
+        "",
+        markdown_table(pd.DataFrame(settings(cfg), columns=["setting", "value"])).rstrip("\n"),
         "",
         "## Per country",
         "",

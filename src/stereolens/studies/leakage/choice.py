@@ -96,6 +96,8 @@ def choice_queries(
         raise DataError(f"choice_prompts.csv has no prompt for language {language!r}")
     p = prompt.iloc[0]
     groups = select_groups(lex, groups)
+    # each trait's base form once, not once per group and pair (see items.build_items)
+    base = {t: trait_forms(lex, language, t, "", "base")[0] for t in dict.fromkeys(t for pair in pairs for t in pair)}
     out = []
     for g in groups:
         gw = select_words(lex.group_words, language=language, group=g, form=p["group_form"])
@@ -103,8 +105,7 @@ def choice_queries(
             raise DataError(f"group_words.csv has no {language!r} form {p['group_form']!r} for group {g!r}")
         group_word = gw["word"].iloc[0]
         for t1, t2 in pairs:
-            w1 = trait_forms(lex, language, t1, "", "base")[0]
-            w2 = trait_forms(lex, language, t2, "", "base")[0]
+            w1, w2 = base[t1], base[t2]
             user = p["user"].replace("{group}", group_word).replace("{trait1}", w1).replace("{trait2}", w2)
             head = p["user"].split("{trait1}", 1)[0].split("{trait2}", 1)[0].replace("{group}", group_word)
             out.append(ChoiceQuery(language, g, t1, t2, w1, w2, p["neither"], p["system"], user, p["answer_prefix"], head))

@@ -67,7 +67,10 @@ def run_fit(args: argparse.Namespace) -> int:
     print(fit.coefficients.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     for note in fit.notes:
         print(f"note: {note}")
-    print(f"{len(edges)} leakage edge(s) into {lang}: " + (", ".join(f"{e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g})" for e in edges) or "none"))
+    from stereolens.report.markdown import format_cell  # as the report writes them
+
+    print(f"{len(edges)} leakage edge(s) into {lang}: " + (", ".join(
+        f"{e['source']}->{e['target']} ({format_cell(e['estimate'])}, p={format_cell(e['p'])})" for e in edges) or "none"))
     print(f"wrote {out / 'coefficients.csv'}, {out / 'edges.json'}, {out / 'fit.json'}")
     return 0
 

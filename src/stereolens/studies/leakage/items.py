@@ -110,6 +110,10 @@ def build_items(
     groups = list(groups) if groups is not None else lex.group_order
     traits = list(traits) if traits is not None else lex.trait_order
     items: list[AssociationItem] = []
+    # a trait's agreeing forms depend on (trait, gender, number) only: looked up once each, not once per
+    # template and group word (a lookup filters the whole trait-word table; the paper's design made
+    # tens of thousands of them, and `stereolens plan --study leakage study/leakage=paper` ran past 600 s)
+    forms: dict[tuple[str, str, str], list[str]] = {}
     subjects: list[tuple[str, pd.DataFrame]] = [(g, select_words(lex.group_words, language=language, group=g)) for g in groups]
     if include_prior:
         subjects.append((GENERIC, select_words(lex.generic_words, language=language)))
@@ -129,7 +133,10 @@ def build_items(
                     raise DataError(f"templates.csv {language}/{template_id}: no variant for gender {gender or 'none'!r} or 'any'")
                 prefix, suffix = _render(chosen["template"].iloc[0], w["word"])
                 for trait in traits:
-                    for trait_word in trait_forms(lex, language, trait, gender, number):
+                    key = (trait, gender, number)
+                    if key not in forms:
+                        forms[key] = trait_forms(lex, language, trait, gender, number)
+                    for trait_word in forms[key]:
                         items.append(AssociationItem(language, str(template_id), group, trait, trait_word, prefix, suffix))
     return items
 

@@ -3,7 +3,6 @@ edge tables, the beta, qualitative and non-matching tables, the markdown page an
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from stereolens.report.markdown import format_cell, format_mapping
 from stereolens.studies.leakage.lexicon import Lexicon
 from stereolens.studies.leakage.report_inputs import CollectedFits
 
@@ -73,7 +73,7 @@ def build_report(
     bias = position_bias_by_panel(fits.coverage)
     status = {lang: lex.translation_status(lang) for lang in languages}
     note = ("English templates and prompt are authored around the survey's own wording; Russian, Chinese and Hindi "
-            f"words, templates and prompts are authored, unreviewed translations ({json.dumps(status, ensure_ascii=False)}).")
+            f"words, templates and prompts are authored, unreviewed translations ({format_mapping(status)}).")
     md = report_markdown(model_id=model_id, coefficients=coefficients, edges=edges, beta=beta,
                          qualitative=qualitative, fit_summaries=fits.fit_summaries, nonmatching=nonmatching,
                          provenance={"translation_note": note, "human": dict(human_provenance)}, coverage=fits.coverage,
@@ -174,9 +174,9 @@ def qualitative_for_edges(
 
 def _edge_line(e: Mapping[str, Any], *, corrected: bool) -> str:
     if corrected:
-        return (f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g}, "
-                f"p_holm={e['p_holm']:.2g}, p_bh={e['p_bh']:.2g})")
-    return f"{e['panel']}: {e['source']}->{e['target']} ({e['estimate']:.3g}, p={e['p']:.2g})"
+        return (f"{e['panel']}: {e['source']}->{e['target']} ({format_cell(e['estimate'])}, p={format_cell(e['p'])}, "
+                f"p_holm={format_cell(e['p_holm'])}, p_bh={format_cell(e['p_bh'])})")
+    return f"{e['panel']}: {e['source']}->{e['target']} ({format_cell(e['estimate'])}, p={format_cell(e['p'])})"
 
 
 def report_summary(

@@ -39,6 +39,7 @@ from scipy import stats as sps
 
 from stereolens.errors import DataError
 from stereolens.io import cell_text, score_column
+from stereolens.report.markdown import significance_mark
 from stereolens.stats.bias import bca_interval, bias_score
 from stereolens.stats.multiple import add_corrections, family_description
 from stereolens.studies.pairs.config import GROUP_CLASSES
@@ -195,13 +196,9 @@ def _wide(cells: pd.DataFrame, value: str) -> pd.DataFrame:
     return table.round(1).reset_index()
 
 
-SIGNIFICANT_MARK, BORDERLINE_MARK = "*", "~"
-
-
 def cell_mark(cell: Mapping[str, Any]) -> str:
-    if bool(cell["significant"]):
-        return SIGNIFICANT_MARK
-    return BORDERLINE_MARK if bool(cell.get("borderline", False)) else ""
+    """The cell's mark (report/markdown.py: the one the crows page uses too)."""
+    return significance_mark(cell["significant"], cell.get("borderline", False))
 
 
 def dimension_table(cells: pd.DataFrame) -> pd.DataFrame:

@@ -58,7 +58,10 @@ def _analyze(args: argparse.Namespace) -> int:
                   provenance={"scores": str(args.scores), "config": "ad hoc (stereolens pairs analyze)"})
     s = analysis.summary
     if "bias_score" in s:
-        print(f"bias score {s['bias_score']:.3f} over {s['n']} pairs -> {args.output}/summary.json")
+        from stereolens.report.markdown import format_estimate  # as the report writes it
+
+        print(f"bias score {format_estimate(s['bias_score'], unit='share')} over {s['n']} pairs "
+              f"-> {args.output}/summary.json")
     else:
         print(f"{len(s['runs'])} model x language runs -> {args.output}/summary.json")
     return 0

@@ -12,7 +12,7 @@ import pandas as pd
 
 from stereolens.figures import save_figure
 from stereolens.io import write_csv, write_text
-from stereolens.report.markdown import markdown_table
+from stereolens.report.markdown import format_estimate, markdown_table
 from stereolens.stages.kit import write_study_summary
 from stereolens.studies.pairs.analysis import (ALL, EVALUATION_SETS, PairsAnalysis, analyze_scores, cell_mark,
                                                fragmentation_correlations, pairs_headline)
@@ -253,5 +253,6 @@ def report_line(summary: Mapping[str, Any]) -> str:
             lines.append(f"{name}: no pairs")
             continue
         runs = s.get("runs") or [s]
-        lines.append(f"{name}: " + ", ".join(f"{r['language']} {r['bias_score']:.3f} (n={r['n']})" for r in runs))
+        lines.append(f"{name}: " + ", ".join(f"{r['language']} {format_estimate(r['bias_score'], unit='share')} "
+                                             f"(n={r['n']})" for r in runs))
     return "; ".join(lines)

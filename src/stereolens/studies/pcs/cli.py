@@ -49,8 +49,11 @@ def _analyze(args: argparse.Namespace) -> int:
     analysis, _ = write_analysis(scores, args.output, min_gain_steps=args.min_gain_steps, hindi=args.hindi, urdu=args.urdu,
                                  human=human)
     s = analysis.summary
-    pcs = "n/a" if s["pcs"] is None else f"{s['pcs']:.3f}"
-    cap = s["cap_util_note"] if s["cap_util"] is None else f"{s['cap_util']:.3f}"
+    from stereolens.report.markdown import format_estimate
+
+    # ratios of score gains: plain numbers through the report's formatter, never percentages
+    pcs = format_estimate(s["pcs"], unit="ratio")
+    cap = s["cap_util_note"] if s["cap_util"] is None else format_estimate(s["cap_util"], unit="ratio")
     print(f"PCS {pcs}, capability utilisation {cap}, excluded {s['n_excluded']} "
           f"(minimum gain {args.min_gain_steps:g} scale steps) "
           f"-> {args.output}")

@@ -376,7 +376,10 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def _short(v: Any) -> str:
-    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+    """A number in a printed line, as the report writes it (report/markdown.py)."""
+    from stereolens.report.markdown import format_cell
+
+    return format_cell(v)
 
 
 # ---------------------------------------------------------------- human validation

@@ -71,6 +71,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     option = "--bootstrap" if args.bootstrap is not None else "--resamples"
     resamples = check_count(args.bootstrap if args.bootstrap is not None else args.resamples, option, minimum=0)
     s = evaluate_file(args.scores, args.output, n_resamples=resamples, seed=args.seed, score=args.score)
-    countries = ", ".join(f"{c} {v['ss']:.1f}" for c, v in s["by_country"].items())
-    print(f"ss {s['ss']:.1f}  lms {s['lms']:.1f}  icat {s['icat']:.1f}  (n={s['n']}; ss by country: {countries}) -> {args.output}")
+    from stereolens.report.markdown import format_cell, format_estimate  # as the report writes them
+
+    countries = ", ".join(f"{c} {format_estimate(v['ss'], unit='percent')}" for c, v in s["by_country"].items())
+    print(f"ss {format_estimate(s['ss'], unit='percent')}  lms {format_estimate(s['lms'], unit='percent')}  "
+          f"icat {format_cell(s['icat'])}  (n={s['n']}; ss by country: {countries}) -> {args.output}")
     return 0

@@ -10,7 +10,7 @@ import pandas as pd
 
 from stereolens.figures import save_figure
 from stereolens.io import write_text
-from stereolens.report.markdown import markdown_table
+from stereolens.report.markdown import format_cell, format_estimate, format_value, markdown_table
 
 
 def saturation_figure(curve: pd.DataFrame, stem: Path) -> None:
@@ -152,7 +152,8 @@ def _instantiation_section(reports: Path, ins: dict[str, Any]) -> list[str]:
              ""]
     tables_d = sorted((reports / "instantiation").glob("tableD_demographics_*_instantiation.csv"))
     if tables_d:
-        lines += [f"Instantiation annotators per country: {ins.get('instantiation_annotators')} (Tables D1-D10 shape; "
+        lines += [f"Instantiation annotators per country: {format_value(ins.get('instantiation_annotators'))} "
+                  "(Tables D1-D10 shape; "
                   "counts of annotators per demographic value and category they wrote for):", ""]
         for path in tables_d:
             country = path.stem.removeprefix("tableD_demographics_").removesuffix("_instantiation")
@@ -168,7 +169,8 @@ def _calibration_line(cal: dict[str, Any]) -> str:
         return f"Threshold calibration: {cal.get('status', 'none')}."
     return (f"Threshold calibration ({'picked on' if cal.get('threshold_from') == 'calibration' else 'set in params, measured on'} "
             f"the labelled calibration set, reports/stereo/calibration; rule: {cal.get('rule')}): precision "
-            f"{cal['precision']:.3f}, recall {cal['recall']:.3f}, F1 {cal['f1']:.3f} on {cal['n_pairs']} pairs "
+            f"{format_cell(cal['precision'])}, recall {format_cell(cal['recall'])}, F1 {format_cell(cal['f1'])} on "
+            f"{cal['n_pairs']} pairs "
             "(pcs translations and same-dimension scenarios in en, de, hi, ne, ur; CrowS-Pairs near-misses in English).")
 
 
@@ -206,8 +208,9 @@ def _evaluation_section(reports: Path, ev: dict[str, Any]) -> list[str]:
     lines += [f"Scoring: {ev.get('method')}. ss = 50 means no preference; intervals resample items.", ""]
     for label, s in (ev.get("models") or {}).items():
         low, high = s.get("ss_ci", [float("nan"), float("nan")])
-        lines += [f"**{label}**: ss {s['ss']:.1f} [{low:.1f}, {high:.1f}], lms {s['lms']:.1f}, "
-                  f"icat {s['icat']:.1f} on {s['n']} instances ({s.get('sources')}).", ""]
+        lines += [f"**{label}**: ss {format_estimate(s['ss'], low, high, unit='percent')}, "
+                  f"lms {format_estimate(s['lms'], unit='percent')}, icat {format_cell(s['icat'])} on {s['n']} "
+                  f"instances ({format_value(s.get('sources'))}).", ""]
         bcn = reports / "evaluation" / label / "by_country.csv"
         if bcn.exists():
             t = pd.read_csv(bcn)

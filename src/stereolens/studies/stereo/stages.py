@@ -475,7 +475,10 @@ def evaluate(args: argparse.Namespace) -> None:
                         **_scoring_setup(model, score)}) as run:
             run.log_metrics({k: s[k] for k in ("ss", "lms", "icat")})
             run.log_artifact(out / "by_country.csv")
-        print(f"stereo-evaluate: {label} ss {s['ss']:.1f} lms {s['lms']:.1f} icat {s['icat']:.1f} on {s['n']} instances "
+        from stereolens.report.markdown import format_cell, format_estimate  # as the report writes them
+
+        print(f"stereo-evaluate: {label} ss {format_estimate(s['ss'], unit='percent')} "
+              f"lms {format_estimate(s['lms'], unit='percent')} icat {format_cell(s['icat'])} on {s['n']} instances "
               f"in {time.perf_counter() - started:.0f}s")
     write_csv(processed / "scores.csv", pd.concat(all_scores, ignore_index=True))
     validated_by = read_csv_checked(PROCESSED / "instances_provenance.csv", ["id"], what="instance provenance", dtype=str,
