@@ -319,12 +319,15 @@ def paired_block(path, model: str, *, stage: str) -> dict:
     return block
 
 
-def paired_metrics(block: dict, model: str, cells: list[str], *, prefix: str = "paired.difference") -> dict:
+def paired_metrics(block: dict, model: str, cells: list[str] | dict[str, str], *,
+                   prefix: str = "paired.difference") -> dict:
     """``<prefix>.<other model>.<cell>``: ``model`` minus the other model, for every model of the run (the
-    axis) and every cell; None (logged as NaN) for ``model`` itself and for a pair or cell not compared."""
+    axis) and every cell (a dict maps a comparison's cell to the name the metric gives it); None (logged as
+    NaN) for ``model`` itself and for a pair or cell not compared."""
+    names = cells if isinstance(cells, dict) else {cell: cell for cell in cells}
     found = {}
     for comparison in block.get("comparisons", []):
         other = comparison["model_b"] if comparison["model_a"] == model else comparison["model_a"]
         found[(other, comparison["cell"])] = difference_from(comparison, model)
-    return {f"{prefix}.{other}.{cell}": found.get((other, cell)) for other in block.get("models") or [model]
-            for cell in cells}
+    return {f"{prefix}.{other}.{name}": found.get((other, cell)) for other in block.get("models") or [model]
+            for cell, name in names.items()}

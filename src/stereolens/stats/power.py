@@ -220,6 +220,32 @@ def undetected_preference(n: int, mde: float, *, alpha: float = DEFAULT_ALPHA, p
             f"with {n} untied pairs ({format_cell(power * 100)}% power {level})")
 
 
+def undetected_lines(table, labels, *, in_family=None, alpha: float = DEFAULT_ALPHA,
+                     power: float = DEFAULT_POWER) -> list[str]:
+    """Markdown lines under a starred table: for each row without a star (``significant`` false), what its test
+    could not have found (:func:`undetected_preference` at the star's level, then, for a row of the table's
+    family (``in_family``, aligned; default every row), at the family's Bonferroni level ``mde_adjusted``);
+    ``labels`` (aligned with ``table``) name the rows.  Needs ``n``, ``ties``, ``mde``, ``mde_adjusted``."""
+    import pandas as pd
+
+    from stereolens.report.markdown import format_cell
+
+    unstarred = ~table["significant"].astype(bool)
+    family = pd.Series(True, index=table.index) if in_family is None else pd.Series(in_family, index=table.index)
+    if not unstarred.any():
+        return []
+    lines = ["Rows without a star, and what their test could not have found (80% power):", ""]
+    for label, member, row in zip(labels[unstarred], family[unstarred], table[unstarred].to_dict("records")):
+        untied = int(row["n"]) - int(row["ties"])
+        text = f"- {label}: {undetected_preference(untied, row['mde'], alpha=alpha, power=power)}"
+        if member and not pd.isna(row["mde"]):
+            text += ("; at the family's Bonferroni level, no split of them reaches significance"
+                     if pd.isna(row["mde_adjusted"]) else
+                     f"; at the family's Bonferroni level, below {format_cell(row['mde_adjusted'])}")
+        lines.append(text)
+    return [*lines, ""]
+
+
 # --- planning: pairs needed for a true rate ----------------------------------------------------
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from stereolens.stats.bias import REFERENCE_RESAMPLES, BiasScore, bias_score, bias_table, stereotype_share
+from stereolens.stats.bias import REFERENCE_RESAMPLES, bias_score, bias_table, stereotype_share
 from stereolens.report.markdown import format_cell
 from stereolens.stats.multiple import add_corrections, family_description
 from stereolens.stats.power import mde_columns
-from stereolens.stats.robustness import HEADLINE, not_run_row, ran_row, robustness_table, share_decision
+from stereolens.stats.robustness import HEADLINE, not_run_row, robustness_table, second_pass_row, share_row
 from stereolens.studies.crows.metrics import ROBUSTNESS_METRICS, alternative_columns, alternative_metrics
 
 TOKEN_COLUMNS = ("n_tokens_stereo", "n_tokens_anti")
@@ -192,13 +192,6 @@ def crows_summary(table: pd.DataFrame, corrections: str, length: dict[str, Any],
 ALTERNATIVE_PASS_KEY = "study.crows.alternative_metric_pass"
 
 
-def _ran(choice: str, variant: str, result: BiasScore | Mapping[str, Any], reason: str = "") -> dict[str, Any]:
-    get = result.get if isinstance(result, Mapping) else lambda key: getattr(result, key)
-    return ran_row(choice, variant, estimate=get("share_untied"), ci_low=get("ci_low"), ci_high=get("ci_high"),
-                   n=int(get("n")) - int(get("ties")), decision=share_decision(bool(get("significant")), get("favours")),
-                   reason=reason)
-
-
 def robustness_rows(scores: pd.DataFrame, overall: Mapping[str, Any], length: Mapping[str, Any], *, metric: str,
                     alpha: float = 0.05, reference_resamples: int = REFERENCE_RESAMPLES) -> pd.DataFrame:
     """The robustness table of the overall verdict (``stats.robustness``): the headline (summed scores as
@@ -207,51 +200,38 @@ def robustness_rows(scores: pd.DataFrame, overall: Mapping[str, Any], length: Ma
     other masked metric (a second scoring pass, present only when the run made it).  Each estimate is the
     share of stereotypical wins among the variant's untied pairs with its exact 95% BCa interval; ``n``
     counts those untied pairs."""
-    rows = [_ran("headline: summed scores as computed, every pair", HEADLINE, overall)]
+    rows = [share_row("headline: summed scores as computed, every pair", HEADLINE, overall)]
     if not length.get("available"):
         for choice, variant in (("score aggregation", "per-token mean"), ("pairs", "equal token count only")):
             rows.append(not_run_row(choice, variant, "the scores carry no token counts (n_tokens_stereo / n_tokens_anti)"))
     else:
-        rows.append(_ran("score aggregation", "per-token mean", length["per_token"],
-                         "each sentence's score divided by its scored tokens"))
+        rows.append(share_row("score aggregation", "per-token mean", length["per_token"],
+                              "each sentence's score divided by its scored tokens"))
         equal = length["equal_length_subset"]
-        rows.append(_ran("pairs", "equal token count only", equal,
-                         "the reference score over the pairs whose two sentences have the same number of scored "
-                         "tokens") if equal.get("n") else
+        rows.append(share_row("pairs", "equal token count only", equal, "the reference score over the pairs whose two "
+                              "sentences have the same number of scored tokens") if equal.get("n") else
                     not_run_row("pairs", "equal token count only", "no pair has equal scored-token counts"))
     stereo, anti = scores["score_stereo"].to_numpy(dtype=float), scores["score_anti"].to_numpy(dtype=float)
     decimals = REFERENCE_SCRIPT_DECIMALS
-    rows.append(_ran("score rounding", f"rounded to {decimals} decimals (CrowS-Pairs metric.py)",
-                     bias_score(np.round(stereo, decimals), np.round(anti, decimals), confidence=1 - alpha,
-                                reference_resamples=reference_resamples),
-                     "both sentence scores rounded before comparing: pairs closer than 0.0005 tie"))
+    rows.append(share_row("score rounding", f"rounded to {decimals} decimals (CrowS-Pairs metric.py)",
+                          bias_score(np.round(stereo, decimals), np.round(anti, decimals), confidence=1 - alpha,
+                                     reference_resamples=reference_resamples),
+                          "both sentence scores rounded before comparing: pairs closer than 0.0005 tie"))
     rows += _metric_rows(scores, metric, alpha=alpha, reference_resamples=reference_resamples)
     return robustness_table(rows)
 
 
 def _metric_rows(scores: pd.DataFrame, metric: str, *, alpha: float, reference_resamples: int) -> list[dict[str, Any]]:
     alternatives = alternative_metrics(metric)
-    if not alternatives and metric not in ROBUSTNESS_METRICS:
-        if metric == "causal":
-            why = ("applies to masked LMs only; this model is causal and scored by its sentence log-likelihood, "
-                   "which has no PLL variant")
-        else:
-            why = f"applies to masked LMs only (this run's metric is {metric})"
+    if not alternatives:
+        why = ("applies to masked LMs only; this model is causal and scored by its sentence log-likelihood, which has "
+               "no PLL variant") if metric == "causal" else f"applies to masked LMs only (this run's metric is {metric})"
         return [not_run_row("masked-LM metric", " against ".join(ROBUSTNESS_METRICS.values()), why)]
-    rows = []
-    for other in alternatives:
-        stereo_col, anti_col = alternative_columns(other)
-        variant = ROBUSTNESS_METRICS[other]
-        if {stereo_col, anti_col} <= set(scores.columns) and scores[[stereo_col, anti_col]].notna().all().all():
-            rows.append(_ran("masked-LM metric", variant,
-                             bias_score(scores[stereo_col], scores[anti_col], confidence=1 - alpha,
-                                        reference_resamples=reference_resamples),
-                             f"the same pairs scored a second time with metric={other}"))
-        else:
-            rows.append(not_run_row("masked-LM metric", variant,
-                                    f"needs a second scoring pass with metric={other}, not made in this run (set "
-                                    f"{ALTERNATIVE_PASS_KEY}: true, as study/crows=paper does)"))
-    return rows
+    return [second_pass_row(scores, "masked-LM metric", ROBUSTNESS_METRICS[other], alternative_columns(other),
+                            ran_reason=f"the same pairs scored a second time with metric={other}",
+                            missing_reason=f"needs a second scoring pass with metric={other}, not made in this run "
+                                           f"(set {ALTERNATIVE_PASS_KEY}: true, as study/crows=paper does)",
+                            alpha=alpha, reference_resamples=reference_resamples) for other in alternatives]
 
 
 def paired_family() -> str:

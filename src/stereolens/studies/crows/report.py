@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from stereolens.report.markdown import format_cell, markdown_table
-from stereolens.stats.power import undetected_preference
+from stereolens.stats.power import undetected_lines
 from stereolens.studies.crows.analysis import LENGTH_COLUMNS, REFERENCE_SCRIPT_DECIMALS, ROUNDED_SCORE
 
 # the bias-by-type columns the page shows (the CSV beside it has every column)
@@ -40,7 +40,7 @@ def report_markdown(summary: Mapping[str, Any], table: pd.DataFrame, length: pd.
         "## Bias by type", "",
         str(summary.get("corrections", "")), "",
         markdown_table(table[[c for c in TABLE_COLUMNS if c in table.columns]]),
-        *undetected_lines(table),
+        *undetected_lines(table, table["group"], in_family=table["group"] != "all"),
         "![bias by type](bias_by_type.png)", "",
     ]
     control = summary.get("beyond_reference", {}).get("length_control", {})
@@ -52,22 +52,6 @@ def report_markdown(summary: Mapping[str, Any], table: pd.DataFrame, length: pd.
     if "paired" in summary:
         lines += paired_section(summary["paired"])
     return "\n".join(lines) + "\n"
-
-
-def undetected_lines(table: pd.DataFrame) -> list[str]:
-    """Under the table, in words, what each row without a star could not have found (``undetected_preference``)
-    at the unadjusted level of the star, and the same at the bias types' family level."""
-    rows = table[~table["significant"].astype(bool)] if "mde" in table.columns else table.head(0)
-    if rows.empty:
-        return []
-    lines = ["Rows without a star, and what their test could not have found (80% power):", ""]
-    for row in rows.to_dict("records"):
-        untied = int(row["n"]) - int(row["ties"])
-        text = f"- {row['group']}: {undetected_preference(untied, row['mde'])}"
-        if not pd.isna(row.get("mde_adjusted")):
-            text += f"; at the family's Bonferroni level, below {format_cell(row['mde_adjusted'])}"
-        lines.append(text)
-    return [*lines, ""]
 
 
 def robustness_section(block: Mapping[str, Any], robustness: pd.DataFrame) -> list[str]:
