@@ -150,6 +150,8 @@ def sign_flip_p(differences, *, n_resamples: int = 9999, seed: int = 0) -> float
     d = np.asarray(differences, dtype=float)
     if d.size == 0 or np.all(d == 0):
         return math.nan if d.size == 0 else 1.0
+    if d.size == 1:
+        return 1.0  # the flips of one value, d and -d, are both as extreme as d (scipy refuses one observation)
     res = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative="two-sided",
                                  n_resamples=n_resamples, random_state=np.random.default_rng(seed), vectorized=True,
                                  axis=-1)
