@@ -189,3 +189,25 @@ def test_the_paired_stage_finds_a_planted_difference_and_each_model_reads_its_co
     assert report_b.data.metrics["paired.difference.model-a.en.all"] == pytest.approx(-0.2)
     assert math.isnan(report_b.data.metrics["paired.difference.model-b.en.all"])
     assert report_b.data.metrics["robustness.of.en"] >= 3
+
+
+@pytest.mark.slow  # a tiny masked LM scored twice
+def test_a_masked_models_second_pass_scores_plain_pll_beside_the_papers_metric(tmp_path, monkeypatch,
+                                                                               tiny_masked_lm_dir):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from stereolens.scoring import score_pairs
+    from stereolens.stages.kit import load_stage_model
+    from stereolens.studies.pairs.evaluation import score_set
+
+    monkeypatch.setenv("STEREOLENS_CACHE_DIR", str(tmp_path / "cache"))
+    lm = load_stage_model({"id": "tiny-mlm", "name": str(tiny_masked_lm_dir), "kind": "masked", "backend": "hf",
+                           "dtype": "float32", "device": "cpu"})
+    part = _starter().head(6).assign(id=lambda d: d["pair_id"], sent_control=None)
+    scored = score_set(lm, part, "pll_word_l2r", batch_tokens=512, truncate=False, alternatives=["pll"])
+    model = AutoModelForMaskedLM.from_pretrained(tiny_masked_lm_dir).eval()
+    direct = score_pairs(model, AutoTokenizer.from_pretrained(tiny_masked_lm_dir), part, "pll")
+    assert scored["score_stereo_pll"].to_numpy() == pytest.approx(direct["score_stereo"].to_numpy(), rel=1e-5)
+    assert scored["score_anti_pll"].to_numpy() == pytest.approx(direct["score_anti"].to_numpy(), rel=1e-5)
+    table = robustness_rows(scored.assign(set="starter", model="tiny-mlm"), metric="pll_word_l2r", n_resamples=200)
+    assert bool(table.set_index("variant").loc["PLL", "ran"])

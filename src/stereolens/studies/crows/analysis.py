@@ -21,7 +21,7 @@ from stereolens.report.markdown import format_cell
 from stereolens.stats.multiple import add_corrections, family_description
 from stereolens.stats.power import mde_columns
 from stereolens.stats.robustness import HEADLINE, not_run_row, robustness_table, second_pass_row, share_row
-from stereolens.studies.crows.metrics import ROBUSTNESS_METRICS, alternative_columns, alternative_metrics
+from stereolens.scoring.types import ROBUSTNESS_METRICS, alternative_columns, alternative_metrics
 
 TOKEN_COLUMNS = ("n_tokens_stereo", "n_tokens_anti")
 # the CrowS-Pairs script (nyu-mll/crows-pairs metric.py) rounds both sentence scores to 3 decimals

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from stereolens.errors import ConfigError
-from stereolens.studies.crows.metrics import MASKED_METRICS, alternative_columns
+from stereolens.scoring.types import MASKED_METRICS, alternative_columns
 
 
 

@@ -36,7 +36,7 @@ PAIRED_CELLS = ("all", *CROWS_BIAS_TYPES)
 @stage("crows-score", per_model=True)
 def crows_score(args: argparse.Namespace) -> None:
     """Score every CrowS-Pairs pair with the configured model and metric."""
-    from stereolens.studies.crows.metrics import alternative_metrics
+    from stereolens.scoring.types import alternative_metrics
     from stereolens.studies.crows.scoring import crows_scoring_route, score_crows
     from stereolens.tracking import stage_run
 

@@ -606,7 +606,7 @@ def robustness_rows(scores: pd.DataFrame, *, metric: str, alpha: float = 0.05, r
     couple in place of the item-level one.  ``n`` counts each variant's untied pairs."""
     from stereolens.stats.robustness import (HEADLINE, interval_decision, not_run_row, ran_row, robustness_table,
                                              second_pass_row, share_row)
-    from stereolens.studies.crows.metrics import ROBUSTNESS_METRICS, alternative_columns, alternative_metrics
+    from stereolens.scoring.types import ROBUSTNESS_METRICS, alternative_columns, alternative_metrics
 
     test = dict(confidence=1 - alpha, reference_resamples=reference_resamples)
     rows = []

@@ -94,7 +94,7 @@ def score_set(lm, part: pd.DataFrame, metric: str, *, batch_tokens: int, truncat
     causal LM, the per-token means beside the sums.  Each of ``alternatives`` (masked-LM metrics) is a
     second pass whose scores are kept beside the headline's for the robustness table."""
     from stereolens.scoring import score_pairs, score_sentences
-    from stereolens.studies.crows.metrics import alternative_columns
+    from stereolens.scoring.types import alternative_columns
 
     # the backend itself (not its network): an executor-backed model shards the pairs
     options = dict(batch_tokens=batch_tokens, truncate=truncate, cache=lm.cache, identity=lm.identity)

@@ -249,7 +249,7 @@ def evaluate(args: argparse.Namespace) -> None:
     """Score every pair and control with the configured model; identity-term fragmentation per language."""
     from stereolens.stages.kit import load_stage_model, model_dir, model_label
     from stereolens.studies.pairs.analysis import EVALUATION_SETS
-    from stereolens.studies.crows.metrics import alternative_metrics
+    from stereolens.scoring.types import alternative_metrics
     from stereolens.studies.pairs.evaluation import evaluation_sets, fragmentation_table, pairs_metric, score_sets
     from stereolens.tracking import stage_run
 
