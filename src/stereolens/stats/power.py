@@ -220,6 +220,19 @@ def undetected_preference(n: int, mde: float, *, alpha: float = DEFAULT_ALPHA, p
             f"with {n} untied pairs ({format_cell(power * 100)}% power {level})")
 
 
+def mde_legend(alpha: float, family_level: float, m: int, *, family: str) -> str:
+    """The legend line of a table's ``mde`` / ``mde_adjusted`` columns (:func:`mde_columns`); ``family`` names
+    the rows the adjusted level is over, in words."""
+    from stereolens.report.markdown import format_cell
+
+    return (f"`mde`: the minimum detectable effect, the smallest true share of stereotypical wins among a row's "
+            f"untied pairs (above 50%; its mirror 1 - mde below) that the exact binomial test finds with 80% power "
+            f"at alpha {format_cell(alpha)}; `mde_adjusted`: the same at Bonferroni's alpha / {m} = "
+            f"{format_cell(family_level)} over {family} (the level of Holm's first step; Benjamini-Hochberg has no "
+            f"single per-row level), n/a for a row outside the family. `mde` n/a: no split of so few untied pairs "
+            f"reaches significance.")
+
+
 def undetected_lines(table, labels, *, in_family=None, alpha: float = DEFAULT_ALPHA,
                      power: float = DEFAULT_POWER) -> list[str]:
     """Markdown lines under a starred table: for each row without a star (``significant`` false), what its test

@@ -17,9 +17,8 @@ import numpy as np
 import pandas as pd
 
 from stereolens.stats.bias import REFERENCE_RESAMPLES, bias_score, bias_table, stereotype_share
-from stereolens.report.markdown import format_cell
 from stereolens.stats.multiple import add_corrections, family_description
-from stereolens.stats.power import mde_columns
+from stereolens.stats.power import mde_columns, mde_legend
 from stereolens.stats.robustness import HEADLINE, not_run_row, robustness_table, second_pass_row, share_row
 from stereolens.scoring.types import ROBUSTNESS_METRICS, alternative_columns, alternative_metrics
 
@@ -65,20 +64,10 @@ def bias_by_type(scores: pd.DataFrame, *, alpha: float = 0.05,
         "of it) is never significant, and a `degenerate` row (every untied pair agrees, BCa undefined) is "
         "significant when the binomial p < 0.05. "
         + family_description(tested, alpha) + " Family: the bias types; the adjusted p is the row's binomial p. "
-        + mde_legend(alpha, family_level, tested))
+        + mde_legend(alpha, family_level, tested, family="the bias types (the overall row is outside it)")
+        + " Each row's pairs are independent CrowS-Pairs items (no two share a source), so the item-level "
+        "interval is the only one: no clustered interval applies.")
     return table, legend
-
-
-def mde_legend(alpha: float, family_level: float, tested: int) -> str:
-    """What the MDE columns are, for the table's legend."""
-    return (f"`mde`: the minimum detectable effect, the smallest true share of stereotypical wins among the row's "
-            f"untied pairs (above 50%; its mirror 1 - mde below) that the exact binomial test finds with 80% power "
-            f"at alpha {format_cell(alpha)}; `mde_adjusted`: the same at Bonferroni's alpha / {tested} = "
-            f"{format_cell(family_level)} over the bias types (the level of Holm's first step; Benjamini-Hochberg "
-            f"has no single per-row level), n/a for the overall row, which is outside the family. `mde` n/a: "
-            f"no split of so few untied pairs reaches significance. Each row's pairs are independent CrowS-Pairs "
-            f"items (no two share a source), so the item-level interval is the only one: no clustered interval "
-            f"applies.")
 
 
 def length_control(scores: pd.DataFrame, *, alpha: float = 0.05,

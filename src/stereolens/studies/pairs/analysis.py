@@ -39,11 +39,10 @@ from scipy import stats as sps
 
 from stereolens.errors import DataError
 from stereolens.io import cell_text, score_column
-from stereolens.report.markdown import format_cell
 from stereolens.stats.bias import bca_interval, bias_score
 from stereolens.stats.cluster import MIN_CLUSTERS, cluster_ratio_interval
 from stereolens.stats.multiple import add_corrections, family_description
-from stereolens.stats.power import mde_columns
+from stereolens.stats.power import mde_columns, mde_legend
 from stereolens.studies.pairs.config import GROUP_CLASSES
 
 REQUIRED_COLUMNS = ("id", "dimension", "score_stereo", "score_anti")
@@ -339,17 +338,6 @@ def star_legend(reference_resamples: int) -> str:
 CLUSTER_COLUMNS = ("ci_low_cluster", "ci_high_cluster", "n_clusters")
 
 
-def mde_legend(alpha: float, level: float, m: int) -> str:
-    """What the MDE columns are (Tables 5/6 and bias_cells.csv)."""
-    return (f"`mde`: the minimum detectable effect of a cell, the smallest true share of stereotypical wins among "
-            f"its untied pairs (above 50%; its mirror 1 - mde below) that the exact binomial test finds with 80% "
-            f"power at alpha {format_cell(alpha)}; `mde_adjusted`: the same at Bonferroni's alpha / {m} = "
-            f"{format_cell(level)} over the family of dimension cells (the level of Holm's first step; "
-            f"Benjamini-Hochberg has no single per-cell level), n/a for the overall rows, which are outside it. "
-            f"`mde` n/a: no split of so few untied pairs reaches significance. In percent in Tables 5/6 (as their "
-            f"scores), as shares in bias_cells.csv and summary.json.")
-
-
 def cluster_legend(cluster_col: str | None) -> str:
     """Which interval the star uses, and whether a clustered one stands beside it."""
     if cluster_col is None:
@@ -422,7 +410,10 @@ def _summary(cells: pd.DataFrame, classes: pd.DataFrame, *, alpha: float, refere
                   "items with score_stereo > score_control")
     level, m = family_level(cells, alpha=alpha)
     shared = {"definition": definition, "star": star_legend(reference_resamples),
-              "corrections": correction_family(cells, alpha=alpha), "alpha": alpha, "mde": mde_legend(alpha, level, m),
+              "corrections": correction_family(cells, alpha=alpha), "alpha": alpha,
+              "mde": mde_legend(alpha, level, m, family="the set's dimension x language cells (the overall rows are "
+                                "outside it)") + " In percent in Tables 5/6 (as their scores), as shares in "
+                                "bias_cells.csv and summary.json.",
               "clustered_interval": cluster_legend(cluster_col)}
     if len(runs) == 1:
         return {**runs[0], "runs": runs, **shared}
