@@ -11,7 +11,7 @@ import pandas as pd
 
 from stereolens.datasets.crows_pairs import CROWS_BIAS_TYPES, crows_pairs_table
 from stereolens.io import read_csv_checked, write_csv, write_json, write_text
-from stereolens.stages.common import languages_to_run, load_params, stage_params
+from stereolens.stages.common import languages_to_run, load_params, run_model_ids, stage_params
 from stereolens.stages.kit import load_stage_model, model_dir, model_label, write_study_summary
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
@@ -117,7 +117,7 @@ def crows_report(args: argparse.Namespace) -> None:
     lengths = length_table(length, table.iloc[0].to_dict())
     robustness = robustness_rows(scores, table.iloc[0].to_dict(), length, metric=metric, reference_resamples=resamples)
     summary["robustness"] = robustness_block(robustness)
-    summary["paired"] = paired_block(PAIRED, model, stage="crows_paired")
+    summary["paired"] = paired_block(PAIRED, model, stage="crows_paired", models=run_model_ids(args.params))
     write_csv(reports / "bias_by_type.csv", table)
     write_csv(reports / "length_control.csv", lengths)
     write_csv(reports / TABLE_FILE, robustness)

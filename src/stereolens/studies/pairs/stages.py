@@ -17,7 +17,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import load_params, stage_params
+from stereolens.stages.common import load_params, run_model_ids, stage_params
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -313,7 +313,7 @@ def report(args: argparse.Namespace) -> None:
                                  n_resamples=int(ev.get("bootstrap_resamples", 1000)), seed=int(p["seed"]))
     summary = study_summary(reports, scores, model=p["model.id"], scoring=scoring, annotation_source=source)
     summary["robustness"] = robustness_block(robustness)
-    summary["paired"] = paired_block(PAIRED, p["model.id"], stage="pairs_paired")
+    summary["paired"] = paired_block(PAIRED, p["model.id"], stage="pairs_paired", models=run_model_ids(args.params))
     for name, part in scores.groupby("set", sort=False):
         _log_report_run(p["tracking"], reports[name], part, model=p["model.id"], evaluation=ev,
                         annotation_source=source, output=reports_dir, summary=summary)
