@@ -155,6 +155,7 @@ def crows_report(args: argparse.Namespace) -> None:
 def crows_paired(args: argparse.Namespace) -> None:
     """Every pair of the run's models on the CrowS-Pairs pairs both scored: the difference of their bias
     scores overall and per bias type, McNemar's exact test, Holm / BH over the bias types; one MLflow run."""
+    from stereolens.report.markdown import format_cell
     from stereolens.stats.paired import COMPARISON_FIELDS, comparison_records, paired_document, paired_table
     from stereolens.studies.crows.analysis import paired_family
     from stereolens.tables import scored_pairs_schema, validate_table
@@ -201,6 +202,6 @@ def crows_paired(args: argparse.Namespace) -> None:
         run.log_artifact(PAIRED)
         run.log_artifact(PAIRED.with_suffix(".csv"))
     decided = [c for c in comparisons if c["cell"] == "all"]
-    print("crows-paired: " + "; ".join(f"{c['model_a']} - {c['model_b']}: {c['difference']:+.3f} "
-                                       f"[{c['ci_low']:+.3f}, {c['ci_high']:+.3f}], McNemar p {c['p_value']:.3g}, "
-                                       f"{c['verdict']}" for c in decided))
+    print("crows-paired: " + "; ".join(f"{c['model_a']} - {c['model_b']}: {format_cell(c['difference'])} "
+                                       f"[{format_cell(c['ci_low'])}, {format_cell(c['ci_high'])}], McNemar p "
+                                       f"{format_cell(c['p_value'])}, {c['verdict']}" for c in decided))

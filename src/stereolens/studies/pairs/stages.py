@@ -363,6 +363,7 @@ def _log_report_run(tracking: dict[str, Any], set_report, part: pd.DataFrame, *,
 def paired(args: argparse.Namespace) -> None:
     """Every pair of the run's models on the pairs both scored: the difference of their bias scores per
     evaluation set, language and dimension, McNemar's exact test, Holm / BH per set; one MLflow run."""
+    from stereolens.report.markdown import format_cell
     from stereolens.stages.kit import model_dir
     from stereolens.stats.paired import COMPARISON_FIELDS, comparison_records, paired_document
     from stereolens.studies.pairs.analysis import PAIRED_FAMILY, check_scores, paired_by_set
@@ -409,5 +410,5 @@ def paired(args: argparse.Namespace) -> None:
         run.log_artifact(PAIRED.with_suffix(".csv"))
     overall = [c for c in comparisons if c["dimension"] == "all"]
     print("pairs-paired: " + "; ".join(f"{c['set']} {c['language']} {c['model_a']} - {c['model_b']}: "
-                                       f"{c['difference']:+.3f}, McNemar p {c['p_value']:.3g}, {c['verdict']}"
-                                       for c in overall))
+                                       f"{format_cell(c['difference'])}, McNemar p {format_cell(c['p_value'])}, "
+                                       f"{c['verdict']}" for c in overall))
