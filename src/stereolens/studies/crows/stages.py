@@ -155,11 +155,10 @@ def crows_report(args: argparse.Namespace) -> None:
 def crows_paired(args: argparse.Namespace) -> None:
     """Every pair of the run's models on the CrowS-Pairs pairs both scored: the difference of their bias
     scores overall and per bias type, McNemar's exact test, Holm / BH over the bias types; one MLflow run."""
-    from stereolens.report.markdown import format_cell
-    from stereolens.stats.paired import COMPARISON_FIELDS, comparison_records, paired_document, paired_table
+    from stereolens.stages.paired import paired_line, write_paired
+    from stereolens.stats.paired import COMPARISON_FIELDS, comparison_records, paired_table
     from stereolens.studies.crows.analysis import paired_family
     from stereolens.tables import scored_pairs_schema, validate_table
-    from stereolens.tracking import stage_run
 
     p = load_params("models", "tracking", path=args.params)
     model_ids = list(p["models"] or {})
@@ -181,27 +180,8 @@ def crows_paired(args: argparse.Namespace) -> None:
         table = paired_table(pd.concat(frames, ignore_index=True), by="bias_type", models=compared)
     extra = ("n_a_only", "n_b_only", "margin_difference", "margin_ci_low", "margin_ci_high", "p_margin")
     comparisons = comparison_records(table, extra=extra) if not table.empty else []
-    reason = None
-    if len(compared) < 2:
-        reason = (f"the run measures {len(model_ids)} model(s), {len(compared)} with scored pairs: a paired "
-                  "comparison needs two (add one with compare_with=[...])")
-    document = paired_document(study="crows", models=model_ids, comparisons=comparisons, family=paired_family(),
-                               reason=reason, not_compared=not_compared)
-    write_json(PAIRED, document)
-    write_csv(PAIRED.with_suffix(".csv"), pd.DataFrame(comparisons, columns=[*COMPARISON_FIELDS, *extra]))
-    pairs = [f"{a}__{b}" for i, a in enumerate(compared) for b in compared[i + 1:]]
-    if not pairs:
-        print(f"crows-paired: no comparison ({reason})")
-        return
-    with stage_run(p["tracking"], PAIRED_RUN, params={"models": model_ids},
-                   axes={"pair": pairs, "cell": PAIRED_CELLS}) as run:
-        found = {f"{c['model_a']}__{c['model_b']}.{c['cell']}": c["difference"] for c in comparisons}
-        run.log_metrics({"comparisons": len(comparisons)})
-        run.log_metrics({f"difference.{pair}.{cell}": found.get(f"{pair}.{cell}") for pair in pairs
-                         for cell in PAIRED_CELLS})
-        run.log_artifact(PAIRED)
-        run.log_artifact(PAIRED.with_suffix(".csv"))
-    decided = [c for c in comparisons if c["cell"] == "all"]
-    print("crows-paired: " + "; ".join(f"{c['model_a']} - {c['model_b']}: {format_cell(c['difference'])} "
-                                       f"[{format_cell(c['ci_low'])}, {format_cell(c['ci_high'])}], McNemar p "
-                                       f"{format_cell(c['p_value'])}, {c['verdict']}" for c in decided))
+    document = write_paired(PAIRED, study="crows", model_ids=model_ids, compared=compared, comparisons=comparisons,
+                            columns=[*COMPARISON_FIELDS, *extra], family=paired_family(), not_compared=not_compared,
+                            tracking=p["tracking"], schema=PAIRED_RUN, params={"models": model_ids},
+                            cells=PAIRED_CELLS)
+    print(paired_line("crows-paired", document, overall=lambda c: c["cell"] == "all"))

@@ -363,11 +363,10 @@ def _log_report_run(tracking: dict[str, Any], set_report, part: pd.DataFrame, *,
 def paired(args: argparse.Namespace) -> None:
     """Every pair of the run's models on the pairs both scored: the difference of their bias scores per
     evaluation set, language and dimension, McNemar's exact test, Holm / BH per set; one MLflow run."""
-    from stereolens.report.markdown import format_cell
     from stereolens.stages.kit import model_dir
-    from stereolens.stats.paired import COMPARISON_FIELDS, comparison_records, paired_document
+    from stereolens.stages.paired import paired_line, write_paired
+    from stereolens.stats.paired import COMPARISON_FIELDS, comparison_records
     from stereolens.studies.pairs.analysis import PAIRED_FAMILY, check_scores, paired_by_set
-    from stereolens.tracking import stage_run
 
     p = load_params("models", "study.pairs.evaluation", "tracking", "seed", path=args.params)
     ev, model_ids = p["study.pairs.evaluation"], list(p["models"] or {})
@@ -388,27 +387,8 @@ def paired(args: argparse.Namespace) -> None:
     extra = ("set", "language", "dimension", "n_a_only", "n_b_only", "margin_difference", "margin_ci_low",
              "margin_ci_high", "p_margin")
     comparisons = comparison_records(table, cell_col="cell", extra=extra) if not table.empty else []
-    reason = None
-    if len(compared) < 2:
-        reason = (f"the run measures {len(model_ids)} model(s), {len(compared)} with scored pairs: a paired "
-                  "comparison needs two (add one with compare_with=[...])")
-    document = paired_document(study="pairs", models=model_ids, comparisons=comparisons, family=PAIRED_FAMILY,
-                               reason=reason, not_compared=not_compared)
-    write_json(PAIRED, document)
-    write_csv(PAIRED.with_suffix(".csv"), pd.DataFrame(comparisons, columns=[*COMPARISON_FIELDS, *extra]))
-    pairs = [f"{a}__{b}" for i, a in enumerate(compared) for b in compared[i + 1:]]
-    cells = sorted({c["cell"] for c in comparisons})
-    if not pairs or not cells:
-        print(f"pairs-paired: no comparison ({reason or 'no item scored by two models'})")
-        return
-    with stage_run(p["tracking"], PAIRED_RUN, params={"models": model_ids, "evaluation": ev},
-                   axes={"pair": pairs, "cell": cells}) as run:
-        found = {f"{c['model_a']}__{c['model_b']}.{c['cell']}": c["difference"] for c in comparisons}
-        run.log_metrics({"comparisons": len(comparisons)})
-        run.log_metrics({f"difference.{pair}.{cell}": found.get(f"{pair}.{cell}") for pair in pairs for cell in cells})
-        run.log_artifact(PAIRED)
-        run.log_artifact(PAIRED.with_suffix(".csv"))
-    overall = [c for c in comparisons if c["dimension"] == "all"]
-    print("pairs-paired: " + "; ".join(f"{c['set']} {c['language']} {c['model_a']} - {c['model_b']}: "
-                                       f"{format_cell(c['difference'])}, McNemar p {format_cell(c['p_value'])}, "
-                                       f"{c['verdict']}" for c in overall))
+    document = write_paired(PAIRED, study="pairs", model_ids=model_ids, compared=compared, comparisons=comparisons,
+                            columns=[*COMPARISON_FIELDS, *extra], family=PAIRED_FAMILY, not_compared=not_compared,
+                            tracking=p["tracking"], schema=PAIRED_RUN, params={"models": model_ids, "evaluation": ev},
+                            cells=sorted({c["cell"] for c in comparisons}))
+    print(paired_line("pairs-paired", document, overall=lambda c: c["dimension"] == "all"))
