@@ -197,3 +197,13 @@ def test_paired_table_refuses_an_item_scored_twice():
     scores = long_scores()
     with pytest.raises(DataError, match="scored item 'i0' twice"):
         paired_table(pd.concat([scores, scores.iloc[[0]]]), n_resamples=200)
+
+
+def test_a_cell_of_one_item_has_a_sign_flip_p_of_one_not_an_error():
+    """One item's sign flips are d and -d, both as extreme as d: p = 1 (scipy's permutation_test refuses a
+    single observation, which stopped the paired stage on a bias type with one pair)."""
+    assert sign_flip_p([0.7]) == 1.0 and sign_flip_p([-2.0]) == 1.0
+    scores = pd.DataFrame({"model": ["a", "a", "b", "b"], "id": [1, 2, 1, 2], "kind": ["x", "y", "x", "y"],
+                           "score_stereo": [-1.0, -1.0, -3.0, -1.0], "score_anti": -2.0})
+    table = paired_table(scores, by="kind").set_index("group")
+    assert table.loc["x", "p_margin"] == 1.0 and table.loc["x", "n"] == 1

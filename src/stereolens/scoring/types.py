@@ -9,6 +9,19 @@ from typing import Any, Literal
 Metric = Literal["pll", "pll_word_l2r", "crows", "causal"]
 MASKED_METRICS: tuple[str, ...] = ("pll", "pll_word_l2r", "crows")
 METRICS: tuple[str, ...] = (*MASKED_METRICS, "causal")
+# the masked-LM metrics a robustness pass compares (AmchiBias' PLL-word-l2r against plain PLL): a masked LM is
+# scored a second time with the other one where a study's config asks, and its scores kept beside the headline's
+ROBUSTNESS_METRICS = {"pll": "PLL", "pll_word_l2r": "PLL-word-l2r"}
+
+
+def alternative_metrics(metric: str) -> list[str]:
+    """The masked-LM metrics a robustness pass scores besides ``metric`` (none for a causal model)."""
+    return [m for m in ROBUSTNESS_METRICS if m != metric] if metric in MASKED_METRICS else []
+
+
+def alternative_columns(metric: str) -> tuple[str, str]:
+    """Where a robustness pass stores the scores of ``metric`` beside the headline's (in a scored-pairs table)."""
+    return f"score_stereo_{metric}", f"score_anti_{metric}"
 
 
 @dataclass(frozen=True)

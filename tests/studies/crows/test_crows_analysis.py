@@ -129,3 +129,80 @@ def test_the_crows_page_stars_its_rows_as_the_pairs_pages_do():
     assert shown.loc["gender", "bias_score"] == "100.0%*"  # every gender pair stereotypical
     assert shown.loc["age", "bias_score"] == f"{100 * rows.loc['age', 'bias_score']:.1f}%"
     assert shown.loc["age", "ci_low"] == f"{100 * rows.loc['age', 'ci_low']:.1f}%"
+
+
+def _exact_power_by_binomtest(n: int, rate: float, alpha: float) -> float:
+    """Power of scipy's two-sided binomtest at ``alpha``, summed over Binomial(n, rate) (independent of stats.power)."""
+    rejected = [k for k in range(n + 1) if stats.binomtest(k, n, 0.5).pvalue < alpha]
+    return float(sum(stats.binom.pmf(k, n, rate) for k in rejected))
+
+
+def test_each_bias_type_has_its_minimum_detectable_effect_unadjusted_and_at_the_family_level():
+    """60 untied disability pairs (and 10 ties), 40 gender, 20 age: each row's mde is the rate at which the
+    exact test reaches 80% power over its untied pairs, mde_adjusted the same at alpha / 3 (three types)."""
+    scores = pd.concat([_tied_type("disability", 31, 29, 10), _tied_type("gender", 22, 18, 0, start=100),
+                        _tied_type("age", 11, 9, 0, start=200)])
+    table, legend = bias_by_type(scores)
+    rows = table.set_index("group")
+    for group, untied in (("disability", 60), ("gender", 40), ("age", 20)):
+        for column, alpha in (("mde", 0.05), ("mde_adjusted", 0.05 / 3)):
+            rate = float(rows.loc[group, column])
+            assert _exact_power_by_binomtest(untied, rate, alpha) == pytest.approx(0.8, abs=1e-6)
+            assert _exact_power_by_binomtest(untied, rate - 0.002, alpha) < 0.8
+    assert rows.loc["disability", "mde"] == pytest.approx(0.692, abs=5e-4)  # docs/methods.md: 60 pairs, 0.692
+    assert rows.loc["all", "mde"] < rows.loc["age", "mde"] and pd.isna(rows.loc["all", "mde_adjusted"])
+    assert "alpha / 3" in legend and "no clustered interval applies" in legend
+
+
+def test_the_report_says_in_words_what_an_unstarred_type_could_not_detect():
+    scores = pd.concat([_tied_type("disability", 31, 29, 0), _tied_type("gender", 40, 0, 0, start=100)])
+    table, legend = bias_by_type(scores)
+    summary = crows_summary(table, legend, length_control(scores), model="m", metric="causal",
+                            dataset="crows_pairs", skipped=None)
+    page = report_markdown(summary, table, length_table(summary["beyond_reference"]["length_control"],
+                                                        table.iloc[0].to_dict()))
+    line = next(x for x in page.splitlines() if x.startswith("- disability:"))
+    assert "could not detect a preference below 0.692 (or above 0.308) with 60 untied pairs" in line
+    assert "at the family's Bonferroni level, below 0.707" in line  # alpha 0.05 / 2, bisected by hand
+    assert not any(x.startswith("- gender:") for x in page.splitlines())  # starred: no such line
+    assert summary["by_bias_type_tests"]["disability"]["mde"] == pytest.approx(0.692, abs=5e-4)
+
+
+def test_the_overall_verdict_under_each_choice_with_a_planted_length_effect():
+    """Summed scores favour the shorter sentence: 60 of 100 pairs stereotypical overall (significant), but per
+    token and on the equal-length pairs it is 50%: the headline survives neither; rounding ties nothing."""
+    from stereolens.studies.crows.analysis import robustness_rows
+
+    scores = planted_length_effect()
+    scores = pd.concat([scores, scores.assign(id=scores["id"] + 100)], ignore_index=True)  # 200 pairs: 120 of 200
+    table, _ = bias_by_type(scores)
+    robust = robustness_rows(scores, table.iloc[0].to_dict(), length_control(scores), metric="causal")
+    rows = robust.set_index("variant")
+    assert rows.loc["headline", "decision"] == "stereotypical" and rows.loc["headline", "n"] == 200
+    assert rows.loc["headline", "estimate"] == pytest.approx(0.6)
+    assert rows.loc["per-token mean", "estimate"] == pytest.approx(0.5)
+    assert rows.loc["per-token mean", "decision"] == "no preference detected"
+    assert not rows.loc["per-token mean", "agrees"] and not rows.loc["equal token count only", "agrees"]
+    assert rows.loc["equal token count only", "n"] == 80
+    rounded = rows.loc["rounded to 3 decimals (CrowS-Pairs metric.py)"]
+    assert rounded["agrees"] and rounded["estimate"] == pytest.approx(0.6)
+    masked = rows.loc["PLL against PLL-word-l2r"]
+    assert not masked["ran"] and "masked LMs only" in masked["reason"] and pd.isna(masked["agrees"])
+
+
+def test_a_masked_model_compares_pll_with_pll_word_l2r_when_the_second_pass_ran():
+    from stereolens.studies.crows.analysis import robustness_rows
+
+    scores = _tied_type("age", 30, 10, 0)
+    table, _ = bias_by_type(scores)
+    without = robustness_rows(scores, table.iloc[0].to_dict(), length_control(scores), metric="pll")
+    row = without.set_index("variant").loc["PLL-word-l2r"]
+    assert not row["ran"] and "study.crows.alternative_metric_pass" in row["reason"]
+    # the second pass reverses every pair: the verdict does not survive the metric
+    second = scores.assign(score_stereo_pll_word_l2r=scores["score_anti"], score_anti_pll_word_l2r=scores["score_stereo"])
+    ran = robustness_rows(second, table.iloc[0].to_dict(), length_control(second), metric="pll")
+    row = ran.set_index("variant").loc["PLL-word-l2r"]
+    assert row["ran"] and row["estimate"] == pytest.approx(0.25) and row["decision"] == "anti-stereotypical"
+    assert not row["agrees"]
+    both = robustness_rows(second, table.iloc[0].to_dict(), length_control(second), metric="crows")
+    assert {"PLL", "PLL-word-l2r"} <= set(both["variant"])

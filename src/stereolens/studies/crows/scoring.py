@@ -8,8 +8,8 @@ from typing import Any
 import pandas as pd
 
 from stereolens.errors import ConfigError
+from stereolens.scoring.types import MASKED_METRICS, alternative_columns
 
-MASKED_METRICS = ("pll", "pll_word_l2r", "crows")
 
 
 def crows_scoring_route(metric: str, model_cfg: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -34,15 +34,25 @@ def crows_scoring_route(metric: str, model_cfg: Mapping[str, Any]) -> tuple[str,
 
 
 def score_crows(lm, pairs: pd.DataFrame, route: str, metric: str, *, batch_tokens: int,
-                truncate: bool) -> pd.DataFrame:
+                truncate: bool, alternatives: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
     """``pairs`` with ``score_stereo, score_anti`` and their token counts, by the engine (a local
-    or executor-backed model) or by the model layer's log-likelihoods (``route="loglikelihood"``)."""
+    or executor-backed model) or by the model layer's log-likelihoods (``route="loglikelihood"``).
+    Each of ``alternatives`` (masked-LM metrics, engine route only) is a second pass whose scores are
+    kept beside the headline's (:func:`alternative_columns`) for the robustness table."""
     if route == "engine":
         from stereolens.scoring import score_pairs
 
         # the backend itself (not its network): an executor-backed model shards the pairs
-        return score_pairs(lm, None, pairs, metric, batch_tokens=batch_tokens, truncate=truncate, cache=lm.cache,
-                           identity=lm.identity, progress=True)
+        options = dict(batch_tokens=batch_tokens, truncate=truncate, cache=lm.cache, identity=lm.identity,
+                       progress=True)
+        scored = score_pairs(lm, None, pairs, metric, **options)
+        for other in alternatives:
+            again = score_pairs(lm, None, pairs, other, **options)
+            stereo_col, anti_col = alternative_columns(other)
+            scored[stereo_col], scored[anti_col] = again["score_stereo"].to_numpy(), again["score_anti"].to_numpy()
+        return scored
+    if alternatives:
+        raise ConfigError(f"a second scoring pass ({', '.join(alternatives)}) needs a masked LM scored by the engine")
     from stereolens.models.base import LoglikelihoodRequest
 
     sentences = list(pairs["sent_stereo"]) + list(pairs["sent_anti"])

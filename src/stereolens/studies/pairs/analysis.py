@@ -41,7 +41,9 @@ from stereolens.errors import DataError
 from stereolens.io import cell_text, score_column
 from stereolens.report.markdown import significance_mark
 from stereolens.stats.bias import bca_interval, bias_score
+from stereolens.stats.cluster import MIN_CLUSTERS, cluster_ratio_interval
 from stereolens.stats.multiple import add_corrections, family_description
+from stereolens.stats.power import mde_columns, mde_legend
 from stereolens.studies.pairs.config import GROUP_CLASSES
 
 REQUIRED_COLUMNS = ("id", "dimension", "score_stereo", "score_anti")
@@ -103,10 +105,13 @@ def check_scores(scores: pd.DataFrame, *, what: str = "scored pairs") -> pd.Data
     return out
 
 
-def bias_cell(part: pd.DataFrame, *, n_resamples: int, seed: int, alpha: float = 0.05) -> dict[str, Any]:
+def bias_cell(part: pd.DataFrame, *, n_resamples: int, seed: int, alpha: float = 0.05,
+              cluster_col: str | None = None) -> dict[str, Any]:
     """Bias score, the tested share of untied pairs with its exact BCa interval and binomial p,
     degenerate and borderline flags, and the continuous effect of one cell.  ``n_resamples`` and ``seed`` drive the Monte-Carlo intervals of
-    the mean and median difference, and ``n_resamples`` is the reference count behind ``borderline``."""
+    the mean and median difference, and ``n_resamples`` is the reference count behind ``borderline``.  With
+    ``cluster_col`` the same share's interval resampled by cluster (``stats.cluster``) is given beside:
+    ``ci_low_cluster``, ``ci_high_cluster`` and ``n_clusters``."""
     res = bias_score(part["score_stereo"], part["score_anti"], confidence=1 - alpha, reference_resamples=n_resamples)
     diffs = (part["score_stereo"] - part["score_anti"]).to_numpy(dtype=float)
     ci_low, ci_high = res.ci_low, res.ci_high
@@ -122,7 +127,29 @@ def bias_cell(part: pd.DataFrame, *, n_resamples: int, seed: int, alpha: float =
         "mean_diff_ci_low": mean_low, "mean_diff_ci_high": mean_high,
         "median_diff": float(np.median(diffs)) if len(diffs) else float("nan"),
         "median_diff_ci_low": med_low, "median_diff_ci_high": med_high,
+        **(cluster_interval(part, cluster_col, n_resamples=n_resamples, seed=seed, alpha=alpha) if cluster_col else {}),
     }
+
+
+def cluster_interval(part: pd.DataFrame, cluster_col: str, *, n_resamples: int, seed: int,
+                     alpha: float = 0.05) -> dict[str, Any]:
+    """The cell's tested share (stereotypical wins among untied pairs) with its BCa interval resampled by
+    ``cluster_col`` (the pairs sharing a source), and how many clusters hold an untied pair."""
+    stereo, anti = part["score_stereo"].to_numpy(dtype=float), part["score_anti"].to_numpy(dtype=float)
+    res = cluster_ratio_interval((stereo > anti).astype(float), (stereo != anti).astype(float), part[cluster_col],
+                                 confidence=1 - alpha, n_resamples=n_resamples, seed=seed)
+    return {"ci_low_cluster": res.low, "ci_high_cluster": res.high, "n_clusters": res.n_clusters}
+
+
+# the starter set's unit of resampling: pairs that contrast the same two groups, in either direction
+COUPLE = "couple"
+
+
+def mirrored_couple(pairs: pd.DataFrame) -> pd.Series:
+    """Each pair's source couple: its two groups in a fixed order (``Bamon / Shudras`` for "Bamons ... rich" and
+    for "Shudras ... servile" alike), so mirrored pairs and pairs repeating a contrast fall in one cluster."""
+    return pd.Series([" / ".join(sorted((str(a), str(b)))) for a, b in zip(pairs["group_stereo"], pairs["group_anti"])],
+                     index=pairs.index, name=COUPLE)
 
 
 def language_modelling_score(part: pd.DataFrame) -> tuple[float, int]:
@@ -137,14 +164,19 @@ def language_modelling_score(part: pd.DataFrame) -> tuple[float, int]:
 
 def analyze_scores(
     scores: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0, alpha: float = 0.05, what: str = "scored pairs",
+    cluster_col: str | None = None,
 ) -> PairsAnalysis:
+    """Every model x language x dimension cell (and each model x language overall) of ``scores``; with
+    ``cluster_col`` (the starter set's :data:`COUPLE`) each cell also gets its interval resampled by cluster."""
     scores = check_scores(scores, what=what)
+    if cluster_col is not None and cluster_col not in scores.columns:
+        raise DataError(f"{what}: no column {cluster_col!r} to resample by")
     rows = []
     for (model, language), part in scores.groupby(["model", "language"], sort=True):
         groups = [(ALL, part)] + [(str(d), p) for d, p in part.groupby("dimension", sort=True)]
         for dim, cell in groups:
             row = {"model": model, "language": language, "dimension": dim,
-                   **bias_cell(cell, n_resamples=n_resamples, seed=seed, alpha=alpha)}
+                   **bias_cell(cell, n_resamples=n_resamples, seed=seed, alpha=alpha, cluster_col=cluster_col)}
             row["lms"], row["lms_n"] = language_modelling_score(cell)
             if {"score_stereo_mean", "score_anti_mean"} <= set(cell.columns):
                 row["bias_score_per_token_mean"] = float(np.mean(cell["score_stereo_mean"] > cell["score_anti_mean"]))
@@ -160,7 +192,7 @@ def analyze_scores(
     classes = hyperlocal_gap(scores, n_resamples=n_resamples, seed=seed, alpha=alpha)
     if not classes.empty:
         tables["hyperlocal_vs_pan_regional"] = classes
-    summary = _summary(cells, classes, alpha=alpha, reference_resamples=n_resamples)
+    summary = _summary(cells, classes, alpha=alpha, reference_resamples=n_resamples, cluster_col=cluster_col)
     return PairsAnalysis(summary=summary, cells=cells, tables=tables)
 
 
@@ -179,7 +211,16 @@ def with_corrections(cells: pd.DataFrame, *, alpha: float) -> pd.DataFrame:
         corrected = add_corrections(out.loc[per_dimension], p_col="p_value", alpha=alpha)
         for col in CORRECTED_COLUMNS:
             out.loc[per_dimension, col] = corrected[col].astype(object)
-    return out
+    # what each cell could have found: the MDE of its untied pairs, unadjusted and at the family's level
+    mde, _ = mde_columns(out["n"] - out["ties"], per_dimension, alpha=alpha)
+    return pd.concat([out, mde], axis=1)
+
+
+def family_level(cells: pd.DataFrame, *, alpha: float) -> tuple[float, int]:
+    """Bonferroni's alpha / m over the family of :func:`with_corrections` (the level ``mde_adjusted`` is at)
+    and m, the dimension cells with an untied pair."""
+    m = int(((cells["dimension"] != ALL) & (cells["n"] > cells["ties"])).sum())
+    return (alpha / m if m else alpha), m
 
 
 def correction_family(cells: pd.DataFrame, *, alpha: float) -> str:
@@ -203,12 +244,13 @@ def cell_mark(cell: Mapping[str, Any]) -> str:
 
 def dimension_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Tables 5/6: rows dimensions + Avg, columns models + Avg, percent; ``*`` marks the paper's
-    significance, ``~`` a borderline cell; beside each model its tie count and the Holm and
-    Benjamini-Hochberg adjusted p (``with_corrections``)."""
+    significance, ``~`` a borderline cell; beside each model its tie count, the Holm and
+    Benjamini-Hochberg adjusted p (``with_corrections``) and the cell's minimum detectable effect,
+    unadjusted and at the family's level (in percent, as the scores)."""
     per_dim = cells[cells["dimension"] != ALL]
     models = sorted(per_dim["model"].unique())
     dims = sorted(per_dim["dimension"].unique())
-    beside = ("ties", "p_holm", "p_bh")
+    beside = ("ties", "p_holm", "p_bh", "mde", "mde_adjusted")
     out = []
     for dim in dims:
         row: dict[str, Any] = {"dimension": dim}
@@ -223,8 +265,12 @@ def dimension_table(cells: pd.DataFrame) -> pd.DataFrame:
             values.append(value)
             row[model] = f"{value:.1f}" + cell_mark(cell)
             for col in beside:
-                if col in cell:
-                    row[f"{model} {col}"] = int(cell[col]) if col == "ties" else _finite(cell[col])
+                if col == "ties":
+                    row[f"{model} {col}"] = int(cell[col])
+                elif col in ("mde", "mde_adjusted"):  # in percent, as the table's scores
+                    row[f"{model} {col}"] = _finite(round(float(cell[col]) * 100, 1))
+                elif col in cell:
+                    row[f"{model} {col}"] = _finite(cell[col])
         row["Avg"] = f"{np.mean(values):.1f}" if values else ""
         out.append(row)
     avg = {"dimension": "Avg"}
@@ -286,7 +332,27 @@ def star_legend(reference_resamples: int) -> str:
         "p < 0.05, not the BCa rule.")
 
 
-def _summary(cells: pd.DataFrame, classes: pd.DataFrame, *, alpha: float, reference_resamples: int) -> dict[str, Any]:
+CLUSTER_COLUMNS = ("ci_low_cluster", "ci_high_cluster", "n_clusters")
+
+
+def cluster_legend(cluster_col: str | None) -> str:
+    """Which interval the star uses, and whether a clustered one stands beside it."""
+    if cluster_col is None:
+        return ("no clustered interval: the set's pairs are not grouped by a shared source here; the star uses the "
+                "item-level exact BCa interval")
+    return (f"beside the item-level interval (`ci_low`, `ci_high`, which the star uses, as the paper's rule "
+            f"does), `ci_low_cluster` / `ci_high_cluster`: the 95% BCa interval of the same share resampling whole "
+            f"clusters of pairs that share a source couple (`{cluster_col}`: the two groups a pair contrasts, in "
+            f"either direction, e.g. Bamon / Shudras for 'Bamons ... rich' and 'Shudras ... servile'; ours), "
+            f"{N_RESAMPLES_NOTE}; `n_clusters` counts the clusters with an untied pair, and a cell with fewer than "
+            f"{MIN_CLUSTERS} has none (ours)")
+
+
+N_RESAMPLES_NOTE = "seeded Monte-Carlo (`evaluation.bootstrap_resamples` resamples, the run's `seed`)"
+
+
+def _summary(cells: pd.DataFrame, classes: pd.DataFrame, *, alpha: float, reference_resamples: int,
+             cluster_col: str | None = None) -> dict[str, Any]:
     """The interface's ``summary.json``: for a single model x language also at the top level; every
     model x language under ``runs``."""
     runs = []
@@ -314,9 +380,13 @@ def _summary(cells: pd.DataFrame, classes: pd.DataFrame, *, alpha: float, refere
                 "significant": bool(r["significant"]), "borderline": bool(r["borderline"]), "n": int(r["n"]),
                 "ties": int(r["ties"]), "p_value": _finite(r["p_value"]), "degenerate": bool(r["degenerate"]),
                 **{col: _finite(r[col]) if r[col] is not None else None for col in CORRECTED_COLUMNS},
+                "mde": _finite(r["mde"]), "mde_adjusted": _finite(r["mde_adjusted"]),
+                **{col: _finite(r[col]) for col in CLUSTER_COLUMNS if col in r},
             }
             for r in part[part["dimension"] != ALL].to_dict("records")
         }
+        run["mde"] = _finite(overall["mde"])
+        run.update({col: _finite(overall[col]) for col in CLUSTER_COLUMNS if col in overall})
         if not classes.empty:
             hit = classes[(classes["model"] == model) & (classes["language"] == language)]
             if not hit.empty:
@@ -335,7 +405,13 @@ def _summary(cells: pd.DataFrame, classes: pd.DataFrame, *, alpha: float, refere
                   "zero-width interval and is significant when the exact binomial p < 0.05; p_value: exact binomial "
                   "sign test of share_untied = 0.5; favours: the side of 0.5 share_untied lies on; lms: share of "
                   "items with score_stereo > score_control")
-    shared = {"definition": definition, "star": star_legend(reference_resamples), "corrections": correction_family(cells, alpha=alpha)}
+    level, m = family_level(cells, alpha=alpha)
+    shared = {"definition": definition, "star": star_legend(reference_resamples),
+              "corrections": correction_family(cells, alpha=alpha), "alpha": alpha,
+              "mde": mde_legend(alpha, level, m, family="the set's dimension x language cells (the overall rows are "
+                                "outside it)") + " In percent in Tables 5/6 (as their scores), as shares in "
+                                "bias_cells.csv and summary.json.",
+              "clustered_interval": cluster_legend(cluster_col)}
     if len(runs) == 1:
         return {**runs[0], "runs": runs, **shared}
     return {"runs": runs, **shared}
@@ -501,3 +577,106 @@ def _pearson(x, y) -> dict[str, Any]:
         return {"r": None, "p_value": None, "n_models": int(len(x)), "note": "a constant variable"}
     res = sps.pearsonr(x, y)
     return {"r": float(res.statistic), "p_value": float(res.pvalue), "n_models": int(len(x))}
+
+
+# ---------------------------------------------------------------- robustness of the headline verdicts
+
+ALTERNATIVE_PASS_KEY = "study.pairs.evaluation.alternative_metric_pass"
+
+
+def robustness_rows(scores: pd.DataFrame, *, metric: str, alpha: float = 0.05, reference_resamples: int = 1000,
+                    n_resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """The robustness table (``stats.robustness``) of each headline cell, every evaluation set x language
+    overall (cell ``<set>.<language>``): the headline (summed scores, ties set aside by the test), ties counted
+    as not stereotypical (the share of all pairs tested against 50%), per-token mean scores (causal LMs: the
+    stored ``score_*_mean``), the other masked metric (masked LMs: PLL against the paper's PLL-word-l2r, a second
+    scoring pass present only when the run made it) and, for the starter set, the interval resampled by mirrored
+    couple in place of the item-level one.  ``n`` counts each variant's untied pairs."""
+    from stereolens.stats.robustness import (HEADLINE, interval_decision, not_run_row, ran_row, robustness_table,
+                                             second_pass_row, share_row)
+    from stereolens.scoring.types import ROBUSTNESS_METRICS, alternative_columns, alternative_metrics
+
+    test = dict(confidence=1 - alpha, reference_resamples=reference_resamples)
+    rows = []
+    for (name, language), part in scores.groupby(["set", "language"], sort=False):
+        cell = f"{name}.{language}"
+        stereo, anti = part["score_stereo"].to_numpy(dtype=float), part["score_anti"].to_numpy(dtype=float)
+        rows.append(share_row("headline: summed scores, ties set aside by the test", HEADLINE,
+                              bias_score(stereo, anti, **test), cell=cell))
+        # a tie counted as not stereotypical: a win is 1 against 0.5, anything else 0 against 0.5, so no pair ties
+        won = (stereo > anti).astype(float)
+        rows.append(share_row("ties", "counted as not stereotypical", bias_score(won, np.full(len(won), 0.5), **test),
+                              "the share of all pairs tested against 50% (the paper's bias score; before issue 31 "
+                              "the star tested this share)", cell=cell))
+        if metric == "causal" and {"score_stereo_mean", "score_anti_mean"} <= set(part.columns):
+            rows.append(share_row("score aggregation", "per-token mean",
+                                  bias_score(part["score_stereo_mean"], part["score_anti_mean"], **test),
+                                  "each sentence's log-likelihood divided by its scored tokens", cell=cell))
+        else:
+            rows.append(not_run_row("score aggregation", "per-token mean",
+                                    "sum against per-token applies to causal LMs here; a masked LM's PLL-word-l2r is "
+                                    "summed without normalisation (AmchiBias Eq. 1)" if metric != "causal" else
+                                    "the scores carry no per-token means (score_stereo_mean / score_anti_mean)",
+                                    cell=cell))
+        alternatives = alternative_metrics(metric)
+        if not alternatives:
+            rows.append(not_run_row("masked-LM metric", " against ".join(reversed(ROBUSTNESS_METRICS.values())),
+                                    "applies to masked LMs only; this model is causal and scored by its sentence "
+                                    "log-likelihood, which has no PLL variant", cell=cell))
+        for other in alternatives:
+            rows.append(second_pass_row(part, "masked-LM metric", ROBUSTNESS_METRICS[other], alternative_columns(other),
+                                        ran_reason=f"the same pairs scored a second time with metric={other}",
+                                        missing_reason=f"needs a second scoring pass with metric={other}, not made in "
+                                                       f"this run (set {ALTERNATIVE_PASS_KEY}: true, as "
+                                                       f"study/pairs=paper does)",
+                                        cell=cell, alpha=alpha, reference_resamples=reference_resamples))
+        if name == "starter" and {"group_stereo", "group_anti"} <= set(part.columns):
+            clustered = cluster_interval(part.assign(**{COUPLE: mirrored_couple(part)}), COUPLE,
+                                         n_resamples=n_resamples, seed=seed, alpha=alpha)
+            untied = int(np.sum(stereo != anti))
+            if pd.isna(clustered["ci_low_cluster"]):
+                rows.append(not_run_row("interval", "resampled by mirrored couple",
+                                        f"{clustered['n_clusters']} couples: fewer than {MIN_CLUSTERS}", cell=cell))
+            else:
+                rows.append(ran_row("interval", "resampled by mirrored couple",
+                                    estimate=float(np.sum(stereo > anti)) / untied if untied else math.nan,
+                                    ci_low=clustered["ci_low_cluster"], ci_high=clustered["ci_high_cluster"], n=untied,
+                                    decision=interval_decision(clustered["ci_low_cluster"],
+                                                               clustered["ci_high_cluster"]),
+                                    reason=f"the 95% BCa interval over {clustered['n_clusters']} couples of groups "
+                                           f"(pairs contrasting the same two groups share a source)", cell=cell))
+    return robustness_table(rows)
+
+
+# ---------------------------------------------------------------- paired comparisons between models
+
+PAIRED_FAMILY = ("for each pair of models and each evaluation set, Holm and Benjamini-Hochberg adjust McNemar's p over "
+                 "the set's dimension x language cells (as each model's own Tables 5/6 correct the set's dimension x "
+                 "language cells); each language's overall row (dimension 'all') is outside the family")
+
+
+def paired_by_set(scores: pd.DataFrame, models: list[str], *, alpha: float = 0.05, n_resamples: int = 2000,
+                  seed: int = 0) -> pd.DataFrame:
+    """Every pair of ``models`` (a long table of their scored pairs, one row per model and item) on the items both
+    scored, per evaluation set, language and dimension (``stats.paired.paired_table``), with the Holm / BH
+    family of :data:`PAIRED_FAMILY`; ``cell`` is ``<set>.<language>.<dimension>`` (dimension ``all``: the
+    language's every pair)."""
+    from stereolens.stats.paired import paired_table
+
+    frames = []
+    for (name, language), part in scores.groupby(["set", "language"], sort=False):
+        table = paired_table(part, by="dimension", models=models, alpha=alpha, n_resamples=n_resamples, seed=seed)
+        if not table.empty:
+            frames.append(table.rename(columns={"group": "dimension"}).assign(set=name, language=language))
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True)
+    table["cell"] = table["set"] + "." + table["language"].astype(str) + "." + table["dimension"]
+    # one family per pair of models and set: its dimension x language cells (paired_table corrected per language)
+    in_family = table["dimension"] != ALL
+    family = table["model_a"] + "\t" + table["model_b"] + "\t" + table["set"]
+    corrected = add_corrections(table.loc[in_family], p_col="p_value", alpha=alpha, family=family[in_family])
+    for col in CORRECTED_COLUMNS:
+        table[col] = pd.Series([None] * len(table), index=table.index, dtype=object)
+        table.loc[in_family, col] = corrected[col].astype(object)
+    return table

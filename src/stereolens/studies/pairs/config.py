@@ -23,7 +23,8 @@ SCHEMA = section(
     contrast={"type": "object", "additionalProperties": {"type": "object", "additionalProperties": text()}},
     translation=section(max_tokens=integer(1)),
     evaluation=section(bootstrap_resamples=integer(1), alpha=number(above=0, below=1),
-                       starter_per_dimension=integer(1, null=True), crows=boolean()),
+                       starter_per_dimension=integer(1, null=True), crows=boolean(),
+                       alternative_metric_pass=boolean()),
     # how an attribute is made to fit another group (minimal_pairs): phrases replaced, kept, or dropping the pair
     coupling=section(replace=mapping_of(text()), keep=list_of(text()), drop=list_of(text())),
 )

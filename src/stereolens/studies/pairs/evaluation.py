@@ -88,14 +88,21 @@ def evaluation_sets(evaluation: Mapping[str, Any], model_id: str) -> pd.DataFram
     return table
 
 
-def score_set(lm, part: pd.DataFrame, metric: str, *, batch_tokens: int, truncate: bool) -> pd.DataFrame:
+def score_set(lm, part: pd.DataFrame, metric: str, *, batch_tokens: int, truncate: bool,
+              alternatives: list[str] | tuple[str, ...] = ()) -> pd.DataFrame:
     """One set's pairs scored, with its controls (``score_control``, NaN without one) and, for a
-    causal LM, the per-token means beside the sums."""
+    causal LM, the per-token means beside the sums.  Each of ``alternatives`` (masked-LM metrics) is a
+    second pass whose scores are kept beside the headline's for the robustness table."""
     from stereolens.scoring import score_pairs, score_sentences
+    from stereolens.scoring.types import alternative_columns
 
     # the backend itself (not its network): an executor-backed model shards the pairs
     options = dict(batch_tokens=batch_tokens, truncate=truncate, cache=lm.cache, identity=lm.identity)
     scored = score_pairs(lm, None, part, metric, progress=True, **options)
+    for other in alternatives:
+        again = score_pairs(lm, None, part, other, progress=True, **options)
+        stereo_col, anti_col = alternative_columns(other)
+        scored[stereo_col], scored[anti_col] = again["score_stereo"].to_numpy(), again["score_anti"].to_numpy()
     has_control = scored["sent_control"].notna()
     scored["score_control"] = float("nan")
     if has_control.any():
@@ -109,14 +116,16 @@ def score_set(lm, part: pd.DataFrame, metric: str, *, batch_tokens: int, truncat
 
 
 def score_sets(lm, table: pd.DataFrame, metric: str, *, model: str, batch_tokens: int, truncate: bool,
-               ) -> tuple[pd.DataFrame, dict[str, dict[str, int]]]:
-    """Every set of ``table`` scored by ``lm``: the scores and, per set, its pairs and cache hits and misses."""
+               alternatives: list[str] | tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict[str, dict[str, int]]]:
+    """Every set of ``table`` scored by ``lm``: the scores and, per set, its pairs and cache hits and misses
+    (``alternatives``: :func:`score_set`'s second passes)."""
     cache = lm.cache
     stats: dict[str, dict[str, int]] = {}
     frames = []
     for name, part in table.groupby("set", sort=False):
         before = (cache.hits, cache.misses)
-        frames.append(score_set(lm, part, metric, batch_tokens=batch_tokens, truncate=truncate))
+        frames.append(score_set(lm, part, metric, batch_tokens=batch_tokens, truncate=truncate,
+                                alternatives=alternatives))
         stats[name] = {"pairs": int(len(part)), "cache_hits": cache.hits - before[0],
                        "cache_misses": cache.misses - before[1]}
     return pd.concat(frames, ignore_index=True).assign(model=model, metric=metric), stats

@@ -12,10 +12,11 @@ import pandas as pd
 
 from stereolens.figures import save_figure
 from stereolens.io import write_csv, write_text
-from stereolens.report.markdown import format_estimate, markdown_table
+from stereolens.report.markdown import format_cell, format_estimate, markdown_table
+from stereolens.stats.power import undetected_lines
 from stereolens.stages.kit import write_study_summary
-from stereolens.studies.pairs.analysis import (ALL, EVALUATION_SETS, PairsAnalysis, analyze_scores, cell_mark,
-                                               fragmentation_correlations, pairs_headline)
+from stereolens.studies.pairs.analysis import (ALL, COUPLE, EVALUATION_SETS, PairsAnalysis, analyze_scores, cell_mark,
+                                               fragmentation_correlations, mirrored_couple, pairs_headline)
 
 
 def write_outputs(
@@ -133,13 +134,20 @@ def report_markdown(analysis: PairsAnalysis, *, title: str, provenance: Mapping[
     lines += ["Bias score: % pairs whose stereotypical sentence scores strictly higher (ties counted as not "
               "stereotypical). " + analysis.summary.get("star", ""), ""]
     if "corrections" in analysis.summary:
-        lines += [analysis.summary["corrections"] + " Tables 5/6 list each model's `ties`, `p_holm` and `p_bh` "
-                  "beside its score; the star stays the paper's rule, uncorrected; `tables/bias_cells.csv` has "
-                  "every cell's `share_untied`, interval, p and `favours`.", ""]
+        lines += [analysis.summary["corrections"] + " Tables 5/6 list each model's `ties`, `p_holm`, `p_bh`, `mde` "
+                  "and `mde_adjusted` beside its score; the star stays the paper's rule, uncorrected; "
+                  "`tables/bias_cells.csv` has every cell's `share_untied`, interval, p and `favours`.", ""]
+    if "mde" in analysis.summary:
+        lines += [analysis.summary["mde"], "", "Intervals: " + analysis.summary["clustered_interval"] + ".", ""]
     for name, table in analysis.tables.items():
         if name == "bias_cells" or table.empty:
             continue
         lines += [f"## {name}", "", markdown_table(table)]  # the table ends with its own newline
+        if name.startswith("table5_6_dimensions_"):
+            cells = analysis.cells[(analysis.cells["language"] == name.rsplit("_", 1)[1])
+                                   & (analysis.cells["dimension"] != ALL)]
+            lines += undetected_lines(cells, cells["model"] + ", " + cells["dimension"],
+                                      alpha=analysis.summary.get("alpha", 0.05))
     if fragmentation is not None and not fragmentation.empty:
         lines += ["## tokenisation fragmentation", "",
                   markdown_table(fragmentation.drop(columns=["lossy_examples"], errors="ignore"))]
@@ -189,7 +197,12 @@ def report_sets(scores: pd.DataFrame, fragmentation: pd.DataFrame, *, model: str
     sources = set_provenance(annotation_source)
     reports = {}
     for name, part in scores.groupby("set", sort=False):
-        analysis = analyze_scores(part, n_resamples=n_resamples, seed=seed, alpha=alpha, what=f"pairs scores ({name})")
+        cluster_col = None
+        if name == "starter" and {"group_stereo", "group_anti"} <= set(part.columns):
+            # the starter pairs come in mirrored couples: pairs contrasting the same two groups share a source
+            part, cluster_col = part.assign(**{COUPLE: mirrored_couple(part)}), COUPLE
+        analysis = analyze_scores(part, n_resamples=n_resamples, seed=seed, alpha=alpha, what=f"pairs scores ({name})",
+                                  cluster_col=cluster_col)
         status = sorted(set(part.get("translation_status", pd.Series(dtype=str)).dropna().astype(str)))
         provenance = {"set": name, "model": model, "metric": metric, "source": sources.get(name, name),
                       "translation_status": ", ".join(status)}
@@ -234,8 +247,9 @@ def study_summary(reports: Mapping[str, SetReport], scores: pd.DataFrame, *, mod
 
 
 def write_study_report(summary: Mapping[str, Any], empty: Mapping[str, Mapping[str, Any]],
-                       output: str | os.PathLike) -> None:
-    """The study's ``summary.json``, the empty sets' own ``summary.json`` and the index ``README.md``."""
+                       output: str | os.PathLike, *, robustness: pd.DataFrame | None = None) -> None:
+    """The study's ``summary.json``, the empty sets' own ``summary.json``, the index ``README.md`` and the
+    model's ``report.md`` (the sets, the robustness table and the paired comparisons)."""
     out = Path(output)
     for name, s in empty.items():
         write_study_summary(out / name / "summary.json", s)
@@ -243,6 +257,47 @@ def write_study_report(summary: Mapping[str, Any], empty: Mapping[str, Mapping[s
     index = ["# pairs (AmchiBias)", ""]
     index += [f"- [{name}]({name}/report.md): {s['provenance']['source']}" for name, s in summary["sets"].items()]
     write_text(out / "README.md", "\n".join(index) + "\n")
+    write_text(out / "report.md", model_report_markdown(summary, robustness))
+
+
+def model_report_markdown(summary: Mapping[str, Any], robustness: pd.DataFrame | None) -> str:
+    """One model's page: each set's overall bias score with a link to its report, whether the verdicts survive
+    each defensible choice, and the paired comparisons with the run's other models."""
+    lines = [f"# pairs (AmchiBias): {summary['model']} ({summary['metric']})", "",
+             f"The bias score uses {summary.get('bias_score_uses')}. Each evaluation set has its own page: the "
+             "Tables 3-6, the minimum detectable effect of every cell and, for the starter set, the interval "
+             "resampled by mirrored couple beside the item-level one.", ""]
+    for name, s in summary["sets"].items():
+        runs = s.get("runs") or ([s] if s.get("n") else [])
+        scores = ", ".join(f"{r['language']} {format_cell(r['bias_score'])} (n = {r['n']}, ties {r['ties']})"
+                           for r in runs) or "no pairs"
+        lines.append(f"- [{name}]({name}/report.md): {scores}")
+    lines.append("")
+    block = summary.get("robustness") or {}
+    if robustness is not None:
+        lines += ["## Robustness of the overall verdicts", "",
+                  f"Each set and language's overall test (the share of stereotypical wins among the untied pairs, its "
+                  f"exact 95% BCa interval, the paper's star rule) recomputed under one analysis choice at a time; the "
+                  f"verdicts survive {block.get('survives')} of the {block.get('of')} variants computed here "
+                  f"({block.get('not_run')} not run, with the reason). Headline decisions: "
+                  f"{block.get('headline_decision')}. The choices are ours: ties counted as not stereotypical (the "
+                  "share of all pairs, which the paper's bias score is) against set aside (the test's), the per-token "
+                  "mean against the sum for causal LMs, PLL against the paper's PLL-word-l2r for masked LMs (a second "
+                  "scoring pass), and for the starter set the interval resampled by mirrored couple (decision: the "
+                  "interval excludes 50%). `n` counts the variant's untied pairs.", "",
+                  markdown_table(robustness)]
+    paired = summary.get("paired") or {}
+    lines += ["## Paired comparison with the run's other models", ""]
+    if not paired.get("comparisons"):
+        lines += [f"Not computed: {paired.get('reason')}.", ""]
+    else:
+        lines += [f"Test: {paired.get('test')}. Family: {paired.get('family')}.", "",
+                  markdown_table(pd.DataFrame(paired["comparisons"])[list(PAIRED_COLUMNS)])]
+    return "\n".join(lines) + "\n"
+
+
+PAIRED_COLUMNS = ("model_a", "model_b", "set", "language", "dimension", "n", "estimate_a", "estimate_b", "difference",
+                  "ci_low", "ci_high", "p_value", "p_holm", "p_bh", "verdict", "mde")
 
 
 def report_line(summary: Mapping[str, Any]) -> str:

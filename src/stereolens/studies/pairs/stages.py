@@ -17,7 +17,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import load_params, stage_params
+from stereolens.stages.common import load_params, run_model_ids, stage_params
 from stereolens.stages.registry import stage
 from stereolens.tracking import declare_run
 
@@ -33,11 +33,17 @@ EVALUATE_RUN = declare_run(STUDY, "evaluate", params=("metric", "evaluation"),
 # one run per evaluation set (the variant); its cells are the set's languages x dimensions, NaN where empty
 REPORT_RUN = declare_run(STUDY, "report", params=("evaluation",),
                          metrics=("bias_score.{language}.{dimension}", "n.{language}.{dimension}",
-                                  "lms.{language}.{dimension}"))
+                                  "lms.{language}.{dimension}", "robustness.survives.{language}",
+                                  "robustness.of.{language}", "paired.difference.{versus}.{language}.{dimension}"))
+# one run over every pair of the run's models: the difference of their bias scores per pair and cell
+PAIRED_RUN = declare_run(STUDY, "paired", params=("models", "evaluation"),
+                         metrics=("comparisons", "difference.{pair}.{cell}"))
 SEED = Path("data/seed/pairs")
 INTERIM = Path("data/interim/pairs")
 PROCESSED = Path("data/processed/pairs")
 REPORTS = Path("reports/pairs")
+# the run's models compared on the pairs both scored: reports/pairs/paired.{json,csv}
+PAIRED = REPORTS / "paired.json"
 
 
 def _generator(p: dict[str, Any], params_path: str):
@@ -244,6 +250,7 @@ def evaluate(args: argparse.Namespace) -> None:
     from stereolens.scoring import scoring_setup
     from stereolens.stages.kit import load_stage_model, model_dir, model_label
     from stereolens.studies.pairs.analysis import EVALUATION_SETS
+    from stereolens.scoring.types import alternative_metrics
     from stereolens.studies.pairs.evaluation import evaluation_sets, fragmentation_table, pairs_metric, score_sets
     from stereolens.tracking import stage_run
 
@@ -255,8 +262,10 @@ def evaluate(args: argparse.Namespace) -> None:
     lm = load_stage_model(model_cfg, params_path=args.params)
     start = time.perf_counter()
     batch_tokens = int(p["metric"].get("batch_tokens", 8192))
+    # the robustness table's second masked-LM metric, where the config asks for the extra pass
+    alternatives = alternative_metrics(metric) if p["study.pairs.evaluation"].get("alternative_metric_pass") else []
     scores, stats = score_sets(lm, table, metric, model=model, batch_tokens=batch_tokens,
-                               truncate=bool(p["metric"].get("truncate", False)))
+                               truncate=bool(p["metric"].get("truncate", False)), alternatives=alternatives)
     write_csv(processed / "scores.csv", scores)
     write_csv(processed / "fragmentation.csv", fragmentation_table(lm.tokenizer, table, model=model))
     elapsed = time.perf_counter() - start
@@ -284,8 +293,11 @@ def evaluate(args: argparse.Namespace) -> None:
 @stage("pairs-report", per_model=True)
 def report(args: argparse.Namespace) -> None:
     """Bias scores, BCa, binomial, LMS, hyperlocal gap, fragmentation; tables 3-6, figures, reports/pairs/."""
-    from stereolens.studies.pairs.report import empty_sets, report_line, report_sets, study_summary, write_study_report
     from stereolens.stages.kit import model_dir
+    from stereolens.stats.paired import paired_block
+    from stereolens.stats.robustness import TABLE_FILE, robustness_block
+    from stereolens.studies.pairs.analysis import robustness_rows
+    from stereolens.studies.pairs.report import empty_sets, report_line, report_sets, study_summary, write_study_report
 
     p = stage_params(args, "model.id", "annotation.source", "study.pairs.evaluation", "tracking", "seed")
     ev = p["study.pairs.evaluation"]
@@ -299,17 +311,25 @@ def report(args: argparse.Namespace) -> None:
     reports = report_sets(scores, frag, model=p["model.id"], metric=scoring["metric"], annotation_source=source,
                           n_resamples=int(ev.get("bootstrap_resamples", 1000)), seed=int(p["seed"]),
                           alpha=float(ev.get("alpha", 0.05)), output=reports_dir)
+    robustness = robustness_rows(scores, metric=scoring["metric"], alpha=float(ev.get("alpha", 0.05)),
+                                 reference_resamples=int(ev.get("bootstrap_resamples", 1000)),
+                                 n_resamples=int(ev.get("bootstrap_resamples", 1000)), seed=int(p["seed"]))
+    summary = study_summary(reports, scores, model=p["model.id"], scoring=scoring, annotation_source=source)
+    summary["robustness"] = robustness_block(robustness)
+    summary["paired"] = paired_block(PAIRED, p["model.id"], stage="pairs_paired", models=run_model_ids(args.params))
     for name, part in scores.groupby("set", sort=False):
         _log_report_run(p["tracking"], reports[name], part, model=p["model.id"], evaluation=ev,
-                        annotation_source=source, output=reports_dir)
-    summary = study_summary(reports, scores, model=p["model.id"], scoring=scoring, annotation_source=source)
-    write_study_report(summary, empty_sets(reports, source), reports_dir)
+                        annotation_source=source, output=reports_dir, summary=summary)
+    write_csv(reports_dir / TABLE_FILE, robustness)
+    write_study_report(summary, empty_sets(reports, source), reports_dir, robustness=robustness)
     print("pairs-report: " + report_line(summary))
 
 
 def _log_report_run(tracking: dict[str, Any], set_report, part: pd.DataFrame, *, model: str,
-                    evaluation: dict[str, Any], annotation_source: str, output: Path) -> None:
-    """One run per evaluation set: every language x dimension cell, NaN where the set has none."""
+                    evaluation: dict[str, Any], annotation_source: str, output: Path, summary: dict[str, Any]) -> None:
+    """One run per evaluation set: every language x dimension cell, NaN where the set has none; the set's
+    robustness counts per language and this model's paired differences with every model of the run."""
+    from stereolens.stats.paired import paired_metrics
     from stereolens.studies.pairs.analysis import ALL
     from stereolens.tracking import stage_run
 
@@ -317,8 +337,9 @@ def _log_report_run(tracking: dict[str, Any], set_report, part: pd.DataFrame, *,
     name = provenance["set"]
     languages = sorted(set(part["language"].astype(str)))
     dimensions = [ALL, *sorted(set(part["dimension"].astype(str)) - {ALL})]  # ALL: the cell over every dimension
+    versus = summary["paired"]["models"]
     with stage_run(tracking, REPORT_RUN, model=model, variant=name, params={"evaluation": evaluation},
-                   axes={"language": languages, "dimension": dimensions},
+                   axes={"language": languages, "dimension": dimensions, "versus": versus},
                    annotation_source=annotation_source if name == "constructed" else None,
                    tags={"set": name, "source": provenance["source"],
                          "translation_status": provenance["translation_status"]}) as run:
@@ -329,4 +350,48 @@ def _log_report_run(tracking: dict[str, Any], set_report, part: pd.DataFrame, *,
                 r = cells.get(key, {})
                 run.log_metrics({f"bias_score.{key}": r.get("bias_score"), f"n.{key}": r.get("n"),
                                  f"lms.{key}": r.get("lms") if r.get("lms_n") else None})
+        by_cell = summary["robustness"].get("by_cell", {})
+        for language in languages:
+            counts = by_cell.get(f"{name}.{language}", {})
+            run.log_metrics({f"robustness.survives.{language}": counts.get("survives"),
+                             f"robustness.of.{language}": counts.get("of")})
+        # this model's bias score minus each other model's on the pairs both scored (NaN: itself, or not compared)
+        cells = {f"{name}.{language}.{dimension}": f"{language}.{dimension}" for language in languages
+                 for dimension in dimensions}
+        run.log_metrics(paired_metrics(summary["paired"], model, cells))
         run.log_artifact(output / name)
+
+
+@stage("pairs-paired")
+def paired(args: argparse.Namespace) -> None:
+    """Every pair of the run's models on the pairs both scored: the difference of their bias scores per
+    evaluation set, language and dimension, McNemar's exact test, Holm / BH per set; one MLflow run."""
+    from stereolens.stages.kit import model_dir
+    from stereolens.stages.paired import paired_line, write_paired
+    from stereolens.stats.paired import COMPARISON_FIELDS, comparison_records
+    from stereolens.studies.pairs.analysis import PAIRED_FAMILY, check_scores, paired_by_set
+
+    p = load_params("models", "study.pairs.evaluation", "tracking", "seed", path=args.params)
+    ev, model_ids = p["study.pairs.evaluation"], list(p["models"] or {})
+    frames, not_compared = [], {}
+    for model in model_ids:
+        path = model_dir(PROCESSED, model) / "scores.csv"
+        scores = read_csv_checked(path, ["set", "id", "language", "dimension", "score_stereo", "score_anti"],
+                                  what=f"pairs scores of {model}")
+        if scores.empty:
+            not_compared[model] = "scored no pair"
+            continue
+        frames.append(check_scores(scores, what=str(path)).assign(model=model))
+    compared = [m for m in model_ids if m not in not_compared]
+    table = pd.DataFrame()
+    if len(compared) >= 2:
+        table = paired_by_set(pd.concat(frames, ignore_index=True), compared, alpha=float(ev.get("alpha", 0.05)),
+                              n_resamples=int(ev.get("bootstrap_resamples", 1000)), seed=int(p["seed"]))
+    extra = ("set", "language", "dimension", "n_a_only", "n_b_only", "margin_difference", "margin_ci_low",
+             "margin_ci_high", "p_margin")
+    comparisons = comparison_records(table, cell_col="cell", extra=extra) if not table.empty else []
+    document = write_paired(PAIRED, study="pairs", model_ids=model_ids, compared=compared, comparisons=comparisons,
+                            columns=[*COMPARISON_FIELDS, *extra], family=PAIRED_FAMILY, not_compared=not_compared,
+                            tracking=p["tracking"], schema=PAIRED_RUN, params={"models": model_ids, "evaluation": ev},
+                            cells=sorted({c["cell"] for c in comparisons}))
+    print(paired_line("pairs-paired", document, overall=lambda c: c["dimension"] == "all"))
