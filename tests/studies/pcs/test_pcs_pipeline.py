@@ -94,7 +94,9 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_d
     assert set(prefs.loc[prefs["decided"], "preference"]) <= {"A", "B", "C", "tie"}
     assert (tmp_path / "reports/pcs/tiny/human_validation/agreement.json").exists()
     summary = json.loads((tmp_path / "reports/pcs/tiny/summary.json").read_text())
-    assert list(summary) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud", "hindi_urdu",
+    assert list(summary) == ["pcs", "pcs_note", "pcs_ci_low_cluster", "pcs_ci_high_cluster", "pcs_ci_low", "pcs_ci_high",
+                             "pcs_decision", "pcs_n_cells", "pcs_n_scenarios", "cap_util", "cap_util_note", "n_excluded",
+                             "by_dimension", "ldi", "hud", "ldi_notes", "hud_note", "hindi_urdu", "robustness", "paired",
                              "headline", "provenance"]
     assert set(summary["ldi"]) == {"hi", "ur"} and "overall" in summary["hud"]
     # the report site's contract: the page's banner rests on these
@@ -144,8 +146,11 @@ def test_pcs_analyze_cli(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["pcs", "analyze", "--scores", str(tmp_path / "scores.csv"), "--output", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud", "hindi_urdu",
-                             "headline", "provenance"]
+    assert list(summary) == ["pcs", "pcs_note", "pcs_ci_low_cluster", "pcs_ci_high_cluster", "pcs_ci_low", "pcs_ci_high",
+                             "pcs_decision", "pcs_n_cells", "pcs_n_scenarios", "cap_util", "cap_util_note", "n_excluded",
+                             "by_dimension", "ldi", "hud", "ldi_notes", "hud_note", "hindi_urdu", "robustness", "headline",
+                             "provenance"]
+    assert (out / "robustness.csv").exists() and summary["robustness"]["table"] == "robustness.csv"
     assert summary["provenance"]["annotation_source"] == "llm_panel" and summary["headline"]["judge gates"] == "not run"
     assert summary["pcs"] == pytest.approx(0.25) and summary["cap_util"] == pytest.approx(0.25)
     assert summary["hud"]["overall"] == pytest.approx(0.2)
