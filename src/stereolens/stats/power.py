@@ -320,24 +320,25 @@ def _smallest_effect(power_at, power: float) -> float:
 
 
 def paired_t_power(d_z: float, n: int, alpha: float = DEFAULT_ALPHA) -> float:
-    """Power of the two-sided one-sample (paired) t-test on ``n`` items at a true standardised effect ``d_z``:
-    statsmodels ``TTestPower`` (the noncentral t), and where scipy's noncentral t returns NaN (one degree of
-    freedom, a large effect) the same probability integrated over the chi-square of the sample variance."""
-    from statsmodels.stats.power import TTestPower
+    """Power of the two-sided one-sample (paired) t-test on ``n`` items at a true standardised effect ``d_z``.
 
-    value = float(TTestPower().power(effect_size=abs(d_z), nobs=n, alpha=alpha))
-    if math.isfinite(value):
-        return value
+    The noncentral t probability written as an integral over the sample variance: with
+    T = (Z + d_z sqrt(n)) / S, S = sqrt(V / df), V ~ chi2(df), the test rejects when Z > c S - d_z sqrt(n)
+    or Z < -c S - d_z sqrt(n), so the power is the chi-square average of two normal tails (scipy ``quad``).
+    It is the quantity statsmodels ``TTestPower`` computes, but stays accurate where scipy's noncentral t
+    (which statsmodels calls) breaks down: NaN at one degree of freedom, near 0 at a large noncentrality
+    (199 items, d_z = 1)."""
     from scipy import integrate
 
-    # T = (Z + shift) / sqrt(V / df), V ~ chi2(df): |T| > c  <=>  Z > c s - shift  or  Z < -c s - shift, s = sqrt(V / df)
     df, shift, critical = n - 1, abs(d_z) * math.sqrt(n), stats.t.isf(alpha / 2, n - 1)
 
     def rejects(v: float) -> float:
         s = math.sqrt(v / df)
         return (stats.norm.sf(critical * s - shift) + stats.norm.cdf(-critical * s - shift)) * stats.chi2.pdf(v, df)
 
-    return float(integrate.quad(rejects, 0, np.inf, limit=200)[0])
+    # split at the chi-square's bulk so quad sees where the mass is
+    edges = [0.0, *stats.chi2.ppf([0.001, 0.5, 0.999], df), np.inf]
+    return float(min(1.0, sum(integrate.quad(rejects, lo, hi, limit=200)[0] for lo, hi in zip(edges, edges[1:]))))
 
 
 def minimum_detectable_d_z(n: int, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> float:

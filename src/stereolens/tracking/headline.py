@@ -95,9 +95,7 @@ def pcs_headline(summary: Mapping[str, Any]) -> Headline:
     if "pcs" not in summary:
         return {}
     gates = (summary.get("headline") or {}).get("judge gates")
-    # the interval PCS's decision uses (whole scenarios resampled)
-    return {"pcs": _number(summary.get("pcs")), "pcs_ci_low": _number(summary.get("pcs_ci_low_cluster")),
-            "pcs_ci_high": _number(summary.get("pcs_ci_high_cluster")), "cap_util": _number(summary.get("cap_util")),
+    return {"pcs": _number(summary.get("pcs")), "cap_util": _number(summary.get("cap_util")),
             "hud": _number((summary.get("hud") or {}).get("overall")), "n_excluded": _number(summary.get("n_excluded")),
             # the report's headline says passed / FAILED / not run: only the first two are a yes or no
             "judge_gates_passed": {"passed": True, "FAILED": False}.get(str(gates))}
