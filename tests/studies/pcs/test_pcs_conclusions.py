@@ -312,7 +312,9 @@ def test_paired_stage_writes_the_contract_and_the_report_stage_carries_it(tmp_pa
     for model, frame in planted_pair().items():
         write_csv(tmp_path / f"data/interim/pcs/{model}/scores.csv", frame.drop(columns="invalid_reason"))
         write_json(tmp_path / f"reports/pcs/{model}/gates.json", {"enforced": False, "all_passed": True, "gates": {}})
-    tracking = {"enabled": True, "tracking_uri": "sqlite:///mlruns/mlflow.db", "artifact_location": "mlruns/artifacts",
+    # an absolute store: MLflow keeps one engine per tracking URI, and a relative one would be shared with other tests
+    uri = f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    tracking = {"enabled": True, "tracking_uri": uri, "artifact_location": str(tmp_path / "mlruns/artifacts"),
                 "experiment": "t"}
     study = {"name": "t", "languages": ["hi", "ur"], "collection": {"samples": 1},
              "judges": {"panel": [{"id": "j", "model": None}]}, "human_validation": {}, "analysis": {}}
@@ -330,7 +332,7 @@ def test_paired_stage_writes_the_contract_and_the_report_stage_carries_it(tmp_pa
     assert (tmp_path / "reports/pcs/b/robustness.csv").exists()
     page = (tmp_path / "reports/pcs/b/report.md").read_text()
     assert "## Paired comparisons with the run's other models" in page and "model_a more" in page
-    mlflow.set_tracking_uri("sqlite:///mlruns/mlflow.db")
+    mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["t"]).set_index("tags.stage")
     all_row = next(c for c in paired["comparisons"] if c["cell"] == "all")
     for stage in ("paired", "analyze"):

@@ -568,6 +568,11 @@ def analyze(args: argparse.Namespace) -> None:
         run.log_dataset(interim / "scores.csv", name="pcs_scores", context="evaluation")
         for f in files:
             run.log_artifact(f)
-    print(f"pcs-analyze: PCS {_short(analysis.summary['pcs'])}, cap util "
-          f"{_short(analysis.summary['cap_util']) if analysis.summary['cap_util'] is not None else 'undefined'}, "
+    from stereolens.report.markdown import format_cell
+
+    summary = analysis.summary
+    print(f"pcs-analyze: PCS {format_cell(summary['pcs']) if summary['pcs'] is not None else 'undefined'}"
+          f" ({summary['pcs_decision']}), capability utilisation "
+          f"{format_cell(summary['cap_util']) if summary['cap_util'] is not None else 'undefined'}, robustness: "
+          f"survives {summary['robustness']['survives']} of {summary['robustness']['of']}, "
           f"gates {'passed' if gates['all_passed'] else 'FAILED'} -> {reports}")
