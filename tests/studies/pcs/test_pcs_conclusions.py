@@ -151,6 +151,11 @@ def test_pcs_is_undefined_where_capability_utilisation_is_for_the_same_denominat
     assert f"- PCS: {summary['pcs_note']}" in headline and "- capability utilisation: undefined" in headline
     cell = next(c for c in pcs_cells(summary, tmp_path) if c.measure == "PCS")
     assert cell.text == f"n/a: {summary['pcs_note']}"
+    # an undefined headline has no decision to survive: no variant counts as agreeing with it
+    assert summary["robustness"]["by_measure"]["PCS"] == {"headline_decision": "undefined", "survives": 0, "of": 0,
+                                                          "not_run": 2}
+    table = pd.read_csv(tmp_path / "robustness.csv", keep_default_na=False)
+    assert (table.loc[table["measure"] == "PCS", "agrees"] == "").all()
 
 
 # ---------------------------------------------------------------- PCS intervals (part 4) and decision
@@ -301,6 +306,13 @@ def test_few_scenarios_cannot_be_decided_and_one_model_has_nothing_to_compare():
     result = paired_comparisons(scores, models=["a", "b"], languages=["hi", "ur"], min_gain_steps=0.25)
     # 4 scenarios: the smallest sign-flip p is 2 / 16 = 0.125, never below alpha
     assert {c["verdict"] for c in result["comparisons"]} == {"cannot be decided at this n"}
+    # one scenario: a difference, no interval (a zero-width one would claim a certainty it does not have)
+    one = {s: r for s, r in list(PLANTED.items())[:1]}
+    single = paired_comparisons({"a": scores_from(ratio_cells({s: r + 0.5 for s, r in one.items()}), model="a"),
+                                 "b": scores_from(ratio_cells(one), model="b")}, models=["a", "b"], languages=["hi"],
+                                min_gain_steps=0.25)["comparisons"][0]
+    assert single["n"] == 1 and single["difference"] == pytest.approx(0.5) and single["ci_low"] is None
+    assert single["p_value"] == 1.0 and single["verdict"] == "cannot be decided at this n" and single["mde"] is None
     alone = paired_comparisons({"a": scores["a"]}, models=["a"], languages=["hi"], min_gain_steps=0.25)
     assert alone["comparisons"] == [] and alone["reason"].startswith("one model in the run (a)")
 

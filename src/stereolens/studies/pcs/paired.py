@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from stereolens.io import finite_json
 from stereolens.stats.multiple import add_corrections
 from stereolens.stats.paired import paired_mean_difference
 from stereolens.stats.power import minimum_detectable_d_z
@@ -92,9 +93,11 @@ def _verdict(n: int, p: float, difference: float, *, reachable_at: float, alpha:
 def _compare(a: np.ndarray, b: np.ndarray, *, seed: int) -> dict[str, Any]:
     result = paired_mean_difference(a, b, confidence=1 - ALPHA, seed=seed)
     d = a - b
+    # one scenario says nothing about how scenarios vary: no interval (not a zero-width one)
+    low, high = (result.ci_low, result.ci_high) if len(d) > 1 else (math.nan, math.nan)
     return {"n": int(len(d)), "estimate_a": float(a.mean()) if len(a) else math.nan,
             "estimate_b": float(b.mean()) if len(b) else math.nan, "difference": result.mean_difference,
-            "ci_low": result.ci_low, "ci_high": result.ci_high, "p_value": result.p_value,
+            "ci_low": low, "ci_high": high, "p_value": result.p_value,
             "sd": float(d.std(ddof=1)) if len(d) > 1 else math.nan}
 
 
@@ -154,7 +157,7 @@ def paired_comparisons(scores_by_model: Mapping[str, pd.DataFrame], *, models: S
                           ignore_index=True)
     for model_a, model_b in itertools.combinations(models, 2):
         result["comparisons"] += compare_pair(scenarios, model_a, model_b, languages, alpha=alpha, seed=seed)
-    return result
+    return finite_json(result)  # as paired.json holds it: a value that does not exist is null
 
 
 def comparisons_frame(paired: Mapping[str, Any]) -> pd.DataFrame:

@@ -208,8 +208,9 @@ def robustness_lines(summary: Mapping[str, Any], robustness: pd.DataFrame | None
              "decision; `ran` false: the variant needs another model pass (the reason says which). Also in "
              f"`{block.get('table')}`.", ""]
     for measure, counts in (block.get("by_measure") or {}).items():
-        lines.append(f"- {measure}: **{counts['headline_decision']}**, survives {counts['survives']} of {counts['of']} "
-                     f"variants that ran ({counts['not_run']} not run)")
+        tested = (f"survives {counts['survives']} of the {counts['of']} variants that ran" if counts["of"]
+                  else "no decision for a variant to agree with")
+        lines.append(f"- {measure}: **{counts['headline_decision']}**, {tested} ({counts['not_run']} not run)")
     return lines + ["", markdown_table(robustness.drop(columns="measure"))]
 
 

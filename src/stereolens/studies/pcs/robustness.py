@@ -14,7 +14,8 @@ model pass):
 
 A variant that needs another model pass (the paper's four samples, its three-judge panel) is
 listed with ``ran`` false and the reason.  ``agrees`` says whether a variant that ran reaches its
-measure's headline decision (the same decision text).
+measure's headline decision (the same decision text); where the headline reaches none (PCS undefined, a
+test not computed, too few units) there is nothing to survive, and ``agrees`` is empty.
 """
 
 from __future__ import annotations
@@ -136,10 +137,16 @@ def robustness_table(judged: pd.DataFrame, *, min_gain_steps: float, sensitivity
         rows += _hindi_urdu_rows(valid, hindi, urdu, kept=judged if n_invalid else None)
     table = pd.DataFrame(rows, columns=COLUMNS)
     headline = table.loc[table["variant"] == HEADLINE].set_index("measure")["decision"]
-    table["agrees"] = [None if not ran or variant == HEADLINE else bool(decision == headline.get(measure))
+    table["agrees"] = [None if not ran or variant == HEADLINE or not is_verdict(headline.get(measure, ""))
+                       else bool(decision == headline.get(measure))
                        for ran, variant, decision, measure in zip(table["ran"], table["variant"], table["decision"],
                                                                   table["measure"])]
     return table[COLUMNS]
+
+
+def is_verdict(decision: str) -> bool:
+    """Whether a decision says something a variant can agree with (not undefined, not computed, not undecidable)."""
+    return bool(decision) and decision not in ("undefined", "not computed") and not decision.startswith("cannot be decided")
 
 
 def _response_keys(scores: pd.DataFrame) -> list[str]:
@@ -174,10 +181,11 @@ def robustness_block(table: pd.DataFrame, file: str = "robustness.csv") -> dict[
     """The ``robustness`` block of summary.json: each headline decision and how many variants that ran agree."""
     def counts(part: pd.DataFrame) -> dict[str, Any]:
         variants = part.loc[part["variant"] != HEADLINE]
-        ran = variants.loc[variants["ran"].astype(bool)]
+        compared = variants.loc[variants["agrees"].notna()]  # ran, against a headline that reached a decision
         head = part.loc[part["variant"] == HEADLINE, "decision"]
-        return {"headline_decision": str(head.iloc[0]) if len(head) else "", "survives": int(ran["agrees"].eq(True).sum()),
-                "of": int(len(ran)), "not_run": int((~variants["ran"].astype(bool)).sum())}
+        return {"headline_decision": str(head.iloc[0]) if len(head) else "",
+                "survives": int(compared["agrees"].eq(True).sum()), "of": int(len(compared)),
+                "not_run": int((~variants["ran"].astype(bool)).sum())}
 
     by_measure = {str(measure): counts(part) for measure, part in table.groupby("measure", sort=False)}
     whole = counts(table)

@@ -571,8 +571,9 @@ def analyze(args: argparse.Namespace) -> None:
     from stereolens.report.markdown import format_cell
 
     summary = analysis.summary
-    print(f"pcs-analyze: PCS {format_cell(summary['pcs']) if summary['pcs'] is not None else 'undefined'}"
-          f" ({summary['pcs_decision']}), capability utilisation "
+    print(f"pcs-analyze: PCS "
+          f"{format_cell(summary['pcs']) + ' (' + summary['pcs_decision'] + ')' if summary['pcs'] is not None else 'undefined'}"
+          f", capability utilisation "
           f"{format_cell(summary['cap_util']) if summary['cap_util'] is not None else 'undefined'}, robustness: "
           f"survives {summary['robustness']['survives']} of {summary['robustness']['of']}, "
           f"gates {'passed' if gates['all_passed'] else 'FAILED'} -> {reports}")
