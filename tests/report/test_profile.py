@@ -86,11 +86,16 @@ def reports(tmp_path: Path) -> Path:
             "provenance": stereo_prov})
     _write(root / "stereo" / CHAT / "summary.json",
            {"model": CHAT, "ss": 60.0, "lms": 80.0, "icat": 64.0, "n": 40, "provenance": stereo_prov})
-    # pcs: PCS defined for the chat model (a 13.8% utilisation), undefined for the base model
+    # pcs: PCS defined for the chat model (a ratio, not a percentage), undefined for the base model, which has no
+    # valid Hindi response (run, all excluded as invalid)
     pcs_prov = {"annotation_source": "llm_panel, simulated", "translation_status": {"authored": 36}}
     _write(root / "pcs" / CLM / "summary.json",
-           {"pcs": None, "cap_util": None, "cap_util_note": "undefined: mean B - mean A = -0.059 is not above 0.25",
-            "n_excluded": 24, "ldi": {"ur": {"a": 3.0, "b": 2.0}}, "hud": {"overall": None}, "provenance": pcs_prov})
+           {"pcs": None, "pcs_note": "undefined: mean B - mean A = -0.0592 over all 24 cells is not above the minimum "
+                                     "gain 0.25", "cap_util": None,
+            "cap_util_note": "undefined: mean B - mean A = -0.059 is not above 0.25",
+            "n_excluded": 24, "ldi": {"hi": {}, "ur": {"a": 3.0, "b": 2.0}}, "hud": {"overall": None},
+            "ldi_notes": {"hi": "no valid responses: 6 of 6 judged Prompt A responses excluded as invalid "
+                                "(wrong_language: 6)"}, "provenance": pcs_prov})
     _write(root / "pcs" / CLM / "gates.json",
            {"enforced": False, "gates": {"construct_validity": {"observed": 0.1875, "threshold": 0.8, "passed": False},
                                          "inter_judge_alpha": {"observed": None, "threshold": 0.6, "passed": None,
@@ -102,7 +107,9 @@ def reports(tmp_path: Path) -> Path:
                   "n_responses": [12, 12, 12], "n_excluded": [12, 3, 0]}).to_csv(
         root / "pcs" / CLM / "tables" / "excluded_responses.csv", index=False)
     _write(root / "pcs" / CHAT / "summary.json",
-           {"pcs": 0.138, "cap_util": 0.135, "n_excluded": 0, "ldi": {"hi": {"a": 4.9}, "ur": {"a": 5.1, "b": 4.9}},
+           {"pcs": 0.138, "pcs_ci_low_cluster": 0.0512, "pcs_ci_high_cluster": 0.221,
+            "pcs_decision": "between 0 and 1 (partial implicit adaptation)", "pcs_n_cells": 20, "pcs_n_scenarios": 6,
+            "cap_util": 0.135, "n_excluded": 0, "ldi": {"hi": {"a": 4.9}, "ur": {"a": 5.1, "b": 4.9}},
             "hud": {"overall": 0.1}, "provenance": pcs_prov})
     _write(root / "pcs" / CHAT / "gates.json",
            {"enforced": True, "gates": {"construct_validity": {"observed": 0.9, "threshold": 0.8, "passed": True}}})
@@ -142,8 +149,8 @@ EXPECTED = {
     (CHAT, "stereo", "ss"): ("60.0%", "authored", "site/stereo.html"),
     (CHAT, "stereo", "lms"): ("80.0%", "authored", "site/stereo.html"),
     (CHAT, "stereo", "icat"): ("64", "authored", "site/stereo.html"),
-    (CLM, "pcs", "PCS"): ("n/a: undefined for this run (all 24 scenario-feature cells excluded: the explicit prompt "
-                          "gained less than the minimum)", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "PCS"): ("n/a: undefined: mean B - mean A = -0.0592 over all 24 cells is not above the minimum gain "
+                          "0.25", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CLM, "pcs", "capability utilisation"): ("n/a: undefined: mean B - mean A = -0.059 is not above 0.25",
                                              "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CLM, "pcs", "LDI ur"): ("2.5", "llm_panel, simulated, authored translation", "site/pcs.html"),
@@ -154,11 +161,11 @@ EXPECTED = {
     (CLM, "pcs", "gate: inter-judge agreement (Krippendorff's alpha)"): (
         "n/a: undefined for this run (needs at least two judges)", "llm_panel, simulated, authored translation",
         "site/pcs.html"),
-    (CLM, "pcs", "LDI hi"): ("n/a: no valid responses: all 12 Prompt A responses in hi were excluded as invalid "
-                             "(tables/excluded_responses.csv)", "llm_panel, simulated, authored translation",
-                             "site/pcs.html"),
-    # ratios of score gains, never percentages
-    (CHAT, "pcs", "PCS"): ("0.138", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    (CLM, "pcs", "LDI hi"): ("n/a: no valid responses: 6 of 6 judged Prompt A responses excluded as invalid "
+                             "(wrong_language: 6)", "llm_panel, simulated, authored translation", "site/pcs.html"),
+    # PCS and capability utilisation are ratios: never percentages (the index once showed PCS -127.8%)
+    (CHAT, "pcs", "PCS"): ("0.138 [0.051, 0.221] between 0 and 1 (partial implicit adaptation)",
+                           "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CHAT, "pcs", "capability utilisation"): ("0.135", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CHAT, "pcs", "LDI hi"): ("4.9", "llm_panel, simulated, authored translation", "site/pcs.html"),
     (CHAT, "pcs", "LDI ur"): ("5", "llm_panel, simulated, authored translation", "site/pcs.html"),
@@ -295,7 +302,7 @@ def test_a_study_never_run_and_the_single_model_layout(tmp_path):
     assert profile.models == ["primary-x", CLM]
     assert profile.cell(CLM, "crows", "bias score").text == "60.0% [55.0, 65.0]"
     assert profile.cell("primary-x", "crows", "bias score").reason == "study not run for this model"
-    assert profile.cell("primary-x", "pcs", "PCS").text == "0.2"
+    assert profile.cell("primary-x", "pcs", "PCS").text == "0.2"  # a ratio, not a percentage
     assert profile.cell("primary-x", "pcs", "judge gates").reason == "no gates.json beside summary.json"
     assert profile.cell(CLM, "heads", "all measures").text == "n/a: study not run (no summary.json under reports/heads/)"
 

@@ -109,6 +109,9 @@ def test_sign_flip_p_is_the_full_enumeration():
     expected = np.mean(np.abs(means) >= abs(d.mean()) * (1 - 1e-12))
     assert sign_flip_p(d) == pytest.approx(expected, rel=1e-12)  # 2^12 = 4096 <= 9999 resamples: exact
     assert sign_flip_p(np.zeros(5)) == 1.0
+    # one item: its two sign patterns are equally extreme (scipy's permutation_test refuses a single observation)
+    assert sign_flip_p(np.array([0.7])) == 1.0
+    assert paired_mean_difference([0.9], [0.2]).p_value == 1.0
 
 
 def test_undecidable_when_no_split_of_the_discordant_items_can_reach_alpha():

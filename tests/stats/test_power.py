@@ -24,12 +24,16 @@ from stereolens.stats.power import (
     mcnemar_exact_power,
     mcnemar_items_needed,
     mcnemar_normal_power,
+    eta_squared_of_f,
     mde_table,
     minimum_detectable_d_z,
+    minimum_detectable_f,
     minimum_detectable_rate,
     normal_power,
     paired_effect_needed,
+    paired_t_power,
     pairs_needed,
+    undetected_effect,
     undetected_preference,
 )
 
@@ -257,3 +261,70 @@ def test_minimum_detectable_coefficient_without_a_standard_error_is_nan_and_word
     assert math.isnan(minimum_detectable_coefficient(math.nan)) and math.isnan(minimum_detectable_coefficient(0.0))
     assert undetected_coefficient(0.0336) == "could not detect a coefficient smaller than 0.0336 in size (80% power at alpha 0.05)"
     assert "no standard error" in undetected_coefficient(math.nan)
+
+
+def t_test_power_by_simulation(n: int, d_z: float, alpha: float, draws: int = 400_000) -> float:
+    """The paired t-test's power counted over simulated samples (where scipy's noncentral t gives NaN)."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(d_z, 1.0, size=(draws, n))
+    t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
+    return float(np.mean(np.abs(t) > stats.t.isf(alpha / 2, n - 1)))
+
+
+@pytest.mark.parametrize("n, alpha", [(2, 0.025), (2, 0.0125), (3, 0.025), (3, 0.0125), (4, 0.005), (2, 0.05), (6, 0.05),
+                                      (12, 0.025)])
+def test_minimum_detectable_d_z_reaches_the_power_with_few_items(n, alpha):
+    """statsmodels' solve_power returned its bracket's end (d_z 10 at 2 items and alpha 0.025, power 0.42) or a value
+    short of 80% power at a strict alpha; the MDE must have the target power by the noncentral t."""
+    d = minimum_detectable_d_z(n, alpha=alpha)
+    exact = t_test_power_by_noncentral_t(n, d, alpha)
+    power = exact if math.isfinite(exact) else t_test_power_by_simulation(n, d, alpha)
+    assert power == pytest.approx(0.8, abs=1e-6 if math.isfinite(exact) else 3e-3)
+    assert paired_t_power(d, n, alpha) == pytest.approx(0.8, abs=1e-6)
+    # and no smaller effect reaches it
+    smaller = t_test_power_by_noncentral_t(n, 0.98 * d, alpha)
+    assert (smaller if math.isfinite(smaller) else t_test_power_by_simulation(n, 0.98 * d, alpha)) < 0.8
+
+
+def f_test_power_by_noncentral_f(n: int, k: int, f: float, alpha: float) -> float:
+    critical = stats.f.isf(alpha, k - 1, n - k)
+    return float(stats.ncf.sf(critical, k - 1, n - k, f * f * n))
+
+
+@pytest.mark.parametrize("n, k, alpha", [(159, 3, 0.05), (36, 2, 0.05), (36, 2, 0.05 / 3), (4, 2, 0.05), (12, 5, 0.01)])
+def test_minimum_detectable_f_is_the_noncentral_f(n, k, alpha):
+    f = minimum_detectable_f(n, k, alpha=alpha)
+    assert f_test_power_by_noncentral_f(n, k, f, alpha) == pytest.approx(0.8, abs=1e-6)
+    assert f_test_power_by_noncentral_f(n, k, 0.98 * f, alpha) < 0.8
+
+
+def test_minimum_detectable_f_known_values():
+    # Cohen's medium effect f = 0.25 with 3 groups needs 52-53 per group (Cohen 1988 Table 8.4.4; G*Power: 159 in all)
+    assert minimum_detectable_f(159, 3) == pytest.approx(0.2485, abs=5e-4)
+    assert minimum_detectable_f(156, 3) > 0.25 > minimum_detectable_f(159, 3)
+    # Cohen's f and eta squared: f = 0.25 is eta squared 0.0588, f = 0.4 is 0.138
+    assert eta_squared_of_f(0.25) == pytest.approx(0.0588, abs=1e-4)
+    assert eta_squared_of_f(0.4) == pytest.approx(0.1379, abs=1e-4)
+    # no test, no MDE: one group, or no residual degree of freedom
+    assert math.isnan(minimum_detectable_f(10, 1)) and math.isnan(minimum_detectable_f(2, 2))
+
+
+def test_a_non_significant_anova_or_paired_cell_is_worded_by_what_it_could_not_detect():
+    f = minimum_detectable_f(36, 2)
+    text = undetected_effect("Cohen's f", f, 36, "scores in 2 languages", also=f"eta squared {eta_squared_of_f(f):.3g}")
+    assert text.startswith("could not detect an effect below Cohen's f = 0.48")
+    assert "36 scores in 2 languages (80% power at alpha 0.05)" in text and "(eta squared 0.18" in text
+    assert undetected_effect("|d_z|", math.nan, 1, "cells").startswith("could not detect any |d_z|: 1 cells are too few")
+
+
+def test_paired_t_power_is_statsmodels_where_its_noncentral_t_holds_and_stays_right_where_it_breaks():
+    from statsmodels.stats.power import TTestPower
+
+    for n in (3, 12, 199):
+        for d_z in (0.05, 0.2, 0.5):
+            for alpha in (0.05, 0.005):
+                assert paired_t_power(d_z, n, alpha) == pytest.approx(
+                    float(TTestPower().power(effect_size=d_z, nobs=n, alpha=alpha)), abs=1e-7)
+    # scipy's noncentral t (under statsmodels) is NaN here; the test rejects essentially always
+    assert math.isnan(float(TTestPower().power(effect_size=1.0, nobs=199, alpha=0.05)))
+    assert paired_t_power(1.0, 199) == pytest.approx(1.0, abs=1e-9)

@@ -324,23 +324,29 @@ def _languages_without_valid_responses(folder: Path, measured: set[str]) -> list
 
 def pcs_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     n_excluded = summary.get("n_excluded")
-    pcs_reason = _undefined(f"all {n_excluded} scenario-feature cells excluded: the explicit prompt gained less "
-                            "than the minimum" if n_excluded else None)
+    # summaries before issue 32 carry no pcs_note: then the one reason they could mean
+    pcs_reason = _undefined(summary.get("pcs_note") or (f"all {n_excluded} scenario-feature cells excluded: the "
+                                                        "explicit prompt gained less than the minimum"
+                                                        if n_excluded else None))
     # PCS and capability utilisation are ratios of score gains (they can pass 1 and fall below 0): plain
-    # numbers, never percentages
+    # numbers, never percentages; PCS with the interval its decision uses (whole scenarios resampled)
     # the cells PCS averages: statistics.json beside the summary counts them (n_included)
     statistics = _read_json(folder / "statistics.json") if (folder / "statistics.json").is_file() else {}
     n_cells = _count(summary.get("n_included", statistics.get("n_included") if isinstance(statistics, Mapping) else None))
-    cells = [Cell("pcs", "PCS", summary.get("pcs"), unit="ratio", n=n_cells,
-                  detail=f"mean over {format_cell(n_cells)} scenario-feature cells" if n_cells is not None else "",
+    cells = [Cell("pcs", "PCS", summary.get("pcs"), summary.get("pcs_ci_low_cluster"),
+                  summary.get("pcs_ci_high_cluster"), unit="ratio", n=n_cells, verdict=summary.get("pcs_decision") or "",
+                  detail=(f"{summary['pcs_n_cells']} scenario-features of {summary.get('pcs_n_scenarios')} scenarios"
+                          if summary.get("pcs_n_cells") is not None else ""),
                   reason="" if summary.get("pcs") is not None else pcs_reason),
              Cell("pcs", "capability utilisation", summary.get("cap_util"), unit="ratio",
                   reason="" if summary.get("cap_util") is not None else _undefined(summary.get("cap_util_note")))]
+    ldi_notes = summary.get("ldi_notes") or {}
     for lang, features in (summary.get("ldi") or {}).items():
         values = [v for v in (features or {}).values() if isinstance(v, (int, float))]
         mean = sum(values) / len(values) if values else None
         cells.append(Cell("pcs", f"LDI {lang}", mean, detail=f"mean over {len(values)} features (ours)",
-                          reason="" if mean is not None else _undefined("no valid Prompt A score")))
+                          reason="" if mean is not None else ldi_notes.get(lang) or _undefined("no valid Prompt A score")))
+    # a language run whose Prompt A responses were all invalid (older summaries leave it out of ldi)
     cells += _languages_without_valid_responses(folder, set(summary.get("ldi") or {}))
     hud = (summary.get("hud") or {}).get("overall")
     cells.append(Cell("pcs", "HUD", hud, reason="" if hud is not None else _undefined("needs valid hi and ur scores")))

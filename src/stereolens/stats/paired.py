@@ -148,7 +148,8 @@ def sign_flip_p(differences, *, n_resamples: int = 9999, seed: int = 0) -> float
     """Two-sided sign-flip permutation p of "the per-item differences are symmetric about 0",
     with their mean as the statistic (scipy ``permutation_test``; exact when 2^n <= n_resamples)."""
     d = np.asarray(differences, dtype=float)
-    if d.size == 0 or np.all(d == 0):
+    # no difference, or one: both signs of a single difference are as extreme as it (scipy refuses n = 1)
+    if d.size == 0 or d.size == 1 or np.all(d == 0):
         return math.nan if d.size == 0 else 1.0
     if d.size == 1:
         return 1.0  # the flips of one value, d and -d, are both as extreme as d (scipy refuses one observation)

@@ -27,6 +27,10 @@ and reading question here is answered for that test:
   raw count: raw = untied / (1 - ties).
 * **paired continuous scores**: the standardised paired effect d_z = mean / sd of the
   per-item differences, with the power of the one-sample t-test (statsmodels ``TTestPower``).
+* **one-way ANOVA**: Cohen's f (eta^2 = f^2 / (1 + f^2)) with the power of the F test over k
+  groups and n observations (statsmodels ``FTestAnovaPower``, noncentrality f^2 n).  The
+  minimum detectable d_z and f are solved here with a widening bracket (statsmodels' own
+  effect-size solver searches a fixed one and fails silently for a few items at a strict alpha).
 * **two models on the same items** (McNemar): with discordance psi (the share of items on
   which exactly one model is stereotypical) and difference delta (the difference of the two
   bias scores, p10 - p01), Connor's (1987) normal approximation
@@ -358,13 +362,80 @@ def paired_effect_needed(d_z: float, *, alpha: float = DEFAULT_ALPHA, power: flo
             "power_at_items": float(solver.power(effect_size=abs(d_z), nobs=n, alpha=alpha))}
 
 
-def minimum_detectable_d_z(n: int, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> float:
-    """The smallest |d_z| a paired t-test on ``n`` items finds with ``power`` (statsmodels ``TTestPower``)."""
-    from statsmodels.stats.power import TTestPower
+def _smallest_effect(power_at, power: float) -> float:
+    """The smallest standardised effect whose power reaches ``power``; ``power_at`` rises with the effect.
 
+    Solved here with a bracket that widens until it holds the root: statsmodels' own ``solve_power``
+    searches a fixed bracket and, for a few items at a strict alpha, returns the bracket's end
+    (d_z 10 at 2 items and alpha 0.025, where the power is 0.42) or a value short of the target."""
+    high = 1.0
+    while power_at(high) < power:
+        high *= 2
+        if high > 1e6:  # pragma: no cover - no sample that reaches a test's alpha gets here
+            return math.nan
+    return float(optimize.brentq(lambda e: power_at(e) - power, 1e-9, high, xtol=1e-10))
+
+
+def paired_t_power(d_z: float, n: int, alpha: float = DEFAULT_ALPHA) -> float:
+    """Power of the two-sided one-sample (paired) t-test on ``n`` items at a true standardised effect ``d_z``.
+
+    The noncentral t probability written as an integral over the sample variance: with
+    T = (Z + d_z sqrt(n)) / S, S = sqrt(V / df), V ~ chi2(df), the test rejects when Z > c S - d_z sqrt(n)
+    or Z < -c S - d_z sqrt(n), so the power is the chi-square average of two normal tails (scipy ``quad``).
+    It is the quantity statsmodels ``TTestPower`` computes, but stays accurate where scipy's noncentral t
+    (which statsmodels calls) breaks down: NaN at one degree of freedom, near 0 at a large noncentrality
+    (199 items, d_z = 1)."""
+    from scipy import integrate
+
+    df, shift, critical = n - 1, abs(d_z) * math.sqrt(n), stats.t.isf(alpha / 2, n - 1)
+
+    def rejects(v: float) -> float:
+        s = math.sqrt(v / df)
+        return (stats.norm.sf(critical * s - shift) + stats.norm.cdf(-critical * s - shift)) * stats.chi2.pdf(v, df)
+
+    # split at the chi-square's bulk so quad sees where the mass is
+    edges = [0.0, *stats.chi2.ppf([0.001, 0.5, 0.999], df), np.inf]
+    return float(min(1.0, sum(integrate.quad(rejects, lo, hi, limit=200)[0] for lo, hi in zip(edges, edges[1:]))))
+
+
+def minimum_detectable_d_z(n: int, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> float:
+    """The smallest |d_z| a two-sided paired t-test on ``n`` items finds with ``power`` (NaN below 2 items)."""
     if n < 2:
         return math.nan
-    return float(TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power))
+    return _smallest_effect(lambda d: paired_t_power(d, int(n), alpha), power)
+
+
+def minimum_detectable_f(n: int, k: int, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> float:
+    """The smallest Cohen's f a one-way ANOVA of ``n`` observations in ``k`` groups finds with ``power``
+    (statsmodels ``FTestAnovaPower``: noncentral F with noncentrality f^2 n); NaN without a test
+    (fewer than 2 groups or no residual degree of freedom)."""
+    from statsmodels.stats.power import FTestAnovaPower
+
+    if k < 2 or n - k < 1:
+        return math.nan
+    solver = FTestAnovaPower()
+    return _smallest_effect(lambda f: float(solver.power(effect_size=f, nobs=int(n), alpha=alpha, k_groups=int(k))),
+                            power)
+
+
+def eta_squared_of_f(f: float) -> float:
+    """Cohen's f as the share of variance it explains: eta^2 = f^2 / (1 + f^2)."""
+    return f * f / (1 + f * f) if math.isfinite(f) else math.nan
+
+
+def undetected_effect(effect: str, mde: float, n: int, unit: str, *, alpha: float = DEFAULT_ALPHA,
+                      power: float = DEFAULT_POWER, also: str = "") -> str:
+    """How a non-significant continuous or ANOVA cell reads: the effect its test could not have found.
+
+    ``effect`` names the effect size (``"d_z"``, ``"Cohen's f"``), ``unit`` what ``n`` counts ("cells",
+    "responses in 2 languages"), ``also`` an equivalent shown in brackets ("eta squared 0.14")."""
+    from stereolens.report.markdown import format_cell
+
+    level = f"at alpha {format_cell(alpha)}"
+    if math.isnan(mde):
+        return f"could not detect any {effect}: {n} {unit} are too few for the test {level}"
+    return (f"could not detect an effect below {effect} = {format_cell(mde)}{f' ({also})' if also else ''} "
+            f"with {n} {unit} ({format_cell(power * 100)}% power {level})")
 
 
 # --- two models on the same items: McNemar -----------------------------------------------------

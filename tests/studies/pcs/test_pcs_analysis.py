@@ -38,7 +38,9 @@ def _long(cells=CELLS, model="m1") -> pd.DataFrame:
 def test_known_pcs_cap_util_ldi_hud():
     result = pcs.analyze_scores(_long())
     s = result.summary
-    assert list(s) == ["pcs", "cap_util", "cap_util_note", "n_excluded", "by_dimension", "ldi", "hud", "hindi_urdu"]
+    assert list(s) == ["pcs", "pcs_note", "pcs_ci_low_cluster", "pcs_ci_high_cluster", "pcs_ci_low", "pcs_ci_high",
+                       "pcs_decision", "pcs_n_cells", "pcs_n_scenarios", "cap_util", "cap_util_note", "n_excluded",
+                       "by_dimension", "ldi", "hud", "ldi_notes", "hud_note", "hindi_urdu"]
     assert s["pcs"] == pytest.approx((0.25 + 0.5 + 0.5) / 3)
     # means A 3.25, B 5.75, C 4.75
     assert s["cap_util"] == pytest.approx(1.5 / 2.5) and s["cap_util_note"] == ""

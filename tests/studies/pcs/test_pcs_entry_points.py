@@ -44,6 +44,8 @@ def test_cli_and_stage_give_the_same_summary_on_the_same_file(tmp_path, analyze_
     cli = json.loads((tmp_path / "cli/summary.json").read_text())
     # the stage also knows the judge gates' outcome (gates.json); the CLI has no gates to report
     assert stage["headline"].pop("judge gates") == "passed" and cli["headline"].pop("judge gates") == "not run"
+    # the stage also reads the run's paired comparisons (absent here: its one model is never compared)
+    assert stage.pop("paired")["reason"].startswith("no paired comparison file") and "paired" not in cli
     assert cli == stage
     # known answer: the hi/s1 cell (gap 0.04) is excluded; PCS = mean(0.5, 0.75, 0.5)
     assert stage["n_excluded"] == 1

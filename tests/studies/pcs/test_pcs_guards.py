@@ -87,7 +87,13 @@ def test_min_gain_sensitivity_table():
     table = result.tables["pcs_min_gain_sensitivity"].set_index("min_gain_steps")
     assert list(table.index) == [0.0, 0.05, 0.1, 0.25, 0.5, 1.0]
     # gains 0.1, 0.2, 2 (and 0, -1): above 0 and 0.05 all three, above 0.1 (not at it) 0.2 and 2, above 0.25 / 1 only 2
-    assert table["pcs"].tolist() == pytest.approx([1 / 3, 1 / 3, 0.25, 0.5, 0.5, 0.5])
+    # ... and PCS is undefined (as capability utilisation is) once the gain over all cells, mean B - mean A = 0.26,
+    # is not above the minimum: at 0.5 and 1 step, though the cell with gain 2 still has a ratio of 0.5
+    assert table["pcs"].tolist() == pytest.approx([1 / 3, 1 / 3, 0.25, 0.5, math.nan, math.nan], nan_ok=True)
+    assert table["cap_util"].isna().tolist() == [False, False, False, False, True, True]
+    assert table.loc[0.5, "pcs_note"].startswith("undefined: mean B - mean A = 0.26 over all 5 cells is not above "
+                                                 "the minimum gain 0.5")
+    assert table.loc[0.5, "pcs_note"].endswith("the mean ratio is 0.5")
     assert table["n_excluded"].tolist() == [2, 2, 3, 4, 4, 4]
     assert table["configured"].tolist() == [False, False, False, True, False, False]
     assert result.summary["pcs"] == table.loc[0.25, "pcs"] and result.summary["n_excluded"] == 4
@@ -295,7 +301,11 @@ def test_hindi_urdu_headline_names_its_test_and_shows_both_when_they_disagree(tm
     page = (tmp_path / "report.md").read_text()
     headline = page.split("## Headline", 1)[1].split("\n## ", 1)[0]
     assert "the headline rests on the paper's response-level t-test" in headline
-    assert "t = 3.870, p = 2.0e-04" in headline and "paired t = 1.605, p = 0.169" in headline
+    # numbers through the one formatter (report/markdown.format_cell): three significant digits
+    from stereolens.report.markdown import format_cell
+
+    assert format_cell(by_hand_t.statistic) == "3.87" and format_cell(by_hand_paired.pvalue) == "0.169"
+    assert f"t = 3.87, p = {format_cell(by_hand_t.pvalue)}" in headline and "paired t = 1.6, p = 0.169" in headline
     assert "**The two Hindi-Urdu tests disagree" in headline
 
 

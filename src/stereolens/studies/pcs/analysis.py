@@ -51,6 +51,16 @@ from scipy import stats
 from stereolens.errors import DataError
 from stereolens.io import finite_json
 from stereolens.stats.multiple import add_corrections, family_description
+from stereolens.stats.power import (
+    DEFAULT_POWER,
+    eta_squared_of_f,
+    family_alpha,
+    mde_table,
+    minimum_detectable_d_z,
+    minimum_detectable_f,
+    undetected_effect,
+    undetected_preference,
+)
 # re-exported: the one default, defined without heavy imports
 from stereolens.studies.pcs import DEFAULT_MIN_GAIN_STEPS, SENSITIVITY_GAIN_STEPS
 
@@ -251,6 +261,21 @@ def hud_note(ldi: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> str:
     return f"undefined: no valid Prompt A score in {' or '.join(missing)} (invalid responses are excluded)"
 
 
+def ldi_notes(languages: Sequence[str], ldi: pd.DataFrame, excluded: pd.DataFrame) -> dict[str, str]:
+    """Why a language that was run has no LDI: its Prompt A responses were all excluded as invalid (counted by
+    reason from the excluded-responses table), so "no valid responses", not "not measured"."""
+    notes = {}
+    for language in languages:
+        if language in set(ldi["language"]):
+            continue
+        rows = excluded.loc[(excluded["language"] == language) & (excluded["condition"] == "A")]
+        reasons = [c for c in excluded.columns if c not in ("model", "language", "condition", "n_responses", "n_excluded")]
+        counted = ", ".join(f"{why}: {int(rows[why].sum())}" for why in reasons if why in rows and rows[why].sum())
+        notes[str(language)] = (f"no valid responses: {int(rows['n_excluded'].sum())} of {int(rows['n_responses'].sum())} "
+                                f"judged Prompt A responses excluded as invalid" + (f" ({counted})" if counted else ""))
+    return notes
+
+
 def hud_by_model(cells: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> pd.DataFrame:
     """Per model: mean Prompt A score in Hindi and in Urdu and their absolute difference (Table 12)."""
     base = cells.loc[(cells["condition"] == "A") & cells["language"].isin([hindi, urdu])]
@@ -326,7 +351,8 @@ def paired_test(a: np.ndarray, c: np.ndarray) -> dict[str, Any]:
 
 
 def independent_test(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    """Student's t-test (equal variances, as scipy's default) with Cohen's d."""
+    """Student's t-test (equal variances, as scipy's default) with Cohen's d and the 95% interval of
+    mean x - mean y."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     out: dict[str, Any] = {"n_x": len(x), "n_y": len(y)}
     out["mean_x"] = float(x.mean()) if len(x) else math.nan
@@ -334,9 +360,11 @@ def independent_test(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     out["sd_x"] = float(x.std(ddof=1)) if len(x) > 1 else math.nan
     out["sd_y"] = float(y.std(ddof=1)) if len(y) > 1 else math.nan
     if len(x) < 2 or len(y) < 2 or (x.var() == 0 and y.var() == 0):
-        return {**out, "t": math.nan, "p": math.nan, "d": math.nan}
+        return {**out, "t": math.nan, "p": math.nan, "d": math.nan, "ci_low": math.nan, "ci_high": math.nan}
     res = stats.ttest_ind(x, y)
-    return {**out, "t": float(res.statistic), "p": float(res.pvalue), "d": cohen_d_independent(x, y)}
+    ci = res.confidence_interval(1 - ALPHA)  # of mean x - mean y, from the same pooled-variance t
+    return {**out, "t": float(res.statistic), "p": float(res.pvalue), "d": cohen_d_independent(x, y),
+            "ci_low": float(ci.low), "ci_high": float(ci.high)}
 
 
 # the paper's significance level (Tables 15 and 16 star p < .05), also the corrections' alpha
@@ -347,6 +375,28 @@ CORRECTION_FAMILIES = {
                               "per dimension); `significant` is the paper's rule, uncorrected (p < .05)",
     "table16_paired_a_vs_c": "every language of this table (one paired A-vs-C t-test per language, over the "
                              "scenario-feature cells of every model)",
+    "table17_binomial_tests": "the two binomial tests of this table (A vs C and B vs C preferences, the decisive "
+                              "comparisons of every language pooled)",
+}
+# what each starred table's minimum detectable effect (MDE) is, for its legend
+MDE_LEGENDS = {
+    "table15_anova_language": (
+        "MDE: the smallest Cohen's f the row's one-way ANOVA finds with {power}% power from the row's own n and k "
+        "(statsmodels FTestAnovaPower), at alpha {alpha} (`mde_f`; as eta squared `mde_eta2` = f^2 / (1 + f^2), "
+        "comparable with `eta2`) and at the family's Bonferroni level alpha / m = `alpha_adjusted` (`mde_f_adjusted`, "
+        "which is also the level Holm's first step asks of the smallest p; Benjamini-Hochberg has no single per-row "
+        "level, so no MDE is given for it)."),
+    "table16_paired_a_vs_c": (
+        "MDE: the smallest standardised paired effect |d_z| (mean C - A difference / SD of the differences, "
+        "comparable with `dz`) the row's paired t-test finds with {power}% power from its n cells (statsmodels "
+        "TTestPower), at alpha {alpha} (`mde_dz`) and at the family's Bonferroni level alpha / m = `alpha_adjusted` "
+        "(`mde_dz_adjusted`, Holm's first step; Benjamini-Hochberg has no single per-row level)."),
+    "table17_binomial_tests": (
+        "MDE: the smallest share of decisive comparisons won by the second response (C in A-C, C in B-C) above 0.5 "
+        "that the exact two-sided binomial test finds with {power}% power from the row's decisive n (ties set "
+        "aside), at alpha {alpha} (`mde`, its mirror below 0.5 `mde_below`, the normal approximation `mde_normal`) "
+        "and at the family's Bonferroni level alpha / m = `alpha_adjusted` (`mde_adjusted`, Holm's first step; "
+        "Benjamini-Hochberg has no single per-row level)."),
 }
 
 
@@ -360,7 +410,19 @@ def anova_by_dimension(resp: pd.DataFrame, factor: str = "language", *, alpha: f
         rows.append({"dimension": dim, **res, "significant": bool(res["p"] < alpha) if not math.isnan(res["p"]) else False})
     cols = ["dimension", "F", "p", "eta2", "df_between", "df_within", "k", "n", "significant"]
     table = pd.DataFrame(rows, columns=cols).sort_values("eta2", ascending=False, na_position="last")
-    return add_corrections(table.reset_index(drop=True), p_col="p", alpha=alpha)
+    table = add_corrections(table.reset_index(drop=True), p_col="p", alpha=alpha)
+    adjusted = _family_level(table, alpha)
+    table["mde_f"] = [minimum_detectable_f(int(n), int(k), alpha=alpha) for n, k in zip(table["n"], table["k"])]
+    table["mde_eta2"] = [eta_squared_of_f(f) for f in table["mde_f"]]
+    table["alpha_adjusted"] = adjusted
+    table["mde_f_adjusted"] = [minimum_detectable_f(int(n), int(k), alpha=adjusted) for n, k in zip(table["n"], table["k"])]
+    return table
+
+
+def _family_level(table: pd.DataFrame, alpha: float) -> float:
+    """Bonferroni's alpha / m over the table's tested rows (Holm's first step); alpha when nothing was tested."""
+    tested = int(table["p"].notna().sum())
+    return family_alpha(alpha, tested) if tested else alpha
 
 
 def paired_tests_by_language(tri: pd.DataFrame, *, alpha: float = ALPHA) -> pd.DataFrame:
@@ -370,13 +432,50 @@ def paired_tests_by_language(tri: pd.DataFrame, *, alpha: float = ALPHA) -> pd.D
     for lang, group in tri.groupby("language", sort=True):
         rows.append({"language": lang, **paired_test(group["A"].to_numpy(), group["C"].to_numpy())})
     cols = ["language", "mean_a", "mean_c", "t", "p", "d", "dz", "n"]
-    return add_corrections(pd.DataFrame(rows, columns=cols), p_col="p", alpha=alpha)
+    table = add_corrections(pd.DataFrame(rows, columns=cols), p_col="p", alpha=alpha)
+    adjusted = _family_level(table, alpha)
+    table["mde_dz"] = [minimum_detectable_d_z(int(n), alpha=alpha) for n in table["n"]]
+    table["alpha_adjusted"] = adjusted
+    table["mde_dz_adjusted"] = [minimum_detectable_d_z(int(n), alpha=adjusted) for n in table["n"]]
+    return table
 
 
 def correction_legends(tables: Mapping[str, pd.DataFrame], alpha: float = ALPHA) -> dict[str, str]:
     """The legend line of each corrected table: the corrections, the family's size and what the family is."""
     return {name: f"{family_description(int(tables[name]['p'].notna().sum()), alpha)} Family: {family}."
             for name, family in CORRECTION_FAMILIES.items() if name in tables}
+
+
+def mde_notes(tables: Mapping[str, pd.DataFrame], alpha: float = ALPHA,
+              power: float = DEFAULT_POWER) -> dict[str, dict[str, Any]]:
+    """Per starred table: the legend saying what its MDE columns are, and for each row its test did not find
+    significant (the paper's p < .05) what that test could not have detected, in words."""
+    from stereolens.report.markdown import format_cell
+
+    notes: dict[str, dict[str, Any]] = {}
+    for name, template in MDE_LEGENDS.items():
+        table = tables.get(name)
+        if table is None:
+            continue
+        undetected = []
+        for row in table.to_dict("records"):
+            if not (isinstance(row.get("p"), float) and row["p"] >= alpha):
+                continue  # significant, or no test: nothing to say about what it could not detect
+            if name == "table15_anova_language":
+                also = f"eta squared {format_cell(row['mde_eta2'])}"
+                text = undetected_effect("Cohen's f", row["mde_f"], int(row["n"]), f"responses x features in {row['k']} "
+                                         "languages", alpha=alpha, power=power, also=also)
+                undetected.append(f"{row['dimension']}: {text}")
+            elif name == "table16_paired_a_vs_c":
+                text = undetected_effect("|d_z|", row["mde_dz"], int(row["n"]), "scenario-feature cells", alpha=alpha,
+                                         power=power)
+                undetected.append(f"{row['language']}: {text}")
+            else:
+                undetected.append(f"{row['comparison']}: "
+                                  + undetected_preference(int(row["n_decisive"]), row["mde"], alpha=alpha, power=power))
+        legend = template.format(power=format_cell(power * 100), alpha=format_cell(alpha))
+        notes[name] = {"legend": legend, "undetected": undetected}
+    return notes
 
 
 def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> dict[str, Any]:
@@ -394,7 +493,7 @@ def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> 
     if min(n_hindi, n_urdu) < 2:
         note = (f"not computed: {n_hindi} valid {hindi} and {n_urdu} valid {urdu} Prompt A responses (at least 2 each "
                 "needed; invalid responses are excluded, see the excluded-responses table)")
-        res = {**res, "t": math.nan, "p": math.nan, "d": math.nan}
+        res = {**res, "t": math.nan, "p": math.nan, "d": math.nan, "ci_low": math.nan, "ci_high": math.nan}
     return {
         "hindi": hindi,
         "urdu": urdu,
@@ -409,6 +508,9 @@ def hindi_urdu_test(resp: pd.DataFrame, hindi: str = "hi", urdu: str = "ur") -> 
         "t": res["t"],
         "p": res["p"],
         "d": res["d"],
+        # 95% interval of mean Hindi - mean Urdu (the t-test's own)
+        "ci_low": res["ci_low"],
+        "ci_high": res["ci_high"],
         "note": note,
     }
 
@@ -530,15 +632,17 @@ def paired_language_test(means: pd.DataFrame, first: str, second: str) -> dict[s
                            "n_unmatched": int(len(wide) - len(both)),
                            "mean_first": float(x.mean()) if len(x) else math.nan,
                            "mean_second": float(y.mean()) if len(y) else math.nan,
-                           "t": math.nan, "p_t": math.nan, "dz": math.nan, "wilcoxon_w": math.nan, "p_wilcoxon": math.nan,
-                           "note": ""}
+                           "t": math.nan, "p_t": math.nan, "dz": math.nan, "ci_low": math.nan, "ci_high": math.nan,
+                           "wilcoxon_w": math.nan, "p_wilcoxon": math.nan, "note": ""}
     diff = x - y
     if len(both) < 2 or np.allclose(diff, diff[0]):
         out["note"] = (f"not computed: {len(both)} matched scenario(s)" if len(both) < 2
                        else "not computed: every matched scenario has the same difference")
         return out
     t = stats.ttest_rel(x, y)
-    out.update(t=float(t.statistic), p_t=float(t.pvalue), dz=float(diff.mean() / diff.std(ddof=1)))
+    ci = t.confidence_interval(1 - ALPHA)  # of the mean paired difference first - second
+    out.update(t=float(t.statistic), p_t=float(t.pvalue), dz=float(diff.mean() / diff.std(ddof=1)),
+               ci_low=float(ci.low), ci_high=float(ci.high))
     if np.any(diff != 0):
         w = stats.wilcoxon(x, y)
         out.update(wilcoxon_w=float(w.statistic), p_wilcoxon=float(w.pvalue))
@@ -574,6 +678,94 @@ def repeated_measures_anova(means: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+# ---------------------------------------------------------------- the headline PCS, its intervals and decision
+
+
+# resamples of the PCS intervals (BCa over cells, and over whole scenarios)
+BOOTSTRAP_RESAMPLES = 2000
+# the interval the PCS decision (and the report's star) uses, and what the other one resamples (ours: the paper
+# gives PCS without an interval)
+PCS_INTERVAL_LEGEND = (
+    "95% intervals of PCS: `ci_low_cluster` / `ci_high_cluster` resample whole scenarios (cluster bootstrap, BCa: "
+    "the features of one scenario are scored on the same responses and its languages translate one text, so they "
+    "are not independent); `ci_low` / `ci_high` resample scenario-feature cells as if they were. The decision "
+    "uses the scenario (cluster) interval.")
+
+
+def headline_pcs(tri: pd.DataFrame, min_gain: float) -> tuple[float, str]:
+    """PCS of a set of triads as a headline: the mean of the included cells' ratios, and why it is undefined.
+
+    PCS is the share of the explicit prompt's gain that the implicit prompt captures, so it presumes the
+    explicit prompt raised the scores: where mean B - mean A is not above the minimum gain (the condition
+    under which capability utilisation is undefined), PCS is undefined too, for the same reason (ours: a mean
+    of ratios over the few cells that happened to gain, beside "no gain overall", contradicts itself).  The
+    mean over those cells is still given, in the note.
+    """
+    from stereolens.report.markdown import format_cell
+
+    if tri.empty:
+        return math.nan, "undefined: no complete A/B/C triad"
+    included = tri.loc[~tri["excluded"]]
+    if included.empty:
+        return math.nan, (f"undefined: all {len(tri)} scenario-feature cells excluded (B - A not above the minimum "
+                          f"gain {format_cell(min_gain)})")
+    gain = float(tri["B"].mean() - tri["A"].mean())
+    if not gain > min_gain + GAIN_TOLERANCE:
+        return math.nan, (f"undefined: mean B - mean A = {format_cell(gain)} over all {len(tri)} cells is not above "
+                          f"the minimum gain {format_cell(min_gain)}, so there is no explicit-prompt capability to "
+                          f"take a share of (capability utilisation is undefined for the same reason); over the "
+                          f"{len(included)} cells whose own gain is above it the mean ratio is "
+                          f"{format_cell(float(included['pcs'].mean()))}")
+    return float(included["pcs"].mean()), ""
+
+
+def pcs_clusters(cells: pd.DataFrame) -> pd.Series:
+    """The cluster of each cell for the scenario interval: the model's scenario (all its features and languages)."""
+    return cells["model"].astype(str) + "|" + cells["scenario_id"].astype(str)
+
+
+def pcs_decision(value: float, low: float, high: float, n_units: int) -> str:
+    """Where PCS lies against 0 (no implicit adaptation) and 1 (as much as the explicit prompt), by its interval."""
+    if math.isnan(value):
+        return "undefined"
+    if n_units < 2 or math.isnan(low) or math.isnan(high):
+        return "cannot be decided (fewer than 2 units to resample)"
+    if high < 0:
+        return "below 0 (reverse adaptation)"
+    if low > 1:
+        return "above 1 (more than the explicit prompt)"
+    if low > 0 and high < 1:
+        return "between 0 and 1 (partial implicit adaptation)"
+    if low <= 0 <= high:
+        return ("not distinguishable from 0 or 1" if high >= 1 else
+                "not distinguishable from 0 (no implicit adaptation detected)")
+    return "not distinguishable from 1 (full implicit adaptation)"
+
+
+def pcs_estimate(tri: pd.DataFrame, min_gain: float, *, seed: int = 0,
+                 n_resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, Any]:
+    """The headline PCS of ``tri`` (cells with ``pcs`` and ``excluded``: :func:`add_pcs`) with both intervals and
+    the decision the scenario interval gives (``decision``) and the one the cell interval would give."""
+    from stereolens.stats.bias import bca_interval
+    from stereolens.stats.cluster import cluster_bootstrap_interval
+
+    value, note = headline_pcs(tri, min_gain)
+    included = tri.loc[~tri["excluded"]]
+    clusters = pcs_clusters(included)
+    out = {"pcs": value, "ci_low": math.nan, "ci_high": math.nan, "ci_low_cluster": math.nan,
+           "ci_high_cluster": math.nan, "n_cells": int(len(included)), "n_scenarios": int(clusters.nunique()),
+           "pcs_note": note}
+    if not math.isnan(value):
+        values = included["pcs"].to_numpy(float)
+        if len(values) >= 2:
+            out["ci_low"], out["ci_high"] = bca_interval(values, n_resamples=n_resamples, seed=seed)
+        out["ci_low_cluster"], out["ci_high_cluster"] = cluster_bootstrap_interval(
+            values, clusters.to_numpy(), n_resamples=n_resamples, seed=seed)
+    out["decision"] = pcs_decision(value, out["ci_low_cluster"], out["ci_high_cluster"], out["n_scenarios"])
+    out["decision_cells"] = pcs_decision(value, out["ci_low"], out["ci_high"], out["n_cells"])
+    return out
+
+
 # ---------------------------------------------------------------- PCS breakdowns
 
 
@@ -595,31 +787,37 @@ def _pcs_stats(pcs: pd.DataFrame, by: list[str], min_gain: float) -> pd.DataFram
     return pd.concat([out, cap], axis=1).reset_index()
 
 
-def model_summary(pcs: pd.DataFrame, min_gain: float) -> pd.DataFrame:
-    """Table 10: per model PCS, capability utilisation (with why it is undefined) and the mean A, B, C scores."""
+def model_summary(pcs: pd.DataFrame, min_gain: float, *, seed: int = 0) -> pd.DataFrame:
+    """Table 10: per model PCS (undefined where the explicit prompt did not raise the scores overall,
+    :func:`headline_pcs`) with its cell and scenario intervals, capability utilisation (with why it is
+    undefined) and the mean A, B, C scores."""
     rows = []
     for model, group in pcs.groupby("model", sort=True):
         cap, why = capability_utilisation(group, min_gain)
+        estimate = pcs_estimate(group, min_gain, seed=seed)
         rows.append(
             {
                 "model": model,
-                "pcs": float(group["pcs"].mean()) if group["pcs"].notna().any() else math.nan,
+                **{key: estimate[key] for key in ("pcs", "ci_low", "ci_high", "ci_low_cluster", "ci_high_cluster")},
                 "cap_util": cap,
-                "cap_util_note": why,
                 "mean_a": float(group["A"].mean()),
                 "mean_b": float(group["B"].mean()),
                 "mean_c": float(group["C"].mean()),
                 "n_cells": int(len(group)),
                 "n_excluded": int(group["excluded"].sum()),
+                "n_scenarios": estimate["n_scenarios"],
+                "pcs_note": estimate["pcs_note"],
+                "cap_util_note": why,
             }
         )
-    cols = ["model", "pcs", "cap_util", "mean_a", "mean_b", "mean_c", "n_cells", "n_excluded", "cap_util_note"]
+    cols = ["model", "pcs", "ci_low", "ci_high", "ci_low_cluster", "ci_high_cluster", "cap_util", "mean_a", "mean_b",
+            "mean_c", "n_cells", "n_excluded", "n_scenarios", "pcs_note", "cap_util_note"]
     return pd.DataFrame(rows, columns=cols).sort_values("pcs", ascending=False, na_position="last").reset_index(drop=True)
 
 
-def model_dimension_summary(pcs: pd.DataFrame, min_gain: float) -> pd.DataFrame:
+def model_dimension_summary(pcs: pd.DataFrame, min_gain: float, *, seed: int = 0) -> pd.DataFrame:
     """Table 1: per model PCS, capability utilisation and PCS per dimension (columns)."""
-    summary = model_summary(pcs, min_gain)[["model", "pcs", "cap_util"]]
+    summary = model_summary(pcs, min_gain, seed=seed)[["model", "pcs", "cap_util"]]
     by_dim = pcs.pivot_table(index="model", columns="dimension", values="pcs", aggfunc="mean")
     by_dim.columns = [str(c) for c in by_dim.columns]
     return summary.merge(by_dim.reset_index(), on="model", how="left")
@@ -736,7 +934,34 @@ def human_validation(df: pd.DataFrame, excluded: pd.DataFrame | None = None) -> 
         }
         if excluded is not None:
             tests[comp]["n_excluded_invalid"] = int((excluded["comparison"] == comp).sum())
+    tested = binomial_tests_table(tests)
+    for row in tested.to_dict("records"):
+        tests[row["comparison"]].update({key: row[key] for key in BINOMIAL_ADDED})
     return table, tests
+
+
+# what binomial_tests_table adds to each test of human_validation (corrections over the two tests and the MDE)
+BINOMIAL_ADDED = ("p_holm", "p_bh", "significant_holm", "significant_bh", "mde", "mde_below", "alpha_adjusted",
+                  "mde_adjusted")
+
+
+def binomial_tests_table(tests: Mapping[str, Mapping[str, Any]], *, alpha: float = ALPHA) -> pd.DataFrame:
+    """Table 17's binomial tests as a starred table: one row per comparison (A-C, B-C) with its decisive counts,
+    p, Holm and Benjamini-Hochberg over the two tests, and the minimum detectable share from the decisive n."""
+    rows = []
+    for comp, (first, second) in COMPARISONS.items():
+        test = tests.get(comp)
+        if test is None:
+            continue
+        rows.append({"comparison": comp, "n_first": test[f"n_{first}"], "n_second": test[f"n_{second}"],
+                     "n_tie": test["n_tie"], "n_decisive": test["n_decisive"], "share_second": test[f"share_{second}"],
+                     "p": test["p"]})
+    table = add_corrections(pd.DataFrame(rows), p_col="p", alpha=alpha) if rows else pd.DataFrame(rows)
+    if table.empty:
+        return table
+    tested = int(table["p"].notna().sum())
+    mde = mde_table(dict(zip(table["comparison"], table["n_decisive"])), alpha=alpha, family_size=tested or None)
+    return table.merge(mde.drop(columns="n").rename(columns={"cell": "comparison"}), on="comparison", how="left")
 
 
 # ---------------------------------------------------------------- everything at once
@@ -750,10 +975,13 @@ class PCSAnalysis:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     statistics: dict[str, Any] = field(default_factory=dict)
     cells: pd.DataFrame | None = None  # triads with per-cell PCS
+    # the checked judged scores, invalid responses included: what the robustness table re-aggregates
+    judged: pd.DataFrame | None = None
 
 
 def min_gain_sensitivity(tri: pd.DataFrame, steps: Sequence[float], configured: float) -> pd.DataFrame:
-    """PCS and capability utilisation on the same triads for each minimum gain (in scale steps).
+    """PCS (the headline's rule, :func:`headline_pcs`) and capability utilisation on the same triads for each
+    minimum gain (in scale steps).
 
     The minimum gain is our rule, not the paper's, so the report shows how much the headline rests on it.
     """
@@ -762,10 +990,11 @@ def min_gain_sensitivity(tri: pd.DataFrame, steps: Sequence[float], configured: 
         gain = min_gain_points(value)
         cells = add_pcs(tri, gain)
         cap, why = capability_utilisation(cells, gain)
-        rows.append({"min_gain_steps": value, "min_gain_points": gain,
-                     "pcs": float(cells["pcs"].mean()) if cells["pcs"].notna().any() else math.nan,
+        pcs, pcs_why = headline_pcs(cells, gain)
+        rows.append({"min_gain_steps": value, "min_gain_points": gain, "pcs": pcs,
                      "n_included": int((~cells["excluded"]).sum()), "n_excluded": int(cells["excluded"].sum()),
-                     "cap_util": cap, "configured": value == float(configured), "cap_util_note": why})
+                     "cap_util": cap, "configured": value == float(configured), "pcs_note": pcs_why,
+                     "cap_util_note": why})
     return pd.DataFrame(rows)
 
 
@@ -778,17 +1007,20 @@ def analyze_scores(
     human: pd.DataFrame | None = None,
     human_excluded: pd.DataFrame | None = None,
     sensitivity_steps: Sequence[float] = SENSITIVITY_GAIN_STEPS,
+    seed: int = 0,
 ) -> PCSAnalysis:
     """Every metric and test of Fifteen Percent Fluency sections 3.6, 4 and appendices C-I from judged scores.
 
     ``min_gain_steps``: a scenario-feature enters PCS only when B - A exceeds this many steps of the judges'
     scale (and capability utilisation is defined only when mean B - mean A does); see the module docstring.
     ``human_excluded``: the human-validation pairs left out for an invalid response, counted in Table 17.
+    ``seed``: of the bootstrap intervals.
     """
     min_gain = min_gain_points(min_gain_steps)
     scores = check_scores(scores)
     if scores.empty:
         raise DataError("scores table has no scored rows")
+    judged = scores
     scores, excluded_responses = drop_invalid_responses(scores)
     if scores.empty:
         raise DataError(f"scores table has no scored rows of valid responses "
@@ -799,14 +1031,18 @@ def analyze_scores(
     ldi = ldi_table(cells)
     hud_feat = hud_by_feature(ldi, hindi, urdu)
     means_a = scenario_means(resp, "A")
-    summary = headline_summary(tri, ldi, hud_feat, min_gain)
+    summary = headline_summary(tri, ldi, hud_feat, min_gain, seed=seed)
+    summary["ldi_notes"] = ldi_notes(sorted(set(judged["language"])), ldi, excluded_responses)
+    for language in summary["ldi_notes"]:  # run, but no valid response: listed, with the reason beside it
+        summary["ldi"][language] = {}
+    summary["hud_note"] = hud_note(ldi, hindi, urdu)
     tables = {
-        "table01_model_dimension": model_dimension_summary(tri, min_gain),
+        "table01_model_dimension": model_dimension_summary(tri, min_gain, seed=seed),
         "table02_ldi_by_language": ldi_by_language(ldi),
         "table08_pcs_model_dimension": _pcs_stats(tri, ["model", "dimension"], min_gain),
         "table09_pcs_model_language": _pcs_stats(tri, ["model", "language"], min_gain),
         "pcs_by_language": _pcs_stats(tri, ["language"], min_gain),
-        "table10_model_summary": model_summary(tri, min_gain),
+        "table10_model_summary": model_summary(tri, min_gain, seed=seed),
         "pcs_min_gain_sensitivity": min_gain_sensitivity(tri, sensitivity_steps, min_gain_steps),
         "excluded_responses": excluded_responses,
         "table11_ldi": ldi,
@@ -822,21 +1058,36 @@ def analyze_scores(
     }
     statistics = analysis_statistics(scores, resp, tri, ldi, means_a, min_gain_steps=min_gain_steps, hindi=hindi,
                                      urdu=urdu, n_excluded_invalid=int(excluded_responses["n_excluded"].sum()))
-    statistics["corrections"] = correction_legends(tables)
     summary["hindi_urdu"] = hindi_urdu_summary(statistics["hindi_urdu"], statistics["hindi_urdu_scenarios"])
     if human is not None and len(human):
         table, tests = human_validation(human, excluded=human_excluded)
         tables["table17_human_validation"] = table
+        tables["table17_binomial_tests"] = binomial_tests_table(tests)
         statistics["human_validation"] = tests
-    return PCSAnalysis(summary=finite_json(summary), tables=tables, statistics=finite_json(statistics), cells=tri)
+    statistics["corrections"] = correction_legends(tables)
+    statistics["mde"] = mde_notes(tables)
+    statistics["pcs_interval"] = PCS_INTERVAL_LEGEND
+    return PCSAnalysis(summary=finite_json(summary), tables=tables, statistics=finite_json(statistics), cells=tri,
+                       judged=judged)
 
 
-def headline_summary(tri: pd.DataFrame, ldi: pd.DataFrame, hud_feat: pd.DataFrame, min_gain: float) -> dict[str, Any]:
-    """PCS, capability utilisation, exclusions, PCS per dimension, LDI and HUD: the numbers of ``summary.json``."""
-    included = tri.loc[~tri["excluded"]]
+def headline_summary(tri: pd.DataFrame, ldi: pd.DataFrame, hud_feat: pd.DataFrame, min_gain: float, *,
+                     seed: int = 0) -> dict[str, Any]:
+    """PCS (:func:`headline_pcs`) with its intervals and decision, capability utilisation, exclusions, PCS per
+    dimension, LDI and HUD: the numbers of ``summary.json``."""
     cap_util, cap_util_note = capability_utilisation(tri, min_gain)
+    estimate = pcs_estimate(tri, min_gain, seed=seed)
     summary = {
-        "pcs": float(included["pcs"].mean()) if len(included) else math.nan,
+        "pcs": estimate["pcs"],
+        "pcs_note": estimate["pcs_note"],
+        # the decision's interval (whole scenarios resampled) and the cell-level one beside it
+        "pcs_ci_low_cluster": estimate["ci_low_cluster"],
+        "pcs_ci_high_cluster": estimate["ci_high_cluster"],
+        "pcs_ci_low": estimate["ci_low"],
+        "pcs_ci_high": estimate["ci_high"],
+        "pcs_decision": estimate["decision"],
+        "pcs_n_cells": estimate["n_cells"],
+        "pcs_n_scenarios": estimate["n_scenarios"],
         "cap_util": cap_util,
         "cap_util_note": cap_util_note,
         "n_excluded": int(tri["excluded"].sum()),

@@ -48,14 +48,17 @@ def _analyze(args: argparse.Namespace) -> int:
         human = read_csv_checked(args.human, ["language", "comparison", "preference"], what="human preferences")
     analysis, _ = write_analysis(scores, args.output, min_gain_steps=args.min_gain_steps, hindi=args.hindi, urdu=args.urdu,
                                  human=human)
+    from stereolens.report.markdown import format_cell, format_estimate
+
     s = analysis.summary
     from stereolens.report.markdown import format_estimate
 
-    # ratios of score gains: plain numbers through the report's formatter, never percentages
-    pcs = format_estimate(s["pcs"], unit="ratio")
+    # a ratio (never a percentage), with the interval its decision uses; or why it is undefined
+    pcs = (s["pcs_note"] if s["pcs"] is None else
+           f"{format_estimate(s['pcs'], s['pcs_ci_low_cluster'], s['pcs_ci_high_cluster'], unit='ratio')} ({s['pcs_decision']})")
     cap = s["cap_util_note"] if s["cap_util"] is None else format_estimate(s["cap_util"], unit="ratio")
     print(f"PCS {pcs}, capability utilisation {cap}, excluded {s['n_excluded']} "
-          f"(minimum gain {args.min_gain_steps:g} scale steps) "
+          f"(minimum gain {format_cell(args.min_gain_steps)} scale steps) "
           f"-> {args.output}")
     return 0
 

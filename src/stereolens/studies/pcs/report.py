@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from stereolens.figures import save_figure
-from stereolens.report.markdown import markdown_table
+from stereolens.report.markdown import format_cell, format_estimate, markdown_table
 
 DIMENSION_COLOURS = {"PDI": "#1f77b4", "IDV": "#2ca02c", "UAI": "#d62728"}
 
@@ -152,14 +152,6 @@ def write_figures(tables: Mapping[str, pd.DataFrame], cells: pd.DataFrame, out_d
     return written
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def gates_table(gates: Mapping[str, Any]) -> pd.DataFrame:
     """One row per judge gate: its observed figure, its threshold and whether it passed (``None``: the figure
     cannot be computed here, such as alpha with one judge)."""
@@ -179,28 +171,73 @@ def hindi_urdu_lines(both: Mapping[str, Any], statistics: Mapping[str, Any]) -> 
     lines = [f"- Hindi vs Urdu baseline: the headline rests on {both.get('headline_test_text', 'the paper’s test')} "
              "(our choice: it is the paper's, so its p compares with the paper's p = .262)"]
     lines.append("  - responses as units (the paper's): " + (hu["note"] if hu.get("note") else
-                 f"t = {_fmt(hu.get('t'))}, p = {_fmt_p(hu.get('p'))}, d = {_fmt(hu.get('d'))} "
+                 f"t = {format_cell(hu.get('t'))}, p = {format_cell(hu.get('p'))}, d = {format_cell(hu.get('d'))} "
                  f"(n = {hu.get('n_hindi')} and {hu.get('n_urdu')} rows)"))
     if sc:
         lines.append("  - matched scenarios as units (ours, beyond the paper): " + (sc["note"] if sc.get("note") else
-                     f"paired t = {_fmt(sc.get('t'))}, p = {_fmt_p(sc.get('p_t'))}; Wilcoxon W = "
-                     f"{_fmt(sc.get('wilcoxon_w'))}, p = {_fmt_p(sc.get('p_wilcoxon'))} ({sc.get('n_pairs')} pairs)"))
+                     f"paired t = {format_cell(sc.get('t'))}, p = {format_cell(sc.get('p_t'))}; Wilcoxon W = "
+                     f"{format_cell(sc.get('wilcoxon_w'))}, p = {format_cell(sc.get('p_wilcoxon'))} "
+                     f"({sc.get('n_pairs')} pairs)"))
     if both.get("note"):
         note = both["note"][0].upper() + both["note"][1:]
         lines.append(f"  - **{note}.**" if both.get("agree") is False else f"  - {note}.")
     return lines
 
 
-def _fmt_p(p: Any) -> str:
-    """A p-value for a reader: three decimals, or two significant digits below 0.001 (never "0.000")."""
-    if isinstance(p, float) and not math.isnan(p) and 0 < p < 0.001:
-        return f"{p:.1e}"
-    return _fmt(p)
+def pcs_headline_line(summary: Mapping[str, Any]) -> str:
+    """PCS as a ratio with the interval its decision uses (whole scenarios resampled) and the cell-level one beside
+    it, or why it is undefined."""
+    if summary.get("pcs") is None:
+        return f"- PCS: {summary.get('pcs_note') or format_cell(None)}"
+    scenario = format_estimate(summary["pcs"], summary.get("pcs_ci_low_cluster"), summary.get("pcs_ci_high_cluster"))
+    cells = format_estimate(summary["pcs"], summary.get("pcs_ci_low"), summary.get("pcs_ci_high"))
+    return (f"- PCS (mean ratio over {summary.get('pcs_n_cells')} included scenario-features of "
+            f"{summary.get('pcs_n_scenarios')} scenarios): {scenario} (95% interval resampling whole scenarios, "
+            f"which the decision uses; resampling scenario-features as if independent: {cells}); decision: "
+            f"**{summary.get('pcs_decision')}**")
+
+
+def robustness_lines(summary: Mapping[str, Any], robustness: pd.DataFrame | None) -> list[str]:
+    """The robustness section: each headline decision, how many analysis choices it survives, and the table."""
+    block = summary.get("robustness") or {}
+    if robustness is None or not block:
+        return []
+    lines = ["", "## Robustness", "",
+             "Each headline verdict recomputed under the analysis choices the paper leaves open or the project adds, "
+             "from the stored judged scores (no model pass); `agrees`: the variant reaches its measure's headline "
+             "decision; `ran` false: the variant needs another model pass (the reason says which). Also in "
+             f"`{block.get('table')}`.", ""]
+    for measure, counts in (block.get("by_measure") or {}).items():
+        tested = (f"survives {counts['survives']} of the {counts['of']} variants that ran" if counts["of"]
+                  else "no decision for a variant to agree with")
+        lines.append(f"- {measure}: **{counts['headline_decision']}**, {tested} ({counts['not_run']} not run)")
+    return lines + ["", markdown_table(robustness.drop(columns="measure"))]
+
+
+def paired_lines(paired: Mapping[str, Any] | None) -> list[str]:
+    """The comparisons with the run's other models that involve this model (pcs_paired), or why there are none."""
+    if paired is None:
+        return []
+    lines = ["", "## Paired comparisons with the run's other models", ""]
+    if paired.get("test"):
+        lines += [f"Test: {paired['test']}. Family: {paired.get('family')}.", ""]
+    comparisons = paired.get("comparisons") or []
+    if not comparisons:
+        return lines + [f"No comparison: {paired.get('reason') or 'none computed'}."]
+    table = pd.DataFrame(comparisons)
+    table["difference"] = [format_estimate(d, lo, hi) for d, lo, hi in
+                           zip(table["difference"], table["ci_low"], table["ci_high"])]
+    columns = ["model_a", "model_b", "cell", "n", "estimate_a", "estimate_b", "difference", "p_value", "p_holm",
+               "p_bh", "verdict", "mde"]
+    return lines + ["`difference` = model_a - model_b with its 95% interval; `mde`: the smallest |difference| the "
+                    "test finds with 80% power at its level (null: too few scenarios, or no spread).", "",
+                    markdown_table(table[columns])]
 
 
 def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, Any], statistics: Mapping[str, Any],
                     gates: Mapping[str, Any] | None, tables: Mapping[str, pd.DataFrame], validity: pd.DataFrame | None,
-                    figures: list[str], human_source: str | None = None) -> str:
+                    figures: list[str], human_source: str | None = None,
+                    robustness: pd.DataFrame | None = None) -> str:
     """The study's report page: configuration, gates, headline numbers, tables, figures."""
     lines = ["# pcs: pragmatic context sensitivity (Fifteen Percent Fluency)", ""]
     if human_source and "simulated" in human_source:
@@ -221,19 +258,26 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
         if not gates.get("all_passed", False):
             lines += ["", "**At least one gate did not pass: the numbers below are not validated measurements.**"]
     lines += ["", "## Headline", ""]
-    gain = f"{_fmt(statistics.get('min_gain_steps'), 2)} scale steps = {_fmt(statistics.get('min_gain_points'), 2)} points"
-    lines.append(f"- PCS (mean over included scenario-features): {_fmt(summary.get('pcs'))}")
+    gain = (f"{format_cell(statistics.get('min_gain_steps'))} scale steps = "
+            f"{format_cell(statistics.get('min_gain_points'))} points")
+    lines.append(pcs_headline_line(summary))
     cap = summary.get("cap_util")
-    lines.append(f"- capability utilisation: {_fmt(cap) if cap is not None else summary.get('cap_util_note') or 'n/a'}")
+    lines.append(f"- capability utilisation: "
+                 f"{format_cell(cap) if cap is not None else summary.get('cap_util_note') or format_cell(None)}")
     lines.append(f"- scenario-features excluded (B - A not above the minimum gain, {gain}; our rule, not the "
                  f"paper's): {summary.get('n_excluded')} of {statistics.get('n_cells')}")
-    lines.append(f"- PCS by dimension: {', '.join(f'{k} {_fmt(v)}' for k, v in (summary.get('by_dimension') or {}).items())}")
+    lines.append(f"- PCS by dimension (mean over the included cells): "
+                 f"{', '.join(f'{k} {format_cell(v)}' for k, v in (summary.get('by_dimension') or {}).items())}")
     lines.append(f"- responses left out of every analysis as invalid (empty, refusal, wrong language): "
                  f"{statistics.get('n_responses_excluded_invalid', 0)} (table excluded_responses)")
     hud = (summary.get("hud") or {}).get("overall")
     lines.append(f"- HUD (overall |mean LDI Hindi - mean LDI Urdu|): "
-                 f"{_fmt(hud) if hud is not None else statistics.get('hud_note') or 'n/a'}")
+                 f"{format_cell(hud) if hud is not None else statistics.get('hud_note') or format_cell(None)}")
+    for language, note in (summary.get("ldi_notes") or {}).items():
+        lines.append(f"- LDI {language}: {note}")
     lines += hindi_urdu_lines(summary.get("hindi_urdu") or {}, statistics)
+    lines += robustness_lines(summary, robustness)
+    lines += paired_lines(summary.get("paired"))
     if validity is not None and len(validity):
         lines += ["", "## Response validity", "", markdown_table(validity)]
     if human_source:
@@ -251,14 +295,21 @@ def report_markdown(*, configuration: Mapping[str, Any], summary: Mapping[str, A
                                     "invalid (empty, refusal, wrong language; ours: the paper does not say), listed "
                                     "in human_validation/excluded_pairs.csv.",
     }
+    notes["table10_model_summary"] = (f"PCS is undefined where mean B - mean A is not above the minimum gain "
+                                      f"(`pcs_note`; ours). {statistics.get('pcs_interval', '')}")
     for name in ("table10_model_summary", "pcs_min_gain_sensitivity", "table01_model_dimension", "pcs_by_language",
                  "pcs_dimension_language", "excluded_responses", "table02_ldi_by_language", "table15_anova_language",
                  "scenario_rm_anova_language", "table16_paired_a_vs_c", "table13_hud_by_feature",
-                 "table14_feature_ranking", "table17_human_validation"):
+                 "table14_feature_ranking", "table17_human_validation", "table17_binomial_tests"):
         if name in tables:
-            # a table with adjusted p-values carries the corrections' legend (family and its size) under its title
-            legend = [text for text in (notes.get(name), (statistics.get("corrections") or {}).get(name)) if text]
-            lines += ["", f"## {name}", ""] + [line for text in legend for line in (text, "")] + [markdown_table(tables[name])]
+            # a starred table carries the corrections' legend (family and its size) and what its MDE is; the rows its
+            # test did not find significant say what that test could not have detected
+            mde = (statistics.get("mde") or {}).get(name) or {}
+            legend = [text for text in (notes.get(name), (statistics.get("corrections") or {}).get(name),
+                                        mde.get("legend")) if text]
+            words = [f"- {text}" for text in mde.get("undetected") or []]
+            lines += (["", f"## {name}", ""] + [line for text in legend for line in (text, "")]
+                      + [markdown_table(tables[name])] + ([""] + words if words else []))
     if figures:
         lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
     return "\n".join(lines) + "\n"

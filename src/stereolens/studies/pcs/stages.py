@@ -13,7 +13,10 @@ Each stage reads ``study.pcs`` (plus ``model``, ``language``, ``tracking``,
   accuracy as Great Expectations gates -> reports/pcs/gates.json.  With
   ``gates.enforce`` a failing gate stops the pipeline (GateFailed names the
   figure); without it the failure is recorded and reported.
-* ``pcs-analyze``: every metric, table and figure -> reports/pcs/.
+* ``pcs-paired``: the run's models compared scenario by scenario (paired differences of PCS per
+  language) -> reports/pcs/paired.json, paired.csv.
+* ``pcs-analyze``: every metric, table and figure -> reports/pcs/ (with the paired comparisons that
+  involve the model and the robustness table).
 """
 
 from __future__ import annotations
@@ -53,8 +56,14 @@ HUMAN_VALIDATION_RUN = declare_run(
     STUDY, "human_validation", params=("annotation", "human_validation"),
     metrics=("{measure}", "{measure}_ci_low", "{measure}_ci_high", "annotators", "annotators_passed",
              "failing_annotator_share", "items", "items_kept", "items_decided", "n_decided", "n_undecided"))
+# difference.<model_a>__<model_b>.<cell>: the paired comparisons of the run's models (pcs_paired), per language and all
 ANALYZE_RUN = declare_run(STUDY, "analyze", params=("study",),
-                          metrics=("pcs", "cap_util", "n_excluded", "pcs_{dimension}", "validity_rate"))
+                          metrics=("pcs", "cap_util", "n_excluded", "pcs_{dimension}", "validity_rate",
+                                   "difference.{pair}.{cell}"))
+PAIRED_RUN = declare_run(STUDY, "paired", params=("study",), metrics=("difference.{pair}.{cell}",))
+PAIRED_FILE = REPORTS / "paired.json"
+# the paired-comparison metrics of a report run when the run has one model (an axis needs a value; logged NaN)
+NO_PAIR = "none"
 
 log = logging.getLogger(__name__)
 
@@ -431,6 +440,59 @@ def human_validation(args: argparse.Namespace) -> None:
           f"alpha {_short(alpha.value if alpha else None)}, {summary['n_decided']} decided -> {interim / HUMAN_VALIDATION / 'preferences.csv'}")
 
 
+# ---------------------------------------------------------------- paired comparisons of the run's models
+
+PAIRED_KEYS = ("model_ids", "language", "tracking", "seed", "study.pcs.languages", "study.pcs.analysis")
+
+
+def difference_metrics(comparisons: list[dict[str, Any]], pairs: list[str], cells: list[str]) -> dict[str, Any]:
+    """``difference.<a>__<b>.<cell>`` for every pair and cell of the run's axes (None where not compared)."""
+    from stereolens.studies.pcs.paired import pair_key
+
+    found = {(pair_key(c["model_a"], c["model_b"]), str(c["cell"])): c.get("difference") for c in comparisons}
+    return {f"difference.{pair}.{cell}": found.get((pair, cell)) for pair in pairs for cell in cells}
+
+
+def read_model_scores(model_id: str, *, interim: Path = INTERIM) -> pd.DataFrame:
+    """One model's judged scores with each response's ``invalid_reason`` (from its responses.csv when present)."""
+    from stereolens.studies.pcs.analysis import validate_scores
+    from stereolens.studies.pcs.inputs import read_responses, with_invalid_reasons
+
+    folder = model_dir(interim, model_id)
+    scores = read_csv_checked(folder / "scores.csv", ["score"], what=f"pcs scores of {model_id}")
+    validate_scores(scores, what=f"pcs scores {folder / 'scores.csv'}")
+    responses = read_responses(folder / "responses.csv")
+    return scores if responses is None else with_invalid_reasons(scores, responses)
+
+
+@stage("pcs-paired")
+def paired(args: argparse.Namespace) -> None:
+    """Compare the run's models scenario by scenario: paired differences of PCS per language (reports/pcs/paired.json)."""
+    from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS
+    from stereolens.studies.pcs.paired import ALL, comparisons_frame, model_pairs, paired_comparisons
+    from stereolens.tracking import stage_run
+
+    p = load_params(*PAIRED_KEYS, path=args.params)
+    models = [str(m) for m in p["model_ids"] or []]
+    languages = languages_to_run(list(p["study.pcs.languages"]), p["language"])
+    analysis = p["study.pcs.analysis"] or {}
+    result = paired_comparisons({m: read_model_scores(m) for m in models}, models=models, languages=languages,
+                                min_gain_steps=float(analysis.get("min_gain_steps", DEFAULT_MIN_GAIN_STEPS)),
+                                seed=int(p["seed"]))
+    write_json(PAIRED_FILE, result)
+    write_csv(REPORTS / "paired.csv", comparisons_frame(result))
+    if len(models) >= 2:  # one model: nothing to compare and no metric to log (the file says why)
+        pairs, cells = model_pairs(models), [*languages, ALL]
+        params = {"study": {"languages": p["study.pcs.languages"], "analysis": analysis}}
+        with stage_run(p["tracking"], PAIRED_RUN, params=params, annotation_source=JUDGE_SOURCE,
+                       axes={"pair": pairs, "cell": cells}) as run:
+            run.log_metrics(difference_metrics(result["comparisons"], pairs, cells))
+            run.log_artifact(PAIRED_FILE)
+    decided = [c for c in result["comparisons"] if c["verdict"] in ("model_a more", "model_b more")]
+    print(f"pcs-paired: {len(result['comparisons'])} comparisons of {len(models)} models, {len(decided)} with a "
+          f"difference found{'; ' + result['reason'] if result['reason'] else ''} -> {PAIRED_FILE}")
+
+
 # ---------------------------------------------------------------- analyze
 
 
@@ -453,6 +515,7 @@ def analyze(args: argparse.Namespace) -> None:
     from stereolens.studies.pcs.analysis import DEFAULT_MIN_GAIN_STEPS, validate_scores
     from stereolens.studies.pcs.inputs import read_excluded_pairs, read_preferences
     from stereolens.studies.pcs.outputs import write_analysis
+    from stereolens.studies.pcs.paired import ALL, model_pairs, paired_block
 
     p = _params(args)
     interim, reports = _dirs(p)
@@ -485,22 +548,35 @@ def analyze(args: argparse.Namespace) -> None:
     # the run is tagged with the latter's source, so a simulated round is never mistaken for a human one
     source = human_source if human_source in ("human", "llm_panel", "simulated") else JUDGE_SOURCE
     dimensions = sorted(set(scores["dimension"].astype(str))) if "dimension" in scores else ["all"]
-    with _tracking(p, ANALYZE_RUN, model=model_label(p["model"]), annotation_source=source, tags=tags, axes={"dimension": dimensions}) as run:
+    paired = json.loads(PAIRED_FILE.read_text(encoding="utf-8")) if PAIRED_FILE.exists() else None
+    block = paired_block(paired, model_label(p["model"]))
+    cells = [*languages_to_run(list(cfg["languages"]), p["language"]), ALL]
+    pairs = model_pairs((paired or {}).get("models") or []) or [NO_PAIR]
+    axes = {"dimension": dimensions, "pair": pairs, "cell": cells}
+    with _tracking(p, ANALYZE_RUN, model=model_label(p["model"]), annotation_source=source, tags=tags, axes=axes) as run:
         analysis, files = write_analysis(
             scores, reports, min_gain_steps=float(acfg.get("min_gain_steps", DEFAULT_MIN_GAIN_STEPS)),
             hindi=acfg.get("hindi", "hi"),
             urdu=acfg.get("urdu", "ur"), human=human, human_excluded=human_excluded, configuration=configuration,
             gates=gates, validity=validity,
-            waterfall_cell=acfg.get("waterfall"),
+            waterfall_cell=acfg.get("waterfall"), seed=int(p["seed"]), paired=block,
         )
         metrics = {k: analysis.summary[k] for k in ("pcs", "cap_util", "n_excluded")}
         metrics.update({f"pcs_{k}": analysis.summary["by_dimension"].get(k) for k in dimensions})
         metrics["validity_rate"] = (float(validity.loc[validity["model"] == "all", "validity_rate"].iloc[0])
                                     if validity is not None else None)
+        # the differences this model is part of; the run's other pairs (and a run of one model) log NaN
+        metrics.update(difference_metrics(block["comparisons"], pairs, cells))
         run.log_metrics(metrics)
         run.log_dataset(interim / "scores.csv", name="pcs_scores", context="evaluation")
         for f in files:
             run.log_artifact(f)
-    print(f"pcs-analyze: PCS {_short(analysis.summary['pcs'])}, cap util "
-          f"{_short(analysis.summary['cap_util']) if analysis.summary['cap_util'] is not None else 'undefined'}, "
+    from stereolens.report.markdown import format_cell
+
+    summary = analysis.summary
+    print(f"pcs-analyze: PCS "
+          f"{format_cell(summary['pcs']) + ' (' + summary['pcs_decision'] + ')' if summary['pcs'] is not None else 'undefined'}"
+          f", capability utilisation "
+          f"{format_cell(summary['cap_util']) if summary['cap_util'] is not None else 'undefined'}, robustness: "
+          f"survives {summary['robustness']['survives']} of {summary['robustness']['of']}, "
           f"gates {'passed' if gates['all_passed'] else 'FAILED'} -> {reports}")
