@@ -452,7 +452,94 @@ def _cases() -> list[Case]:
              stereo_stage(overlap, {"adj.csv": "left_id,right_id,decision\nMX-1,ES-1,absent\nMX-1,ES-9,present\n"}),
              in_tmp=True),
     ]
+    cases += _issue35_cases(committed, triples, instantiate)
     return cases
+
+
+# --- issue 35 items 5-8: what `profile` believes, meaning checks, messages naming the real cause, a port
+STEREO_SUMMARY = {"model": "m", "ss": 50.0, "lms": 90.0, "icat": 90.0, "n": 4, "models": {}}
+PROFILE = ["profile", "--reports", "{tmp}/reports", "--csv", "{tmp}/profile.csv"]
+EARLIER_PROFILE = {"profile.csv": "model,stereo.ss\nm,50.0\n"}
+
+
+def _summary(study: str, summary: dict, model: str = "m") -> dict[str, str]:
+    return {f"reports/{study}/{model}/summary.json": json.dumps(summary)}
+
+
+def _busy_port() -> int:
+    """A port something listens on for as long as the tests run."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    _HELD.append(sock)
+    return sock.getsockname()[1]
+
+
+_HELD: list[socket.socket] = []
+
+
+def _issue35_cases(committed: dict, triples: str, instantiate: dict) -> list[Case]:
+    header, row = triples.splitlines()[:2]
+    cells = row.split(",")
+    cells[4] = cells[3]  # sent_anti = sent_stereo
+    same_sentences = f"{header}\n{','.join(cells)}\n"
+    release = dict(committed["release"]["stereo"])
+    release["items"] = [{"path": "data/processed/stereo/instances.csv", "id": ["instance_id"]}]
+    busy = _busy_port()
+    return [
+        # 5. profile reads summaries through the report contract's schema
+        Case("profile: a measure that is text", PROFILE,
+             "reports/stereo/m/summary.json: ss must be a number in [0, 100] (or null), got '27.17949abc'",
+             {**_summary("stereo", {**STEREO_SUMMARY, "ss": "27.17949abc"}), **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: a measure under models that is text", PROFILE,
+             "summary.json: models.m.lms must be a number in [0, 100] (or null), got 'high'",
+             {**_summary("stereo", {**STEREO_SUMMARY, "models": {"m": {**STEREO_SUMMARY, "lms": "high"}}}),
+              **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: a stripped summary", PROFILE, "reports/crows/m/summary.json: bias_score: missing",
+             {**_summary("crows", {"model": "m", "provenance": {"annotation_source": "human"}}),
+              **_summary("stereo", STEREO_SUMMARY), **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: a deleted summary", PROFILE,
+             "reports/crows/m/summary.json: missing, though {tmp}/reports/crows/m holds the study's other outputs "
+             "(bias_by_type.csv, headline.json)",
+             {"reports/crows/m/bias_by_type.csv": "group,bias_score\nall,0.6\n", "reports/crows/m/headline.json": "{}\n",
+              **_summary("stereo", STEREO_SUMMARY), **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: NaN in a summary", PROFILE, "summary.json: not valid JSON (NaN is not a JSON value",
+             {"reports/stereo/m/summary.json": '{"model": "m", "ss": NaN, "lms": 90, "icat": 9, "n": 4}',
+              **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: --params that does not exist", [*PROFILE, "--params", "{tmp}/nope.yaml"],
+             "--params {tmp}/nope.yaml: not found", {**_summary("stereo", STEREO_SUMMARY), **EARLIER_PROFILE},
+             in_tmp=True),
+        # 6. meaning checks
+        Case("pairs analyze header only", pairs_analyze("")[0], "s.csv has a header but no rows",
+             pairs_analyze("id,dimension,score_stereo,score_anti\n")[1]),
+        Case("a human triple whose two sentences are the same", ["stage", "stereo-instantiate"],
+             "triples.csv line 2, column sent_anti: the same sentence as sent_stereo",
+             stereo_stage(instantiate, {"triples.csv": same_sentences}), in_tmp=True),
+        Case("stereoset_generative with a negative ratio",
+             [*stereo_evaluate(STEREO_SCORES)[0], "--score", "stereoset_generative"],
+             "s.csv line 2, column score_stereo: -1 is negative, but these scores are ratios of two negative mean "
+             "log-probabilities (>= 0)", stereo_evaluate(STEREO_SCORES)[1]),
+        Case("stereo scores with a country the study does not know", stereo_evaluate("")[0],
+             "s.csv line 3, column country: 'Spian' is not a country of the prompt templates "
+             "data/seed/stereo/prompts.yaml (Spain, Mexico, Argentina, Colombia, Nicaragua); did you mean 'Spain'?",
+             stereo_evaluate(STEREO_SCORES.replace("2,Spain", "2,Spian"))[1]),
+        # 7. messages naming the real cause
+        Case("release items naming an id column the table lacks", ["release", "stereo", "--output", "{tmp}/rel"],
+             "release.stereo.items: id column(s) instance_id of data/processed/stereo/instances.csv not in that file "
+             "(has: id, source)",
+             {"params.yaml": yaml.safe_dump({"release": {"stereo": release}}, allow_unicode=True),
+              "data/processed/stereo/instances.csv": "id,source\n1,machine\n",
+              "data/processed/stereo/instances_provenance.csv": "id,validation_source\n1,simulated\n",
+              "data/interim/stereo/validation/validated.csv": "stereotype_id,source\nMX-1,machine\n"}, in_tmp=True),
+        Case("compare with an empty file as the store", ["compare", "--study", "crows", "--tracking-uri",
+                                                         "sqlite:///{tmp}/empty.db"],
+             "empty.db is an empty file, not an MLflow store", {"empty.db": b"", "params.yaml": "seed: 0\n"},
+             in_tmp=True),
+        # 8. a port that cannot be served, refused before a server starts
+        Case("ui --port out of range", ["ui", "--port", "99999"], "--port must be an integer in [1, 65535], got 99999",
+             {}),
+        Case("ui --port in use", ["ui", "--port", str(busy)], f"--port {busy}: already in use on 127.0.0.1", {}),
+    ]
 
 
 CASES = _cases()

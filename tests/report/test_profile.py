@@ -75,11 +75,13 @@ def reports(tmp_path: Path) -> Path:
             "provenance": {"annotation_source": "simulated"}})
     # a per-set summary beside the per-model ones is not a model
     _write(root / "pairs" / "starter" / "summary.json", {"n": 60})
-    # stereo: a per-model entry (the base model) and top-level keys (the chat model)
+    # stereo: the first evaluated model's numbers at the top level and every model's under `models`, as
+    # stereo-evaluate writes them (the base model), and top-level keys alone (the chat model)
     stereo_prov = {"source": {"authored": 40}, "annotation_source": ""}
+    clm_stereo = {"ss": 27.18, "lms": 54.71, "icat": 29.74, "n": 40, "ss_ci": [15.2, 39.37], "lms_ci": [45.34, 66.67],
+                  "icat_ci": [16.37, 45.98]}
     _write(root / "stereo" / CLM / "summary.json",
-           {"model": CLM, "models": {CLM: {"ss": 27.18, "lms": 54.71, "icat": 29.74, "n": 40, "ss_ci": [15.2, 39.37],
-                                           "lms_ci": [45.34, 66.67], "icat_ci": [16.37, 45.98]}},
+           {"model": CLM, **{k: clm_stereo[k] for k in ("ss", "lms", "icat", "n")}, "models": {CLM: clm_stereo},
             "provenance": stereo_prov})
     _write(root / "stereo" / CHAT / "summary.json",
            {"model": CHAT, "ss": 60.0, "lms": 80.0, "icat": 64.0, "n": 40, "provenance": stereo_prov})
@@ -253,7 +255,8 @@ def test_a_study_never_run_and_the_single_model_layout(tmp_path):
     # today's layout: one summary per study, naming its model (crows) or not (pcs: the run's primary)
     _write(root / "crows" / "summary.json", {"model": CLM, "bias_score": 0.6, "ci_low": 0.55, "ci_high": 0.65,
                                               "n": 100, "provenance": HUMAN})
-    _write(root / "pcs" / "summary.json", {"pcs": 0.2, "provenance": {"annotation_source": "llm_panel"}})
+    _write(root / "pcs" / "summary.json", {"pcs": 0.2, "cap_util": 0.18, "n_excluded": 0, "ldi": {}, "hud": {"overall": None},
+                                            "provenance": {"annotation_source": "llm_panel"}})
     profile = build_profile(root, studies=["crows", "pcs", "heads"], default_model="primary-x")
     assert profile.models == ["primary-x", CLM]
     assert profile.cell(CLM, "crows", "bias score").text == "60.0% [55.0, 65.0]"
@@ -334,12 +337,13 @@ def test_profile_command_refuses_a_missing_reports_folder(tmp_path, capsys):
 @pytest.mark.parametrize("where, content, message", [
     (f"crows/{CLM}/summary.json", "{not json", "not valid JSON"),
     (f"crows/{CLM}/summary.json", "[1, 2]", "a study summary must be a JSON object"),
-    (f"leakage/{CLM}/edges.json", '{"EN": 1}', "must be a list of edge objects"),
-    (f"pcs/{CLM}/gates.json", '{"gates": [1]}', "'gates' maps each gate to its result"),
+    (f"leakage/{CLM}/edges.json", '{"EN": 1}', "the top level must be a list of a mapping, got {'EN': 1}"),
+    (f"pcs/{CLM}/gates.json", '{"gates": [1]}', "gates must be a mapping, got [1]"),
 ])
-def test_a_broken_study_file_is_one_line_naming_it(reports, capsys, where, content, message):
+def test_a_broken_study_file_is_one_line_naming_it(reports, capsys, monkeypatch, where, content, message):
+    monkeypatch.chdir(reports.parent)  # no params.yaml: the models are the ones found under --reports
     (reports / where).write_text(content, encoding="utf-8")
-    assert main(["profile", "--reports", str(reports), "--params", str(reports / "none.yaml")]) == 2
+    assert main(["profile", "--reports", str(reports)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(reports / where) in err and message in err
 
