@@ -138,17 +138,12 @@ def finite_json(obj: Any) -> Any:
     return obj
 
 
-def json_text(obj: Any) -> str:
-    """``obj`` as :func:`write_json` writes it: NaN and infinities as ``null``, numpy scalars as numbers, floats at
-    :data:`SIGNIFICANT_DIGITS` significant digits."""
-    return json.dumps(_fixed_precision_tree(finite_json(obj)), indent=2, ensure_ascii=False, sort_keys=False,
-                      default=_json_default, allow_nan=False)
-
-
 def write_json(dest: str | os.PathLike, obj: Any) -> Path:
     """Valid JSON: NaN and infinities become ``null`` (the producer says why in a note field);
     other floats are written at :data:`SIGNIFICANT_DIGITS` significant digits."""
-    return write_text(dest, json_text(obj) + "\n")
+    text = json.dumps(_fixed_precision_tree(finite_json(obj)), indent=2, ensure_ascii=False, sort_keys=False, default=_json_default,
+                      allow_nan=False)
+    return write_text(dest, text + "\n")
 
 
 def _json_default(obj: Any) -> Any:

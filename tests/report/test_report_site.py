@@ -56,13 +56,13 @@ def site(tmp_path_factory) -> Path:
     pd.DataFrame({"x": [1], "source": ["human"]}).to_csv(clean / "t.csv", index=False)
     # two studies the model profile knows, in the per-model layout: crows skipped for the chat model,
     # stereo measured for both
-    for model, summary in (("tiny-clm", {"bias_score": 0.576, "ci_low": 0.551, "ci_high": 0.6}),
+    for model, summary in (("tiny-clm", {"bias_score": 0.576, "ci_low": 0.551, "ci_high": 0.6, "n": 1508}),
                            ("tiny-chat", {"bias_score": None, "skipped": "a chat model gives no sentence log-likelihoods"})):
         (reports / "crows" / model).mkdir(parents=True)
         json.dump({"model": model, **summary, "provenance": {"annotation_source": "human"}},
                   open(reports / "crows" / model / "summary.json", "w"))
         (reports / "stereo" / model).mkdir(parents=True)
-        json.dump({"model": model, "ss": 60.0, "lms": 80.0, "icat": 64.0, "ss_ci": [50.0, 70.0],
+        json.dump({"model": model, "ss": 60.0, "lms": 80.0, "icat": 64.0, "n": 40, "ss_ci": [50.0, 70.0],
                    "provenance": {"source": {"authored": 40}}}, open(reports / "stereo" / model / "summary.json", "w"))
     build_site(sorted(PARAMS["study"]), PARAMS, reports)
     return reports

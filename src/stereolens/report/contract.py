@@ -21,10 +21,9 @@ simulated judgements still gets its banner.
 What the cross-study profile (``stereolens profile``, the index page) reads of a study's
 summary, and of the ``edges.json`` / ``gates.json`` beside it, is typed here
 (:data:`MEASURES`, JSON Schema): the keys that must be there and what each may hold, a
-``null`` being a number the run could not define (the study says why in a note).  A summary
-at ``reports/<study>/<model_id>/summary.json`` is checked against it when it is written and
-when it is read, so a hand-edited or truncated summary is refused with its file and key
-instead of being shown as a measure or as "not measured".
+``null`` being a number the run could not define (the study says why in a note).  The profile
+checks every summary it reads against it, so a hand-edited or truncated summary is refused
+with its file and key instead of being shown as a measure or as "not measured".
 """
 
 from __future__ import annotations
@@ -266,13 +265,3 @@ def check_study_summary(summary: Any, study: str, *, where: str = "summary.json"
     check_summary(summary, where=where)
     if study in MEASURES:
         check_against(MEASURES[study], summary, where=where)
-
-
-def study_of_summary(path: str | Path) -> str | None:
-    """The study whose per-model summary ``path`` is (``reports/<study>/<model_id>/summary.json``, the place the
-    profile reads), else None (a per-set or per-stage summary, or one written elsewhere by a command)."""
-    path = Path(path)
-    study = path.parent.parent.name
-    if path.name == "summary.json" and path.parent.parent.parent.name == "reports" and study in MEASURES:
-        return study
-    return None

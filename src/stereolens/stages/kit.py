@@ -9,7 +9,6 @@ reads.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,20 +61,13 @@ def load_stage_model(
 
 def write_study_summary(path: str | os.PathLike, summary: Mapping[str, Any]) -> Path:
     """Write a study's ``summary.json`` after checking it against the report contract, and beside it the
-    compact ``headline.json`` DVC compares across experiments (a study's top-level summary only).  A summary
-    where the profile reads it (``reports/<study>/<model_id>/summary.json``) is also checked against what the
-    profile reads of it, so a study cannot write one the report would refuse."""
-    from stereolens.io import json_text, write_text
-    from stereolens.report.contract import check_study_summary, check_summary, study_of_summary
+    compact ``headline.json`` DVC compares across experiments (a study's top-level summary only)."""
+    from stereolens.io import write_json
+    from stereolens.report.contract import check_summary
     from stereolens.tracking.headline import write_headline
 
-    text = json_text(dict(summary))
-    study = study_of_summary(path)
-    if study:  # checked as it will be read: NaN written as null, numpy numbers as plain ones
-        check_study_summary(json.loads(text), study, where=str(path))
-    else:
-        check_summary(summary, where=str(path))
-    written = write_text(path, text + "\n")
+    check_summary(summary, where=str(path))
+    written = write_json(path, dict(summary))
     write_headline(path, summary)
     return written
 

@@ -72,10 +72,12 @@ def stop_on_signals(*, with_parent: bool = False) -> Iterator[None]:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back in the block (delivered when it ends): a second Ctrl-C must not stop the guard
-    halfway through putting the earlier outputs back."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    """SIGINT and SIGTERM do nothing in the block: the stage is already stopping, and a second Ctrl-C must not
+    stop the guard halfway through putting the earlier outputs back.  (Handlers, not a signal mask: a mask holds
+    for one thread, and a signal another thread receives still runs its Python handler in the main thread.)"""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -316,3 +316,32 @@ def test_stereo_evaluate_names_a_nan_cell_as_written(tmp_path, capsys):
     assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "s.csv line 3, column score_unrelated: 'nan' is not a number" in err and "np.float64" not in err
+
+
+def test_stereo_evaluate_takes_the_studys_countries_unless_told_others(tmp_path, capsys):
+    """A country outside the prompt templates' (the study's) is refused at its line, with the close one named; a
+    benchmark of other countries names them with --countries, and gets its numbers under their names."""
+    _scores_file(tmp_path / "s.csv", country=["Spain", "Peru"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "s.csv line 3, column country: 'Peru' is not a country of the prompt templates" in err
+    assert not (tmp_path / "o").exists()
+    _scores_file(tmp_path / "s.csv", country=["Spain", "Mexic"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
+    assert "did you mean 'Mexico'?" in capsys.readouterr().err
+    _scores_file(tmp_path / "s.csv", country=["Spain", "Peru"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o"),
+                 "--countries", "Spain", "Peru", "--resamples", "0"]) == 0
+    assert set(json.loads((tmp_path / "o" / "summary.json").read_text())["by_country"]) == {"Spain", "Peru"}
+
+
+def test_stereoset_generative_ratios_are_never_negative(tmp_path, capsys):
+    """One negative mean log-probability over another is never negative: a negative ratio is refused at its cell
+    (log-likelihoods written under --score stereoset_generative, say), zero and positive ones are evaluated."""
+    _scores_file(tmp_path / "s.csv", score_stereo=["1.2", "0.8"], score_anti=["0.9", "-0.4"], score_unrelated=["0", "2"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o"),
+                 "--score", "stereoset_generative"]) == 2
+    assert "s.csv line 3, column score_anti: -0.4 is negative" in capsys.readouterr().err
+    _scores_file(tmp_path / "s.csv", score_stereo=["1.2", "0.8"], score_anti=["0.9", "0.4"], score_unrelated=["0", "2"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o"),
+                 "--score", "stereoset_generative", "--resamples", "0"]) == 0
