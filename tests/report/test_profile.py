@@ -393,3 +393,43 @@ def test_terminal_shows_a_row_per_model_in_each_studys_column_group(reports):
     assert _terminal_cells(text) == {key: text for key, (text, _, _) in EXPECTED.items()}
     assert lines[-len(PROVENANCE_WORDS) - 1] == "provenance words:"
     assert lines[-len(PROVENANCE_WORDS)].startswith("  human: written or judged by people")
+
+
+def _set(path: list, value):
+    def edit(doc):
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+        return doc
+    return edit
+
+
+@pytest.mark.parametrize("where, edit, message", [
+    (f"stereo/{CLM}/summary.json", _set(["models", CLM, "ss"], "27.17949abc"),
+     f"models.{CLM}.ss must be a number in [0, 100] (or null), got '27.17949abc'"),
+    (f"stereo/{CHAT}/summary.json", _set(["icat"], KeyError), "icat: missing"),
+    (f"crows/{CLM}/summary.json", _set(["bias_score"], 1.7), "bias_score must be a number in [0, 1] (or null), got 1.7"),
+    (f"crows/{CLM}/summary.json", _set(["n"], KeyError), "n: missing"),
+    (f"pairs/{CLM}/summary.json", _set(["sets", "starter", "runs"], KeyError), "sets.starter.runs: missing"),
+    (f"pairs/{CLM}/summary.json", _set(["sets", "crows", "runs", 0, "bias_score"], "0.6"),
+     "sets.crows.runs[0].bias_score must be a number in [0, 1] (or null), got '0.6'"),
+    (f"heads/{CLM}/summary.json", _set(["countries", 0, "top_heads"], KeyError), "countries[0].top_heads: missing"),
+    (f"pcs/{CHAT}/summary.json", _set(["ldi", "hi", "a"], True), "ldi.hi.a must be a number (or null), got True"),
+    (f"pcs/{CLM}/gates.json", _set(["gates", "construct_validity", "passed"], KeyError),
+     "gates.construct_validity.passed: missing"),
+    (f"leakage/{CLM}/edges.json", _set([0, "estimate"], "0.02x"), "[0].estimate must be a number (or null), got '0.02x'"),
+])
+def test_a_summary_the_profile_would_misread_is_refused_naming_its_key(reports, capsys, monkeypatch, where, edit, message):
+    """A value of the wrong type or a key stripped from what the profile reads is refused, in one line naming the
+    file and the key, rather than printed as a measure or shown as 'not measured' (the report contract's MEASURES)."""
+    monkeypatch.chdir(reports.parent)
+    path = reports / where
+    path.write_text(json.dumps(edit(json.loads(path.read_text(encoding="utf-8")))), encoding="utf-8")
+    assert main(["profile", "--reports", str(reports), "--csv", str(reports.parent / "p.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"stereolens: error: {path}: {message}"
+    assert not (reports.parent / "p.csv").exists()

@@ -177,7 +177,7 @@ def describe(schema: Mapping[str, Any]) -> str:
     return out + (" (or null)" if "null" in declared else "")
 
 
-def first_violation(schema: Mapping[str, Any], value: Any) -> tuple[list[str], str] | None:
+def first_violation(schema: Mapping[str, Any], value: Any) -> tuple[list[str | int], str] | None:
     """The first place in ``value`` that ``schema`` refuses, as (path of keys and list positions, what is wrong in
     words: ``missing`` for a required key, else ``must be ..., got ...``); None when ``value`` conforms."""
     from jsonschema import Draft202012Validator
@@ -186,7 +186,7 @@ def first_violation(schema: Mapping[str, Any], value: Any) -> tuple[list[str], s
     if not errors:
         return None
     error = errors[0]
-    path = [str(p) for p in error.absolute_path]
+    path = list(error.absolute_path)
     if error.validator == "required":
         missing = next(name for name in error.validator_value if name not in error.instance)
         return [*path, missing], "missing"

@@ -228,7 +228,10 @@ MEASURES: dict[str, dict[str, Any]] = {
               "else": {"required": ["bias_score", "n"]}},
     "leakage": _requiring(section(edges_are=text(), coverage=mapping_of(section(null=True)), human=section(null=True)),
                           "edges_are", "coverage"),
-    "pairs": _requiring(section(sets=mapping_of(section(runs=list_of(PAIRS_RUN), note=NOTE))), "sets"),
+    # a set with nothing scored says so in its note; any other has its runs
+    "pairs": _requiring(section(sets=mapping_of({**section(runs=list_of(PAIRS_RUN), note=NOTE),
+                                                 "if": {"required": ["note"]}, "else": {"required": ["runs"]}})),
+                        "sets"),
     "stereo": _requiring(section(**STEREO_ENTRY["properties"], models=mapping_of(_requiring(STEREO_ENTRY, *STEREO_MEASURES))),
                          *STEREO_MEASURES),
     "pcs": _requiring(section(pcs=number(null=True), cap_util=number(null=True), cap_util_note=NOTE,
@@ -236,15 +239,15 @@ MEASURES: dict[str, dict[str, Any]] = {
                               hud=mapping_of(number(0, null=True))), "pcs", "cap_util", "n_excluded", "ldi", "hud"),
     "heads": _requiring(section(value=text(), countries=list_of(_requiring(section(
         country=text(), top_heads=NOTE, probe_test_accuracy=fraction(null=True), probe_test_loss=number(0, null=True),
-        pruning_instances=integer(0, null=True)), "country"))), "countries"),
+        pruning_instances=integer(0, null=True)), "country", "top_heads"))), "countries"),
 }
 # the files a study writes beside its summary that the profile reads too
 EDGES = list_of(_requiring(section(panel=NOTE, source=text(), target=text(), estimate=number(null=True),
                                    ci_low=number(null=True), ci_high=number(null=True), configured=boolean(),
-                                   converged=boolean(null=True)), "source", "target"))
-GATES = _requiring(section(enforced=boolean(null=True), gates=mapping_of(section(
+                                   converged=boolean(null=True)), "source", "target", "estimate"))
+GATES = _requiring(section(enforced=boolean(null=True), gates=mapping_of(_requiring(section(
     observed=number(null=True), threshold=number(null=True), ci_low=number(null=True), ci_high=number(null=True),
-    passed=boolean(null=True), note=NOTE))), "gates")
+    passed=boolean(null=True), note=NOTE), "observed", "passed"))), "gates")
 
 
 def check_against(schema: dict[str, Any], document: Any, *, where: str) -> None:
@@ -256,7 +259,7 @@ def check_against(schema: dict[str, Any], document: Any, *, where: str) -> None:
     if found is None:
         return
     path, problem = found
-    key = ".".join(path) or "the top level"
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "the top level"
     raise DataError(f"{where}: {key}: {problem}" if problem == "missing" else f"{where}: {key} {problem}")
 
 
