@@ -42,6 +42,14 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 install-test: $(VENV)/.installed-test
 install: $(VENV)/.installed-run
 
+# DVC reads params.yaml while it parses dvc.yaml, before any stage runs, so without the file it says only
+# "Could not find 'model_ids'": say what is missing and how to make it instead, before anything is installed
+ifneq ($(filter run repro,$(MAKECMDGOALS)),)
+ifeq ($(wildcard params.yaml),)
+$(error params.yaml is missing: dvc.yaml reads the run's models and every stage's params from it; make it with `$(BIN)/stereolens config compose` (the default run; add overrides such as model=smollm2_135m) or restore the committed one with `git checkout params.yaml`)
+endif
+endif
+
 run: $(VENV)/.installed-run
 	$(BIN)/dvc repro
 

@@ -12,11 +12,16 @@ script's body) with the tiny local models of ``conftest.py``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -452,6 +457,7 @@ def _cases() -> list[Case]:
              stereo_stage(overlap, {"adj.csv": "left_id,right_id,decision\nMX-1,ES-1,absent\nMX-1,ES-9,present\n"}),
              in_tmp=True),
     ]
+    cases += _issue35_cases(committed, triples, instantiate)
     return cases
 
 
@@ -670,6 +676,95 @@ def _label_studio_cases() -> list[Case]:
 CASES = _cases() + _label_studio_cases()
 
 
+# --- issue 35 items 5-8: what `profile` believes, meaning checks, messages naming the real cause, a port
+STEREO_SUMMARY = {"model": "m", "ss": 50.0, "lms": 90.0, "icat": 90.0, "n": 4, "models": {}}
+PROFILE = ["profile", "--reports", "{tmp}/reports", "--csv", "{tmp}/profile.csv"]
+EARLIER_PROFILE = {"profile.csv": "model,stereo.ss\nm,50.0\n"}
+
+
+def _summary(study: str, summary: dict, model: str = "m") -> dict[str, str]:
+    return {f"reports/{study}/{model}/summary.json": json.dumps(summary)}
+
+
+def _busy_port() -> int:
+    """A port something listens on for as long as the tests run."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    _HELD.append(sock)
+    return sock.getsockname()[1]
+
+
+_HELD: list[socket.socket] = []
+
+
+def _issue35_cases(committed: dict, triples: str, instantiate: dict) -> list[Case]:
+    header, row = triples.splitlines()[:2]
+    cells = row.split(",")
+    cells[4] = cells[3]  # sent_anti = sent_stereo
+    same_sentences = f"{header}\n{','.join(cells)}\n"
+    release = dict(committed["release"]["stereo"])
+    release["items"] = [{"path": "data/processed/stereo/instances.csv", "id": ["instance_id"]}]
+    busy = _busy_port()
+    return [
+        # 5. profile reads summaries through the report contract's schema
+        Case("profile: a measure that is text", PROFILE,
+             "reports/stereo/m/summary.json: ss must be a number in [0, 100] (or null), got '27.17949abc'",
+             {**_summary("stereo", {**STEREO_SUMMARY, "ss": "27.17949abc"}), **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: a measure under models that is text", PROFILE,
+             "summary.json: models.m.lms must be a number in [0, 100] (or null), got 'high'",
+             {**_summary("stereo", {**STEREO_SUMMARY, "models": {"m": {**STEREO_SUMMARY, "lms": "high"}}}),
+              **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: a stripped summary", PROFILE, "reports/crows/m/summary.json: bias_score: missing",
+             {**_summary("crows", {"model": "m", "provenance": {"annotation_source": "human"}}),
+              **_summary("stereo", STEREO_SUMMARY), **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: a deleted summary", PROFILE,
+             "reports/crows/m/summary.json: missing, though {tmp}/reports/crows/m holds the study's other outputs "
+             "(bias_by_type.csv, headline.json)",
+             {"reports/crows/m/bias_by_type.csv": "group,bias_score\nall,0.6\n", "reports/crows/m/headline.json": "{}\n",
+              **_summary("stereo", STEREO_SUMMARY), **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: NaN in a summary", PROFILE, "summary.json: not valid JSON (NaN is not a JSON value",
+             {"reports/stereo/m/summary.json": '{"model": "m", "ss": NaN, "lms": 90, "icat": 9, "n": 4}',
+              **EARLIER_PROFILE}, in_tmp=True),
+        Case("profile: --params that does not exist", [*PROFILE, "--params", "{tmp}/nope.yaml"],
+             "--params {tmp}/nope.yaml: not found", {**_summary("stereo", STEREO_SUMMARY), **EARLIER_PROFILE},
+             in_tmp=True),
+        # 6. meaning checks
+        Case("pairs analyze header only", pairs_analyze("")[0], "s.csv has a header but no rows",
+             pairs_analyze("id,dimension,score_stereo,score_anti\n")[1]),
+        Case("a human triple whose two sentences are the same", ["stage", "stereo-instantiate"],
+             "triples.csv line 2, column sent_anti: the same sentence as sent_stereo",
+             stereo_stage(instantiate, {"triples.csv": same_sentences}), in_tmp=True),
+        Case("stereoset_generative with a negative ratio",
+             [*stereo_evaluate(STEREO_SCORES)[0], "--score", "stereoset_generative"],
+             "s.csv line 2, column score_stereo: -1 is negative, but these scores are ratios of two negative mean "
+             "log-probabilities (>= 0)", stereo_evaluate(STEREO_SCORES)[1]),
+        Case("stereo scores with a country the study does not know", stereo_evaluate("")[0],
+             "s.csv line 3, column country: 'Spian' is not a country of the prompt templates "
+             "data/seed/stereo/prompts.yaml (Spain, Mexico, Argentina, Colombia, Nicaragua); did you mean 'Spain'?",
+             stereo_evaluate(STEREO_SCORES.replace("2,Spain", "2,Spian"))[1]),
+        # 7. messages naming the real cause
+        Case("release items naming an id column the table lacks", ["release", "stereo", "--output", "{tmp}/rel"],
+             "release.stereo.items: id column(s) instance_id of data/processed/stereo/instances.csv not in that file "
+             "(has: id, source)",
+             {"params.yaml": yaml.safe_dump({"release": {"stereo": release}}, allow_unicode=True),
+              "data/processed/stereo/instances.csv": "id,source\n1,machine\n",
+              "data/processed/stereo/instances_provenance.csv": "id,validation_source\n1,simulated\n",
+              "data/interim/stereo/validation/validated.csv": "stereotype_id,source\nMX-1,machine\n"}, in_tmp=True),
+        Case("compare with an empty file as the store", ["compare", "--study", "crows", "--tracking-uri",
+                                                         "sqlite:///{tmp}/empty.db"],
+             "empty.db is an empty file, not an MLflow store", {"empty.db": b"", "params.yaml": "seed: 0\n"},
+             in_tmp=True),
+        # 8. a port that cannot be served, refused before a server starts
+        Case("ui --port out of range", ["ui", "--port", "99999"], "--port must be an integer in [1, 65535], got 99999",
+             {}),
+        Case("ui --port in use", ["ui", "--port", str(busy)], f"--port {busy}: already in use on 127.0.0.1", {}),
+    ]
+
+
+CASES = _cases()
+
+
 def _digest(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -808,3 +903,149 @@ def test_nan_scores_are_refused_by_the_report_stage(tmp_path, monkeypatch, capsy
     assert main(["stage", "crows-report"]) == 2
     assert "scores.csv line 3, column score_stereo: empty cell" in capsys.readouterr().err
     assert not (tmp_path / "reports/crows/m/summary.json").exists()
+
+
+# --- stopping: a signal stops a stage within seconds and leaves its outputs as the guard promises (issue 35 item 8)
+RAW_CROWS = "data/raw/crows_pairs/crows_pairs_anonymized.csv"
+
+
+def _many_pairs(n: int) -> str:
+    """CrowS-Pairs rows enough for a tiny model to take minutes (each pair differs, so none is a cache hit)."""
+    return pd.DataFrame({"sent_more": [f"The doctors number {i} were kind and smart." for i in range(n)],
+                         "sent_less": [f"The nurses number {i} were kind and smart." for i in range(n)],
+                         "stereo_antistereo": "stereo", "bias_type": "gender"}).to_csv()
+
+
+def _cache_entries(cache: Path) -> int:
+    return sum(1 for _ in cache.rglob("*.json")) if cache.is_dir() else 0
+
+
+def _wait_for_scoring(proc: subprocess.Popen, cache: Path, more_than: int = 0, timeout_s: float = 300) -> None:
+    """Until the stage has cached an answer beyond ``more_than``: it is scoring, past start-up and model loading."""
+    deadline = time.monotonic() + timeout_s
+    while _cache_entries(cache) <= more_than:
+        assert proc.poll() is None, f"ended before scoring: {proc.returncode}"
+        assert time.monotonic() < deadline, "no answer cached within the time allowed"
+        time.sleep(0.2)
+
+
+def _stage_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DVC_STAGE", "DVC_ROOT")}
+    return {**env, "STEREOLENS_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def _ignore_sigint() -> None:
+    # as a shell starts a script's background job: Python then installs no KeyboardInterrupt of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_a_scoring_stage_within_seconds_and_its_outputs_are_intact(signum, tmp_path, tiny_causal_lm_dir):
+    """`crows-score` on a tiny model, started with SIGINT ignored (a script's background job, where the stage used
+    to score on to the end and exit 0), is stopped by SIGINT or SIGTERM within seconds: exit 128 + the signal, one
+    line, the earlier outputs byte-identical."""
+    files = crows_stage({"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal"})
+    files[RAW_CROWS] = _many_pairs(3000)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    before = _digest(tmp_path / "data/processed")
+    proc = subprocess.Popen([sys.executable, "-m", "stereolens", "stage", "crows-score"], cwd=tmp_path,
+                            env=_stage_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=_ignore_sigint)
+    try:
+        _wait_for_scoring(proc, tmp_path / "cache")
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        rc = proc.wait(timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read().strip().splitlines()
+    assert rc == 128 + signum, err
+    assert took < 15, f"stopped {took:.1f} s after {signal.Signals(signum).name}"
+    assert len(err) == 1 and err[0].startswith(f"stereolens: interrupted ({signal.Signals(signum).name})"), err
+    assert _digest(tmp_path / "data/processed") == before
+    assert not list((tmp_path / "data/processed").rglob(".*.tmp"))
+
+
+CROWS_DVC_YAML = """stages:
+  crows_score:
+    cmd: {python} -m stereolens stage crows-score
+    deps:
+      - data/raw/crows_pairs
+    params:
+      - model
+      - metric
+      - study.crows
+    outs:
+      - data/processed/crows/tiny/scores.csv
+      - data/processed/crows/tiny/scoring.json
+"""
+
+
+@pytest.mark.slow
+def test_stopping_dvc_repro_stops_its_stage_and_the_guard_puts_the_outputs_back(tmp_path, tiny_causal_lm_dir):
+    """Under `dvc repro` (which removes a stage's outputs before it runs): SIGINT to the process group (Ctrl-C, or
+    `kill -INT -- -PGID` from a script whose jobs ignore SIGINT), and SIGTERM to DVC alone (DVC dies at once; the
+    kernel tells the stage, stages.signals), each stop the scoring stage within seconds, and its earlier outputs are
+    checked out of the DVC cache again byte-identical."""
+    import psutil
+
+    files = crows_stage({"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal"})
+    files["dvc.yaml"] = CROWS_DVC_YAML.format(python=sys.executable)
+    files[RAW_CROWS] = _many_pairs(20)
+    for name, text in files.items():
+        if name.startswith("data/processed"):
+            continue  # this time the earlier outputs are a real run's, recorded in dvc.lock
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    env = _stage_env(tmp_path)
+    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"],
+                    [sys.executable, "-m", "dvc", "repro", "-q"]):
+        subprocess.run(command, cwd=tmp_path, env=env, check=True, capture_output=True)
+    earlier = _digest(tmp_path / "data/processed")
+    assert earlier, "the first run wrote nothing"
+    (tmp_path / RAW_CROWS).write_text(_many_pairs(3000), encoding="utf-8")
+    for how in ("SIGINT to the process group", "SIGTERM to DVC"):
+        cached = _cache_entries(tmp_path / "cache")
+        dvc = subprocess.Popen([sys.executable, "-m", "dvc", "repro"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=_ignore_sigint)
+        try:
+            _wait_for_scoring(dvc, tmp_path / "cache", more_than=cached)
+            stage = psutil.Process(dvc.pid).children(recursive=True)
+            assert stage, "no stage process under dvc repro"
+            sent = time.monotonic()
+            if how.startswith("SIGINT"):
+                os.killpg(dvc.pid, signal.SIGINT)
+            else:
+                dvc.send_signal(signal.SIGTERM)
+            _, alive = psutil.wait_procs(stage, timeout=60)  # DVC itself is waited for as our child, below
+            rc = dvc.wait(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            # whatever is left of this run (its own session): DVC and a stage that outlived it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(dvc.pid, signal.SIGKILL)
+            dvc.wait()
+        output = dvc.stdout.read()
+        assert not alive and took < 20, f"{how}: {len(alive)} process(es) still running after {took:.0f} s\n{output}"
+        assert rc != 0, output
+        assert _digest(tmp_path / "data/processed") == earlier, f"{how}: outputs not restored\n{output}"
+
+
+def test_make_without_params_yaml_says_what_is_missing_and_how_to_make_it(tmp_path):
+    """DVC reads params.yaml while it parses dvc.yaml, so without it `dvc repro` says only "Could not find
+    'model_ids'"; `make run` and `make repro` name the file and the command that makes it, in one line, exit 2."""
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    for target in ("repro", "run"):
+        res = subprocess.run(["make", "-s", target], cwd=tmp_path, capture_output=True, text=True)
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, res.stderr
+        assert "params.yaml is missing" in lines[0] and "stereolens config compose" in lines[0], lines[0]
+        assert res.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Makefile"]  # refused before any install or DVC

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from stereolens.errors import StereolensError
@@ -106,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     except StereolensError as exc:
         print(f"stereolens: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("stereolens: interrupted; finished work is cached and the next run resumes", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        # Ctrl-C, or a stage's SIGTERM (stages.signals): the shell's status for death by that signal
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"stereolens: interrupted ({signal.Signals(signum).name}); finished work is cached and the next run "
+              "resumes", file=sys.stderr)
+        return 128 + signum
     return int(result or 0)
 
 

@@ -256,11 +256,12 @@ def cell_text(value: Any) -> str:
 
 
 def score_column(cells: pd.Series, *, where: str, column: str, log_likelihood: bool = True,
-                 allow_empty: bool = False) -> pd.Series:
+                 allow_empty: bool = False, ratio_of_negatives: bool = False) -> pd.Series:
     """``cells`` (one score column, read as text or as numbers) as floats, else one line naming ``where``, the line
     (header = line 1) and ``column``: every cell a finite number (``allow_empty``: or empty, kept as NaN), and for
     ``log_likelihood`` scores none positive, since a log-likelihood never is (a column of probabilities written
-    by mistake would otherwise be analysed as if it were one)."""
+    by mistake would otherwise be analysed as if it were one); ``ratio_of_negatives`` scores (StereoSet's
+    generative score, one negative mean log-probability over another) none negative."""
     import numpy as np
     import pandas as pd
 
@@ -270,7 +271,8 @@ def score_column(cells: pd.Series, *, where: str, column: str, log_likelihood: b
                            errors="coerce").astype(float)
     raw = values.to_numpy()
     bad = ((blank & (not allow_empty)) | (~blank & ~np.isfinite(raw))
-           | ((raw > 0) if log_likelihood else np.zeros(len(raw), dtype=bool)))
+           | ((raw > 0) if log_likelihood else np.zeros(len(raw), dtype=bool))
+           | ((raw < 0) if ratio_of_negatives else np.zeros(len(raw), dtype=bool)))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         cell = cell_text(text.iat[row])
@@ -281,6 +283,9 @@ def score_column(cells: pd.Series, *, where: str, column: str, log_likelihood: b
         elif np.isinf(raw[row]):
             # an infinite score would win (or lose) every comparison it enters: a scoring failure, not a preference
             message = f"{cell} is not a finite number"
+        elif ratio_of_negatives:
+            message = (f"{raw[row]:g} is negative, but these scores are ratios of two negative mean log-probabilities "
+                       "(>= 0); were log-likelihoods written instead?")
         else:
             message = f"{raw[row]:g} is positive, but scores are log-likelihoods (<= 0); were probabilities written instead?"
         raise DataError(f"{where} line {row + 2}, column {column}: {message}")

@@ -78,11 +78,13 @@ def reports(tmp_path: Path) -> Path:
             "provenance": {"annotation_source": "simulated"}})
     # a per-set summary beside the per-model ones is not a model
     _write(root / "pairs" / "starter" / "summary.json", {"n": 60})
-    # stereo: a per-model entry (the base model) and top-level keys (the chat model)
+    # stereo: the first evaluated model's numbers at the top level and every model's under `models`, as
+    # stereo-evaluate writes them (the base model), and top-level keys alone (the chat model)
     stereo_prov = {"source": {"authored": 40}, "annotation_source": ""}
+    clm_stereo = {"ss": 27.18, "lms": 54.71, "icat": 29.74, "n": 40, "ss_ci": [15.2, 39.37], "lms_ci": [45.34, 66.67],
+                  "icat_ci": [16.37, 45.98]}
     _write(root / "stereo" / CLM / "summary.json",
-           {"model": CLM, "models": {CLM: {"ss": 27.18, "lms": 54.71, "icat": 29.74, "n": 40, "ss_ci": [15.2, 39.37],
-                                           "lms_ci": [45.34, 66.67], "icat_ci": [16.37, 45.98]}},
+           {"model": CLM, **{k: clm_stereo[k] for k in ("ss", "lms", "icat", "n")}, "models": {CLM: clm_stereo},
             "provenance": stereo_prov})
     _write(root / "stereo" / CHAT / "summary.json",
            {"model": CHAT, "ss": 60.0, "lms": 80.0, "icat": 64.0, "n": 40, "provenance": stereo_prov})
@@ -297,7 +299,8 @@ def test_a_study_never_run_and_the_single_model_layout(tmp_path):
     # today's layout: one summary per study, naming its model (crows) or not (pcs: the run's primary)
     _write(root / "crows" / "summary.json", {"model": CLM, "bias_score": 0.6, "ci_low": 0.55, "ci_high": 0.65,
                                               "n": 100, "provenance": HUMAN})
-    _write(root / "pcs" / "summary.json", {"pcs": 0.2, "provenance": {"annotation_source": "llm_panel"}})
+    _write(root / "pcs" / "summary.json", {"pcs": 0.2, "cap_util": 0.18, "n_excluded": 0, "ldi": {}, "hud": {"overall": None},
+                                            "provenance": {"annotation_source": "llm_panel"}})
     profile = build_profile(root, studies=["crows", "pcs", "heads"], default_model="primary-x")
     assert profile.models == ["primary-x", CLM]
     assert profile.cell(CLM, "crows", "bias score").text == "60.0% [55.0, 65.0]"
@@ -400,12 +403,13 @@ def test_profile_command_refuses_a_missing_reports_folder(tmp_path, capsys):
 @pytest.mark.parametrize("where, content, message", [
     (f"crows/{CLM}/summary.json", "{not json", "not valid JSON"),
     (f"crows/{CLM}/summary.json", "[1, 2]", "a study summary must be a JSON object"),
-    (f"leakage/{CLM}/edges.json", '{"EN": 1}', "must be a list of edge objects"),
-    (f"pcs/{CLM}/gates.json", '{"gates": [1]}', "'gates' maps each gate to its result"),
+    (f"leakage/{CLM}/edges.json", '{"EN": 1}', "the top level must be a list of a mapping, got {'EN': 1}"),
+    (f"pcs/{CLM}/gates.json", '{"gates": [1]}', "gates must be a mapping, got [1]"),
 ])
-def test_a_broken_study_file_is_one_line_naming_it(reports, capsys, where, content, message):
+def test_a_broken_study_file_is_one_line_naming_it(reports, capsys, monkeypatch, where, content, message):
+    monkeypatch.chdir(reports.parent)  # no params.yaml: the models are the ones found under --reports
     (reports / where).write_text(content, encoding="utf-8")
-    assert main(["profile", "--reports", str(reports), "--params", str(reports / "none.yaml")]) == 2
+    assert main(["profile", "--reports", str(reports)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(reports / where) in err and message in err
 
@@ -458,3 +462,43 @@ def test_terminal_shows_a_row_per_model_in_each_studys_column_group(reports):
                                      for key, (text, _, _) in EXPECTED.items()}
     assert lines[-len(PROVENANCE_WORDS) - 1] == "provenance words:"
     assert lines[-len(PROVENANCE_WORDS)].startswith("  human: written or judged by people")
+
+
+def _set(path: list, value):
+    def edit(doc):
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+        return doc
+    return edit
+
+
+@pytest.mark.parametrize("where, edit, message", [
+    (f"stereo/{CLM}/summary.json", _set(["models", CLM, "ss"], "27.17949abc"),
+     f"models.{CLM}.ss must be a number in [0, 100] (or null), got '27.17949abc'"),
+    (f"stereo/{CHAT}/summary.json", _set(["icat"], KeyError), "icat: missing"),
+    (f"crows/{CLM}/summary.json", _set(["bias_score"], 1.7), "bias_score must be a number in [0, 1] (or null), got 1.7"),
+    (f"crows/{CLM}/summary.json", _set(["n"], KeyError), "n: missing"),
+    (f"pairs/{CLM}/summary.json", _set(["sets", "starter", "runs"], KeyError), "sets.starter.runs: missing"),
+    (f"pairs/{CLM}/summary.json", _set(["sets", "crows", "runs", 0, "bias_score"], "0.6"),
+     "sets.crows.runs[0].bias_score must be a number in [0, 1] (or null), got '0.6'"),
+    (f"heads/{CLM}/summary.json", _set(["countries", 0, "top_heads"], KeyError), "countries[0].top_heads: missing"),
+    (f"pcs/{CHAT}/summary.json", _set(["ldi", "hi", "a"], True), "ldi.hi.a must be a number (or null), got True"),
+    (f"pcs/{CLM}/gates.json", _set(["gates", "construct_validity", "passed"], KeyError),
+     "gates.construct_validity.passed: missing"),
+    (f"leakage/{CLM}/edges.json", _set([0, "estimate"], "0.02x"), "[0].estimate must be a number (or null), got '0.02x'"),
+])
+def test_a_summary_the_profile_would_misread_is_refused_naming_its_key(reports, capsys, monkeypatch, where, edit, message):
+    """A value of the wrong type or a key stripped from what the profile reads is refused, in one line naming the
+    file and the key, rather than printed as a measure or shown as 'not measured' (the report contract's MEASURES)."""
+    monkeypatch.chdir(reports.parent)
+    path = reports / where
+    path.write_text(json.dumps(edit(json.loads(path.read_text(encoding="utf-8")))), encoding="utf-8")
+    assert main(["profile", "--reports", str(reports), "--csv", str(reports.parent / "p.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"stereolens: error: {path}: {message}"
+    assert not (reports.parent / "p.csv").exists()

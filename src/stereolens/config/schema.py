@@ -145,14 +145,16 @@ def _subschema(schema: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
     return node
 
 
-def _describe(schema: Mapping[str, Any]) -> str:
+def describe(schema: Mapping[str, Any]) -> str:
     """``schema`` in words, for the refusal."""
     if "anyOf" in schema:
-        return " or ".join(_describe(alternative) for alternative in schema["anyOf"])
+        return " or ".join(describe(alternative) for alternative in schema["anyOf"])
     if "enum" in schema:
         allowed = [v for v in schema["enum"] if v is not None]
         return f"one of {allowed}" + (" (or null)" if None in schema["enum"] else "")
-    types = [t for t in schema.get("type", []) if t != "null"]
+    declared = schema.get("type", [])
+    declared = [declared] if isinstance(declared, str) else declared
+    types = [t for t in declared if t != "null"]
     words = {"integer": "an integer", "number": "a number", "boolean": "true or false", "string": "a non-empty text",
              "array": "a list", "object": "a mapping"}
     out = " or ".join(words.get(t, t) for t in types)
@@ -164,20 +166,39 @@ def _describe(schema: Mapping[str, Any]) -> str:
         out += f" {'>=' if low[0] == '[' else '>'} {low[1]}"
     elif high[1] is not None:
         out += f" {'<=' if high[0] == ']' else '<'} {high[1]}"
-    if schema.get("minItems"):
+    if schema.get("minItems") and schema.get("minItems") == schema.get("maxItems"):
+        out += f" of {schema['minItems']} item(s)"
+    elif schema.get("minItems"):
         out += f" of at least {schema['minItems']} item(s)"
     if "items" in schema and "array" in types:
-        out += f" of {_describe(schema['items'])}"
+        out += f" of {describe(schema['items'])}"
     if schema.get("uniqueItems"):
         out += " without repeats"
-    return out + (" (or null)" if "null" in schema.get("type", []) else "")
+    return out + (" (or null)" if "null" in declared else "")
+
+
+def first_violation(schema: Mapping[str, Any], value: Any) -> tuple[list[str | int], str] | None:
+    """The first place in ``value`` that ``schema`` refuses, as (path of keys and list positions, what is wrong in
+    words: ``missing`` for a required key, else ``must be ..., got ...``); None when ``value`` conforms."""
+    from jsonschema import Draft202012Validator
+
+    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
+    if not errors:
+        return None
+    error = errors[0]
+    path = list(error.absolute_path)
+    if error.validator == "required":
+        missing = next(name for name in error.validator_value if name not in error.instance)
+        return [*path, missing], "missing"
+    leaf = error.schema if error.validator != "items" else error.schema.get("items", error.schema)
+    return path, f"must be {describe(leaf)}, got {error.instance!r}"
 
 
 def _refusal(key: str, error: Any, where: str) -> ConfigError:
     path = ".".join([key, *(str(p) for p in error.absolute_path)])
     leaf = error.schema if error.validator != "items" else error.schema.get("items", error.schema)
     value = error.instance
-    return ConfigError(f"{path} must be {_describe(leaf)}, got {value!r}{where}")
+    return ConfigError(f"{path} must be {describe(leaf)}, got {value!r}{where}")
 
 
 def check_value(key: str, value: Any, *, where: str = "", schema: Mapping[str, Any] | None = None) -> None:

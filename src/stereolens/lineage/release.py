@@ -141,6 +141,23 @@ def staged_gate_reports(patterns: list[str], root: Path) -> list[Path]:
     return staged
 
 
+def _check_item_ids(spec: ReleaseSpec, root: Path) -> None:
+    """Refuse an ``items`` entry whose id columns its table lacks: the audit would name that table's flagged rows by
+    the columns it has (or by row number) without a word, and a reviewer could not find the items."""
+    for path, columns in spec.items.items():
+        table = root / path
+        if not table.is_file() or table.suffix != ".csv":
+            continue
+        try:
+            header = list(pd.read_csv(table, dtype=str, nrows=0).columns)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+            continue  # the audit reads the file whole and says what is wrong with it
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise ConfigError(f"release.{spec.study}.items: id column(s) {', '.join(missing)} of {path} not in that "
+                              f"file (has: {', '.join(header)})")
+
+
 def audit(spec: ReleaseSpec, root: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Every flagged item (file, row, item id, reason) and every gate with its result."""
     missing = [p for p in spec.dataset if not (root / p).exists()]
@@ -269,6 +286,7 @@ def release(study: str, block: Any, output: str | os.PathLike, *, allow_unreview
     if missing:
         raise ConfigError(f"release {study}: {', '.join(missing)} not found: run the study first "
                           f"(`dvc repro`), then release it")
+    _check_item_ids(spec, root)
     absent = [pattern for pattern in spec.agreement if not _expand([pattern], root)]
     if absent:
         raise ConfigError(f"release.{study}.agreement: {absent} match(es) no file (a path the study no longer writes?)")

@@ -28,20 +28,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also write the profile as CSV: one row per model, a column <study>.<measure> per cell "
                              "(numbers kept as numbers) with its interval, verdict, reason, provenance and link "
                              "in columns of their own")
-    parser.add_argument("--params", default="params.yaml",
-                        help="composed parameters naming the run's models, primary first (default: params.yaml; "
-                             "optional: without it the models are the ones found under --reports)")
+    parser.add_argument("--params", default=None,
+                        help="composed parameters naming the run's models, primary first (default: params.yaml where "
+                             "there is one, else the models are the ones found under --reports; a file named here "
+                             "must exist)")
     parser.add_argument("--model", action="append", default=[],
                         help="a model id to show even where no study measured it (repeatable; listed first)")
     parser.set_defaults(func=_profile)
 
 
-def run_models(params_path: str | Path) -> tuple[list[str], str | None]:
-    """The models a composed params.yaml names (``models``, primary first, else ``model``) and its primary;
-    none when the file is absent.  A file that is not YAML is refused in one line naming its line and column."""
+def run_models(params_path: str | Path | None) -> tuple[list[str], str | None]:
+    """The models a composed params file names (``models``, primary first, else ``model``) and its primary.
+    ``None`` reads ``params.yaml`` where there is one (none: no models named); a file named on purpose must
+    exist.  A file that is not YAML is refused in one line naming its line and column."""
+    from stereolens.errors import ConfigError
     from stereolens.stages.common import read_params_file
 
-    path = Path(params_path)
+    path = Path(params_path or "params.yaml")
+    if params_path is not None and not path.is_file():
+        what = "a folder, not a params file" if path.is_dir() else "not found"
+        raise ConfigError(f"--params {params_path}: {what} (compose one with `stereolens config compose`, or leave "
+                          "--params out to use the models found under --reports)")
     params: dict[str, Any] = read_params_file(path) if path.is_file() else {}
     primary = (params.get("model") or {}).get("id") if isinstance(params.get("model"), dict) else None
     models = list(params["models"]) if isinstance(params.get("models"), dict) else []

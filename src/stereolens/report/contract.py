@@ -23,6 +23,13 @@ was built from (:func:`rendered_meta`, a digest per ``summary.json``); a study's
 that writes a different summary says so in one line and marks the index and the pages that
 show it stale, until the ``report`` stage rebuilds them (:func:`flag_stale_site`,
 docs/report.md "When the site is stale").
+
+What the cross-study profile (``stereolens profile``, the index page) reads of a study's
+summary, and of the ``edges.json`` / ``gates.json`` beside it, is typed here
+(:data:`MEASURES`, JSON Schema): the keys that must be there and what each may hold, a
+``null`` being a number the run could not define (the study says why in a note).  The profile
+checks every summary it reads against it, so a hand-edited or truncated summary is refused
+with its file and key instead of being shown as a measure or as "not measured".
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stereolens.config.schema import boolean, first_violation, fraction, integer, list_of, mapping_of, number, section, text
 from stereolens.lineage.provenance import UNREVIEWED_KINDS, describe_unreviewed, provenance_of, status_word, unreviewed_kind
 from stereolens.report.words import expectation_words, gate_name, panel_gate_words
 
@@ -298,3 +306,77 @@ def flag_stale_site(summary_path: str | Path) -> str | None:
     mark_stale(reports, stale, record)
     where = summary_path.parent.relative_to(reports).as_posix()
     return stale_line(reports, stale) if where in stale else None
+
+# ---------------------------------------------------------------- what the profile reads of each study
+
+
+def _requiring(schema: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {**schema, "required": list(keys)}
+
+
+NOTE = {"type": ["string", "null"]}  # free text a study may leave empty
+PERCENT = number(0, 100, null=True)  # StereoSet's ss, lms and icat: 0-100
+
+
+def _pair(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": ["array", "null"], "items": item, "minItems": 2, "maxItems": 2}
+
+
+STEREO_ENTRY = section(ss=PERCENT, lms=PERCENT, icat=PERCENT, n=integer(0), ss_ci=_pair(PERCENT), lms_ci=_pair(PERCENT),
+                       icat_ci=_pair(PERCENT), ci_low=PERCENT, ci_high=PERCENT)
+STEREO_MEASURES = ("ss", "lms", "icat", "n")
+PAIRS_RUN = _requiring(section(
+    language=text(), n=integer(0), bias_score=fraction(null=True), ci_low=fraction(null=True), ci_high=fraction(null=True),
+    hyperlocal_vs_pan_regional=section(null=True, hyperlocal=fraction(null=True), pan_regional=fraction(null=True),
+                                       difference=number(-1, 1, null=True), n_hyperlocal=integer(0),
+                                       n_pan_regional=integer(0))), "language", "bias_score")
+
+# study -> the schema of its summary.json, as far as the profile reads it (other keys are the study's own)
+MEASURES: dict[str, dict[str, Any]] = {
+    # a skipped model (a chat model has no sentence likelihoods) has no bias score to give
+    "crows": {**section(bias_score=fraction(null=True), ci_low=fraction(null=True), ci_high=fraction(null=True),
+                        n=integer(0, null=True), p_value=fraction(null=True), skipped=text(null=True)),
+              "if": {"required": ["skipped"], "properties": {"skipped": {"type": "string", "minLength": 1}}},
+              "else": {"required": ["bias_score", "n"]}},
+    "leakage": _requiring(section(edges_are=text(), coverage=mapping_of(section(null=True)), human=section(null=True)),
+                          "edges_are", "coverage"),
+    # a set with nothing scored says so in its note; any other has its runs
+    "pairs": _requiring(section(sets=mapping_of({**section(runs=list_of(PAIRS_RUN), note=NOTE),
+                                                 "if": {"required": ["note"]}, "else": {"required": ["runs"]}})),
+                        "sets"),
+    "stereo": _requiring(section(**STEREO_ENTRY["properties"], models=mapping_of(_requiring(STEREO_ENTRY, *STEREO_MEASURES))),
+                         *STEREO_MEASURES),
+    "pcs": _requiring(section(pcs=number(null=True), cap_util=number(null=True), cap_util_note=NOTE,
+                              n_excluded=integer(0, null=True), ldi=mapping_of(mapping_of(number(null=True))),
+                              hud=mapping_of(number(0, null=True))), "pcs", "cap_util", "n_excluded", "ldi", "hud"),
+    "heads": _requiring(section(value=text(), countries=list_of(_requiring(section(
+        country=text(), top_heads=NOTE, probe_test_accuracy=fraction(null=True), probe_test_loss=number(0, null=True),
+        pruning_instances=integer(0, null=True)), "country", "top_heads"))), "countries"),
+}
+# the files a study writes beside its summary that the profile reads too
+EDGES = list_of(_requiring(section(panel=NOTE, source=text(), target=text(), estimate=number(null=True),
+                                   ci_low=number(null=True), ci_high=number(null=True), configured=boolean(),
+                                   converged=boolean(null=True)), "source", "target", "estimate"))
+GATES = _requiring(section(enforced=boolean(null=True), gates=mapping_of(_requiring(section(
+    observed=number(null=True), threshold=number(null=True), ci_low=number(null=True), ci_high=number(null=True),
+    passed=boolean(null=True), note=NOTE), "observed", "passed"))), "gates")
+
+
+def check_against(schema: dict[str, Any], document: Any, *, where: str) -> None:
+    """Refuse ``document`` (read from ``where``) where ``schema`` does not allow it, in one line naming the key:
+    ``where: models.m.ss must be a number in [0, 100] (or null), got '27.1abc'`` or ``where: ss: missing``."""
+    from stereolens.errors import DataError
+
+    found = first_violation(schema, document)
+    if found is None:
+        return
+    path, problem = found
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".") or "the top level"
+    raise DataError(f"{where}: {key}: {problem}" if problem == "missing" else f"{where}: {key} {problem}")
+
+
+def check_study_summary(summary: Any, study: str, *, where: str = "summary.json") -> None:
+    """:func:`check_summary`, then the keys of ``study``'s summary the profile reads (:data:`MEASURES`)."""
+    check_summary(summary, where=where)
+    if study in MEASURES:
+        check_against(MEASURES[study], summary, where=where)

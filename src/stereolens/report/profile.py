@@ -33,7 +33,7 @@ import pandas as pd
 from stereolens.errors import DataError
 from stereolens.lineage.provenance import status_word, unreviewed_kind
 from stereolens.report.comparisons import NOT_COMPUTED, read_robustness
-from stereolens.report.contract import check_summary
+from stereolens.report.contract import EDGES, GATES, check_against, check_study_summary, check_summary
 from stereolens.report.markdown import MISSING, format_cell, format_estimate, format_n
 from stereolens.report.words import measure_name
 
@@ -103,18 +103,28 @@ class Profile:
 # ---------------------------------------------------------------- reading the summaries
 
 
+def _not_json(constant: str) -> Any:
+    # Python's reader takes NaN and Infinity, which are not JSON: the studies write null for a number they
+    # could not define, so one of these was written by hand
+    raise ValueError(f"{constant} is not a JSON value (a number the study could not define is null)")
+
+
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+        return json.loads(path.read_text(encoding="utf-8"), parse_constant=_not_json)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
 
 
-def read_summary(folder: Path) -> dict[str, Any]:
-    """``folder/summary.json``, refused in one line when the report would misread it."""
+def read_summary(folder: Path, study: str | None = None) -> dict[str, Any]:
+    """``folder/summary.json``, refused in one line when the report would misread it; with ``study``, also
+    where it lacks or mistypes a key the profile reads of that study (:data:`stereolens.report.contract.MEASURES`)."""
     path = folder / "summary.json"
     summary = _read_json(path)
-    check_summary(summary, where=str(path))
+    if study:
+        check_study_summary(summary, study, where=str(path))
+    else:
+        check_summary(summary, where=str(path))
     return summary
 
 
@@ -131,6 +141,19 @@ def known_models(reports: Path, studies: Sequence[str], models: Sequence[str] = 
     named = [p.parent.name for s in studies for p in sorted((reports / s).glob("*/summary.json"))
              if _names_itself(p.parent)]
     return list(dict.fromkeys([*models, *named]))
+
+
+def refuse_lost_summary(folder: Path) -> None:
+    """Refuse a model's study folder that holds the study's outputs but no ``summary.json``: the profile would
+    show that study as not run for the model, when its summary was deleted or its last stage has not run."""
+    if not folder.is_dir() or (folder / "summary.json").is_file():
+        return
+    others = sorted(p.name for p in folder.iterdir())
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise DataError(f"{folder / 'summary.json'}: missing, though {folder} holds the study's other outputs "
+                        f"({shown}): restore it (`dvc checkout`) or run the study's last stage (`dvc repro`); "
+                        "a study is shown as not run only where it left nothing")
 
 
 def study_summaries(reports: Path, study: str, default_model: str | None,
@@ -234,8 +257,7 @@ def leakage_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
         return [Cell("leakage", f"edges {way} {lang}", reason="edges.json absent beside summary.json")
                 for lang in languages for way in ("into", "out of")]
     edges = _read_json(edges_file)
-    if not isinstance(edges, list) or not all(isinstance(e, Mapping) for e in edges):
-        raise DataError(f"{edges_file}: must be a list of edge objects (panel, source, target, estimate, ...)")
+    check_against(EDGES, edges, where=str(edges_file))
     # edges.json holds every fit's edges; the study reports those of the configured missing-cell
     # treatment from fits that converged (the others are its sensitivity analysis), and so does the profile
     reported = [e for e in edges if e.get("configured", True) and e.get("converged", True)]
@@ -353,8 +375,7 @@ def pcs_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     gates_file = folder / "gates.json"
     if gates_file.is_file():
         gates = _read_json(gates_file)
-        if not isinstance(gates, Mapping) or not isinstance(gates.get("gates", {}), Mapping):
-            raise DataError(f"{gates_file}: must be an object whose 'gates' maps each gate to its result")
+        check_against(GATES, gates, where=str(gates_file))
         cells += _gate_cells(gates)
     else:
         cells.append(Cell("pcs", "judge gates", (summary.get("headline") or {}).get("judge gates"),
@@ -420,7 +441,7 @@ def robustness_cell(study: str, summary: Mapping[str, Any], folder: Path, report
 def _measured(study: str, model: str, folder: Path, reports: Path, pages: Collection[str] | None = None) -> list[Cell] | str:
     """The cells one model's summary of ``study`` gives, each with its provenance and link, then its
     robustness; or, when the study skipped the model, the study's reason."""
-    summary = read_summary(folder)
+    summary = read_summary(folder, study)
     if summary.get("skipped"):
         return f"skipped: {summary['skipped']}"
     link = study_page_href(study, model, reports, pages)
@@ -443,6 +464,9 @@ def build_profile(reports: str | Path = "reports", *, studies: Sequence[str] = P
     reports = Path(reports)
     studies = [s for s in PROFILE_STUDIES if s in studies]
     candidates = known_models(reports, studies, models)
+    for study in studies:
+        for model in candidates:
+            refuse_lost_summary(reports / study / model)
     found = {s: study_summaries(reports, s, default_model, candidates) for s in studies}
     order = list(dict.fromkeys([*models, *([default_model] if default_model else []),
                                 *(m for s in studies for m in found[s])]))

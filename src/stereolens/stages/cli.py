@@ -42,9 +42,15 @@ def _run_stage(name: str, func, args: argparse.Namespace) -> int:
         with invoked_stage(name, vars(args)):
             return func(args) or 0
 
-    # under `dvc repro`, a stage that refuses or fails leaves the earlier run's outputs in place (stages.guard)
-    if os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"):
-        from stereolens.stages.guard import run_guarded
+    from stereolens.stages.signals import stop_on_signals
 
-        return run_guarded(os.environ["DVC_STAGE"], os.environ["DVC_ROOT"], run)
-    return run()
+    under_dvc = bool(os.environ.get("DVC_STAGE") and os.environ.get("DVC_ROOT"))
+    # SIGINT and SIGTERM stop the stage within seconds, and under DVC so does DVC's death (stages.signals)
+    with stop_on_signals(with_parent=under_dvc):
+        # under `dvc repro`, a stage that refuses, fails or is stopped leaves the earlier run's outputs in place
+        # (stages.guard)
+        if under_dvc:
+            from stereolens.stages.guard import run_guarded
+
+            return run_guarded(os.environ["DVC_STAGE"], os.environ["DVC_ROOT"], run)
+        return run()

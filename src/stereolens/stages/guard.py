@@ -97,8 +97,11 @@ def run_guarded(stage_address: str, root: str | os.PathLike, run):
         check_then_clear(stage_address, root)
         return run()
     except BaseException:
+        from stereolens.stages.signals import signals_held
+
         try:
-            restore_earlier_outputs(stage_address, root)
+            with signals_held():
+                restore_earlier_outputs(stage_address, root)
         except Exception as exc:  # the stage's own error is the one to report; say what could not be undone
             print(f"stereolens: warning: could not restore {stage_address}'s earlier outputs ({exc}); "
                   "`dvc checkout` restores them", file=sys.stderr)

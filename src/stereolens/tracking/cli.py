@@ -90,9 +90,10 @@ def _ui(args: argparse.Namespace) -> int:
     from stereolens.tracking.compare import DEFAULT_TRACKING_URI
     from stereolens.tracking.mlflow_run import experiment_url
     from stereolens.tracking.store import open_experiment
-    from stereolens.tracking.ui import mlflow_server
+    from stereolens.tracking.ui import check_port, mlflow_server
 
     uri = args.tracking_uri or DEFAULT_TRACKING_URI
+    check_port(args.port)  # before a server starts: uvicorn would only say so in a traceback half a minute later
     _, found = open_experiment(uri, args.experiment)  # refuses a store that does not exist, creating none
     # a plain `kill` (SIGTERM) must stop the server too: leave through the context manager, not around it
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -25,7 +25,7 @@ def sqlite_path(uri: str, root: str | Path = ".") -> Path | None:
 
 def check_readable_store(uri: str, root: str | Path = ".") -> bool:
     """Whether the store of ``uri`` exists (False: nothing recorded there yet); refuse, in one line, a path
-    that is not an SQLite database or a local store folder that is a file."""
+    that is not an SQLite database (an empty file among them) or a local store folder that is a file."""
     db = sqlite_path(uri, root)
     if db is None:
         local = uri[len("file://"):] if uri.startswith("file://") else (uri if "://" not in uri else None)
@@ -39,9 +39,13 @@ def check_readable_store(uri: str, root: str | Path = ".") -> bool:
         return False
     if db.is_dir():
         raise ConfigError(f"tracking URI {uri}: {db} is a folder, not an SQLite database")
+    if not db.stat().st_size:
+        # SQLite takes an empty file for an empty database, and MLflow would write its tables into it
+        raise ConfigError(f"tracking URI {uri}: {db} is an empty file, not an MLflow store (no run was recorded "
+                          "there; check --tracking-uri)")
     with open(db, "rb") as fh:
         head = fh.read(len(SQLITE_MAGIC))
-    if head != SQLITE_MAGIC and db.stat().st_size:
+    if head != SQLITE_MAGIC:
         raise ConfigError(f"tracking URI {uri}: {db} is not an SQLite database")
     return True
 

@@ -24,6 +24,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def check_port(port: int, host: str = "127.0.0.1", option: str = "--port") -> None:
+    """Refuse, in one line, a port that is no TCP port or that something on ``host`` already listens on."""
+    import errno
+
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{option} must be an integer in [1, 65535], got {port}")
+    with socket.socket() as sock:
+        # as the server will bind: a port some closed connection still waits on (TIME_WAIT) is free to it
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            why = "already in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise ConfigError(f"{option} {port}: {why} on {host} (choose another {option})") from None
+
+
 def server_command(tracking_uri: str, host: str, port: int) -> list[str]:
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
             "--host", host, "--port", str(port), "--workers", "1"]
@@ -42,7 +58,9 @@ def mlflow_server(tracking_uri: str, *, host: str = "127.0.0.1", port: int | Non
         deadline = time.time() + timeout_s
         while True:
             if process.poll() is not None:
-                raise ConfigError(f"mlflow server on {tracking_uri} exited: {(process.stderr.read() or '')[-500:]}")
+                # its traceback's last line says why; one line, as every refusal
+                last = ((process.stderr.read() or "").strip().splitlines() or ["no message"])[-1]
+                raise ConfigError(f"mlflow server on {tracking_uri} exited with status {process.returncode}: {last}")
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
                     if answer.status == 200:

@@ -190,14 +190,14 @@ def test_stereo_score_refuses_a_duplicate_id_before_loading_a_model(tmp_path, ca
 
 def test_stereo_evaluate_on_a_hand_computed_file(tmp_path):
     rows = [
-        # country X, target t1: 2 items, stereo > anti once -> ss_t1 = 50; related > unrelated 3 of 4 -> lms_t1 = 75
-        ("1", "X", "age", "t1", -1.0, -2.0, -3.0),
-        ("2", "X", "age", "t1", -2.0, -1.0, -1.5),
-        # country X, target t2: 1 item, tie stereo == anti counts as anti -> ss_t2 = 0; both above -> lms_t2 = 100
-        ("3", "X", "gender", "t2", -1.0, -1.0, -5.0),
-        # country Y, target t3: 2 items, stereo > anti twice -> ss = 100; lms 4 of 4 = 100
-        ("4", "Y", "age", "t3", -1.0, -2.0, -9.0),
-        ("5", "Y", "age", "t3", -1.0, -3.0, -9.0),
+        # country Spain, target t1: 2 items, stereo > anti once -> ss_t1 = 50; related > unrelated 3 of 4 -> lms_t1 = 75
+        ("1", "Spain", "age", "t1", -1.0, -2.0, -3.0),
+        ("2", "Spain", "age", "t1", -2.0, -1.0, -1.5),
+        # country Spain, target t2: 1 item, tie stereo == anti counts as anti -> ss_t2 = 0; both above -> lms_t2 = 100
+        ("3", "Spain", "gender", "t2", -1.0, -1.0, -5.0),
+        # country Mexico, target t3: 2 items, stereo > anti twice -> ss = 100; lms 4 of 4 = 100
+        ("4", "Mexico", "age", "t3", -1.0, -2.0, -9.0),
+        ("5", "Mexico", "age", "t3", -1.0, -3.0, -9.0),
     ]
     pd.DataFrame(rows, columns=["id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated"]).to_csv(
         tmp_path / "scores.csv", index=False)
@@ -208,16 +208,16 @@ def test_stereo_evaluate_on_a_hand_computed_file(tmp_path):
     assert s["ss"] == pytest.approx(50.0)
     assert s["lms"] == pytest.approx(275 / 3)
     assert s["icat"] == pytest.approx(275 / 3 * 50 / 50)
-    x = s["by_country"]["X"]
+    x = s["by_country"]["Spain"]
     assert x["ss"] == pytest.approx(25.0) and x["lms"] == pytest.approx(87.5)
     assert x["icat"] == pytest.approx(87.5 * 25 / 50)
-    y = s["by_country"]["Y"]
+    y = s["by_country"]["Mexico"]
     assert (y["ss"], y["lms"], y["icat"]) == (pytest.approx(100.0), pytest.approx(100.0), pytest.approx(0.0))
     assert (out / "by_country.csv").exists()
 
 
 def test_stereo_evaluate_names_the_bad_cell(tmp_path, capsys):
-    pd.DataFrame({"id": ["1"], "country": ["X"], "category": ["age"], "target": ["t"], "score_stereo": ["abc"],
+    pd.DataFrame({"id": ["1"], "country": ["Spain"], "category": ["age"], "target": ["t"], "score_stereo": ["abc"],
                   "score_anti": [1.0], "score_unrelated": [0.0]}).to_csv(tmp_path / "s.csv", index=False)
     assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
     assert "s.csv line 2, column score_stereo: 'abc' is not a number" in capsys.readouterr().err
@@ -225,18 +225,18 @@ def test_stereo_evaluate_names_the_bad_cell(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_stereo_evaluate_console_command(tmp_path):
-    pd.DataFrame({"id": ["1", "2"], "country": ["X", "Y"], "category": ["age", "age"], "target": ["t", "u"],
+    pd.DataFrame({"id": ["1", "2"], "country": ["Spain", "Mexico"], "category": ["age", "age"], "target": ["t", "u"],
                   "score_stereo": [0.0, -2.0], "score_anti": [-1.0, -1.0], "score_unrelated": [-3.0, -3.0]}).to_csv(tmp_path / "s.csv", index=False)
     res = subprocess.run(["stereolens", "stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     s = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert set(s["by_country"]) == {"X", "Y"}
-    assert (s["by_country"]["X"]["ss"], s["by_country"]["Y"]["ss"], s["ss"]) == (100.0, 0.0, 50.0)
+    assert set(s["by_country"]) == {"Spain", "Mexico"}
+    assert (s["by_country"]["Spain"]["ss"], s["by_country"]["Mexico"]["ss"], s["ss"]) == (100.0, 0.0, 50.0)
 
 
 def _scores_file(path, **overrides) -> None:
-    rows = {"id": ["1", "2"], "country": ["X", "X"], "category": ["age", "age"], "target": ["t", "t"],
+    rows = {"id": ["1", "2"], "country": ["Spain", "Spain"], "category": ["age", "age"], "target": ["t", "t"],
             "score_stereo": ["-1.0", "-2.0"], "score_anti": ["-2.0", "-1.0"], "score_unrelated": ["-3.0", "-3.0"]}
     rows.update(overrides)
     pd.DataFrame(rows).to_csv(path, index=False)
@@ -283,7 +283,7 @@ def test_stereo_evaluate_names_a_header_only_file(tmp_path, capsys):
 def test_evaluate_cli_takes_the_resample_count_as_resamples(tmp_path):
     """`--resamples` is the bootstrap count, as in every CLI (`--bootstrap` still works, unadvertised): 0 means no
     intervals, a positive count gives them, and the old spelling gives the same numbers."""
-    rows = [(str(k), "X", "gender", f"t{k % 2}", -1.0, -2.0 - k % 3, -9.0) for k in range(6)]
+    rows = [(str(k), "Spain", "gender", f"t{k % 2}", -1.0, -2.0 - k % 3, -9.0) for k in range(6)]
     pd.DataFrame(rows, columns=["id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated"]).to_csv(
         tmp_path / "scores.csv", index=False)
     summaries = {}
@@ -316,3 +316,32 @@ def test_stereo_evaluate_names_a_nan_cell_as_written(tmp_path, capsys):
     assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "s.csv line 3, column score_unrelated: 'nan' is not a number" in err and "np.float64" not in err
+
+
+def test_stereo_evaluate_takes_the_studys_countries_unless_told_others(tmp_path, capsys):
+    """A country outside the prompt templates' (the study's) is refused at its line, with the close one named; a
+    benchmark of other countries names them with --countries, and gets its numbers under their names."""
+    _scores_file(tmp_path / "s.csv", country=["Spain", "Peru"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "s.csv line 3, column country: 'Peru' is not a country of the prompt templates" in err
+    assert not (tmp_path / "o").exists()
+    _scores_file(tmp_path / "s.csv", country=["Spain", "Mexic"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o")]) == 2
+    assert "did you mean 'Mexico'?" in capsys.readouterr().err
+    _scores_file(tmp_path / "s.csv", country=["Spain", "Peru"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o"),
+                 "--countries", "Spain", "Peru", "--resamples", "0"]) == 0
+    assert set(json.loads((tmp_path / "o" / "summary.json").read_text())["by_country"]) == {"Spain", "Peru"}
+
+
+def test_stereoset_generative_ratios_are_never_negative(tmp_path, capsys):
+    """One negative mean log-probability over another is never negative: a negative ratio is refused at its cell
+    (log-likelihoods written under --score stereoset_generative, say), zero and positive ones are evaluated."""
+    _scores_file(tmp_path / "s.csv", score_stereo=["1.2", "0.8"], score_anti=["0.9", "-0.4"], score_unrelated=["0", "2"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o"),
+                 "--score", "stereoset_generative"]) == 2
+    assert "s.csv line 3, column score_anti: -0.4 is negative" in capsys.readouterr().err
+    _scores_file(tmp_path / "s.csv", score_stereo=["1.2", "0.8"], score_anti=["0.9", "0.4"], score_unrelated=["0", "2"])
+    assert main(["stereo", "evaluate", "--scores", str(tmp_path / "s.csv"), "--output", str(tmp_path / "o"),
+                 "--score", "stereoset_generative", "--resamples", "0"]) == 0

@@ -65,6 +65,8 @@ def check_scores(scores: pd.DataFrame, *, what: str = "scored pairs") -> pd.Data
     missing = [c for c in REQUIRED_COLUMNS if c not in scores.columns]
     if missing:
         raise DataError(f"{what}: missing column(s) {', '.join(missing)} (has: {', '.join(map(str, scores.columns))})")
+    if scores.empty:  # no pair, no bias score: refused here rather than failing later on a table without columns
+        raise DataError(f"{what} has a header but no rows (no scored pair to analyse)")
     out = scores.copy()
     for col in ("score_stereo", "score_anti", "score_control", "score_stereo_mean", "score_anti_mean"):
         if col in out.columns:

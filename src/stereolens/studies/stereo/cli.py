@@ -2,6 +2,7 @@
 
     stereolens stereo score --model M --instances instances.csv --output scores.csv [--score mean|sum|stereoset_generative]
     stereolens stereo evaluate --scores scores.csv --output DIR [--resamples 1000] [--seed 0] [--score mean|sum|stereoset_generative]
+        [--countries SPAIN ...]
 
 ``score`` reads a StereoSet-format table (columns as ``data/processed/stereo/instances.csv``:
 ``id,country,category,target,context,sent_stereo,sent_anti,sent_unrelated``; others are kept) and
@@ -10,7 +11,9 @@ by the same function as the ``stereo-evaluate`` stage (default ``mean``: per-tok
 
 Input columns: ``id,country,category,target,score_stereo,score_anti,score_unrelated``
 (higher = more likely; log-likelihoods, so a positive score is refused unless ``--score
-stereoset_generative`` says the file holds StereoSet's positive ratios).  Output: ``summary.json`` with ``ss``, ``lms``, ``icat``
+stereoset_generative`` says the file holds StereoSet's positive ratios, of which a negative one is refused); a
+country outside ``--countries`` (default: the study's, those of ``data/seed/stereo/prompts.yaml``) is refused, since
+a misspelt one would become a country of its own.  Output: ``summary.json`` with ``ss``, ``lms``, ``icat``
 overall and ``by_country: {COUNTRY: {ss, lms, icat}}`` on StereoSet's 0-100
 scale (plus intervals and counts), and ``by_country.csv``, ``by_category.csv``,
 ``by_country_category.csv``.
@@ -19,8 +22,11 @@ scale (plus intervals and counts), and ``by_country.csv``, ``by_category.csv``,
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE
+
+DEFAULT_PROMPTS = "data/seed/stereo/prompts.yaml"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--score", choices=CANDIDATE_SCORES, default=DEFAULT_CANDIDATE_SCORE,
                     help="how `stereo score` scored the file: mean or sum (log-likelihoods, none positive: the default "
                          "mean) or stereoset_generative (positive ratios)")
+    ev.add_argument("--countries", nargs="+", default=None, metavar="COUNTRY",
+                    help=f"the countries the scores may name; a row of another is refused (default: the countries of "
+                         f"the study's prompt templates, {DEFAULT_PROMPTS}, when present)")
     ev.set_defaults(func=_evaluate)
 
 
@@ -67,10 +76,15 @@ def _score(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from stereolens.cli_support import check_count
     from stereolens.studies.stereo.evaluation import evaluate_file
+    from stereolens.studies.stereo.prompts import template_countries
 
     option = "--bootstrap" if args.bootstrap is not None else "--resamples"
     resamples = check_count(args.bootstrap if args.bootstrap is not None else args.resamples, option, minimum=0)
-    s = evaluate_file(args.scores, args.output, n_resamples=resamples, seed=args.seed, score=args.score)
+    countries, source = args.countries, "--countries"
+    if countries is None and Path(DEFAULT_PROMPTS).is_file():
+        countries, source = template_countries(DEFAULT_PROMPTS), f"the prompt templates {DEFAULT_PROMPTS}"
+    s = evaluate_file(args.scores, args.output, n_resamples=resamples, seed=args.seed, score=args.score,
+                      countries=countries, countries_from=source)
     from stereolens.report.markdown import format_cell, format_estimate  # as the report writes them
 
     countries = ", ".join(f"{c} {format_estimate(v['ss'], unit='percent')}" for c, v in s["by_country"].items())

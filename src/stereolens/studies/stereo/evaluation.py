@@ -203,7 +203,9 @@ def check_scores(df: pd.DataFrame, where: str, *, score: str = DEFAULT_CANDIDATE
             raise DataError(f"{where} line {int(bad.idxmax()) + 2}, column {col}: empty")
     refuse_duplicate_ids(df, where)
     for col in ("score_stereo", "score_anti", "score_unrelated"):
-        df[col] = score_column(df[col], where=where, column=col, log_likelihood=score != "stereoset_generative")
+        generative = score == "stereoset_generative"
+        df[col] = score_column(df[col], where=where, column=col, log_likelihood=not generative,
+                               ratio_of_negatives=generative)
     return df
 
 
@@ -236,13 +238,32 @@ def summary(t: dict[str, pd.DataFrame]) -> dict[str, Any]:
             "by_category": {str(r["category"]): entry(r) for _, r in t["by_category"][t["by_category"]["category"] != "all"].iterrows()}}
 
 
+def refuse_unknown_countries(df: pd.DataFrame, where: str, known: Sequence[str], source: str) -> None:
+    """Refuse a row whose country is not one of ``known`` (named by ``source``), in one line with its line: a
+    misspelt country would otherwise become a country of its own in every per-country table."""
+    import difflib
+
+    bad = ~df["country"].astype(str).isin(set(known))
+    if bad.any():
+        pos = int(bad.to_numpy().nonzero()[0][0])
+        country = str(df["country"].iloc[pos])
+        close = difflib.get_close_matches(country, list(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise DataError(f"{where} line {pos + 2}, column country: {country!r} is not a country of {source} "
+                        f"({', '.join(known)}){hint} (--countries names others)")
+
+
 def evaluate_file(scores_path: str | Path, output: str | Path, *, n_resamples: int = 1000, seed: int = 0,
-                  score: str = DEFAULT_CANDIDATE_SCORE) -> dict[str, Any]:
+                  score: str = DEFAULT_CANDIDATE_SCORE, countries: Sequence[str] | None = None,
+                  countries_from: str = "--countries") -> dict[str, Any]:
     """``stereolens stereo evaluate``: a scores CSV in (``score``: how ``stereo score`` scored it), ``summary.json``
-    and the tables out."""
+    and the tables out.  ``countries``: the countries its rows may name (``countries_from`` says whose list it is);
+    None accepts any."""
     df = read_csv_checked(scores_path, SCORE_INPUT_COLUMNS, what="StereoSet scores", dtype=str, keep_default_na=False,
                           allow_empty=False)
     df = check_scores(df, str(scores_path), score=score)
+    if countries is not None:
+        refuse_unknown_countries(df, str(scores_path), countries, countries_from)
     t = tables(df, n_resamples=n_resamples, seed=seed)
     out = Path(output)
     for name, table in t.items():

@@ -153,6 +153,11 @@ def import_human_triples(path: str | Path, stereotypes: pd.DataFrame, annotators
         for col in ("context", "sent_stereo", "sent_anti"):
             if not isinstance(row[col], str) or not row[col].strip():
                 raise DataError(f"{path} line {line}, column {col}: empty sentence")
+        # the same sentence on both sides is no choice: the tie would count as an anti-stereotypical preference
+        # (StereoSet's ss) without the model preferring anything
+        if " ".join(row["sent_stereo"].split()) == " ".join(row["sent_anti"].split()):
+            raise DataError(f"{path} line {line}, column sent_anti: the same sentence as sent_stereo (a triple needs a "
+                            "stereotypical and an anti-stereotypical sentence that differ)")
     # the same triple submitted twice would count (and be evaluated) twice
     triple = ["stereotype_id", "context", "sent_stereo", "sent_anti"]
     normalised = df[triple].apply(lambda col: col.str.strip())

@@ -72,6 +72,14 @@ class PromptSet:
         return [t.format(**fields) for t in turns]
 
 
+def template_countries(path: str | Path) -> list[str]:
+    """Every country the templates of ``path`` have an entry for, in any language, in file order."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    found = [str(c) for block in data.values() if isinstance(block, dict)
+             for c in (block.get("countries") or {})]
+    return list(dict.fromkeys(found))
+
+
 def load_prompts(path: str | Path, language: str) -> PromptSet:
     path = Path(path)
     if not path.exists():
