@@ -673,7 +673,6 @@ def _label_studio_cases() -> list[Case]:
     return cases
 
 
-CASES = _cases() + _label_studio_cases()
 
 
 # --- issue 35 items 5-8: what `profile` believes, meaning checks, messages naming the real cause, a port
@@ -762,7 +761,7 @@ def _issue35_cases(committed: dict, triples: str, instantiate: dict) -> list[Cas
     ]
 
 
-CASES = _cases()
+CASES = _cases() + _label_studio_cases()
 
 
 def _digest(folder: Path) -> dict[str, str]:
