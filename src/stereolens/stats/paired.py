@@ -231,3 +231,100 @@ def paired_table(
     if not rows:
         return pd.DataFrame()
     return pd.concat(rows, ignore_index=True)
+
+
+# --- the paired-comparison file every study writes (reports/<study>/paired.json) ----------------------------------
+
+# the verdicts as the file spells them (the profile and `stereolens compare --paired` read these words)
+FILE_VERDICTS = {A_MORE: "model_a more", B_MORE: "model_b more", NO_DIFFERENCE: NO_DIFFERENCE,
+                 UNDECIDABLE: UNDECIDABLE}
+COMPARISON_FIELDS = ("model_a", "model_b", "cell", "n", "estimate_a", "estimate_b", "difference", "ci_low", "ci_high",
+                     "p_value", "p_holm", "p_bh", "significant_holm", "significant_bh", "verdict", "mde")
+MCNEMAR_TEST = ("McNemar's exact test on the items both models scored (the two-sided exact binomial test of the "
+                "items only model A scores stereotypical among the discordant items); difference = bias score of "
+                "model A minus model B (each the share of the items whose stereotypical sentence scores strictly "
+                "higher, ties not stereotypical), with Newcombe's square-and-add paired interval (method 10); mde = "
+                "the smallest difference the test finds with 80% power given the discordant items seen")
+
+
+def comparison_records(table: pd.DataFrame, *, cell_col: str = "group", extra: tuple[str, ...] = ()) -> list[dict]:
+    """The rows of :func:`paired_table` as the file's comparisons (:data:`COMPARISON_FIELDS`, then ``extra``
+    columns of ``table``): the verdict in the file's words, the MDE of the difference, None for the
+    adjusted columns of a row outside the family."""
+    records = []
+    for row in table.to_dict("records"):
+        record = {"model_a": row["model_a"], "model_b": row["model_b"], "cell": str(row[cell_col]), "n": int(row["n"]),
+                  "estimate_a": row["share_a"], "estimate_b": row["share_b"], "difference": row["difference"],
+                  "ci_low": row["ci_low"], "ci_high": row["ci_high"], "p_value": row["p_value"],
+                  "p_holm": _or_none(row.get("p_holm")), "p_bh": _or_none(row.get("p_bh")),
+                  "significant_holm": _flag(row.get("significant_holm")),
+                  "significant_bh": _flag(row.get("significant_bh")),
+                  "verdict": FILE_VERDICTS[row["verdict"]], "mde": _or_none(row["mde_difference"])}
+        records.append({**record, **{key: row[key] for key in extra}})
+    return records
+
+
+def _or_none(value):
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _flag(value):
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else bool(value)
+
+
+def paired_document(*, study: str, models: list[str], comparisons: list[dict], family: str,
+                    test: str = MCNEMAR_TEST, reason: str | None = None, **extra) -> dict:
+    """``reports/<study>/paired.json``: what was compared, how, over which family, and every comparison; an
+    empty list carries the ``reason`` (one model in the run, a model that scored nothing)."""
+    document = {"study": study, "models": list(models), "test": test, "family": family, "comparisons": comparisons}
+    if not comparisons:
+        document["reason"] = reason or "no pair of models scored the same items"
+    elif reason:
+        document["note"] = reason
+    return {**document, **extra}
+
+
+def comparisons_of(document: dict, model: str) -> list[dict]:
+    """The comparisons of a paired file that involve ``model`` (the ``paired`` block of its summary.json)."""
+    return [c for c in document.get("comparisons", []) if model in (c["model_a"], c["model_b"])]
+
+
+def difference_from(comparison: dict, model: str) -> float | None:
+    """A comparison's difference as ``model`` minus the other model (the sign a model's own report reads)."""
+    value = comparison.get("difference")
+    if value is None:
+        return None
+    return float(value) if comparison["model_a"] == model else -float(value)
+
+
+PAIRED_FILE = "paired.json"
+
+
+def paired_block(path, model: str, *, stage: str) -> dict:
+    """The ``paired`` block of ``model``'s summary.json, read from the study's paired file at ``path``: the
+    test, the family, the run's models and the comparisons that involve ``model``; without the file (a
+    per-model stage run by hand, before ``stage``) an empty list says so."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return {"file": str(path), "models": [model], "comparisons": [],
+                "reason": f"{path} not found: the {stage} stage has not run"}
+    document = json.loads(path.read_text(encoding="utf-8"))
+    block = {"file": str(path), "test": document.get("test"), "family": document.get("family"),
+             "models": list(document.get("models") or [model]), "comparisons": comparisons_of(document, model)}
+    if not block["comparisons"]:
+        block["reason"] = document.get("reason") or f"{model} was not compared with another model"
+    return block
+
+
+def paired_metrics(block: dict, model: str, cells: list[str], *, prefix: str = "paired.difference") -> dict:
+    """``<prefix>.<other model>.<cell>``: ``model`` minus the other model, for every model of the run (the
+    axis) and every cell; None (logged as NaN) for ``model`` itself and for a pair or cell not compared."""
+    found = {}
+    for comparison in block.get("comparisons", []):
+        other = comparison["model_b"] if comparison["model_a"] == model else comparison["model_a"]
+        found[(other, comparison["cell"])] = difference_from(comparison, model)
+    return {f"{prefix}.{other}.{cell}": found.get((other, cell)) for other in block.get("models") or [model]
+            for cell in cells}

@@ -189,6 +189,24 @@ def mde_table(cells, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POW
                                        "mde_adjusted", "mde_adjusted_below", "mde_adjusted_normal"])
 
 
+def mde_columns(untied, in_family, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER):
+    """A bias table's MDE columns, aligned with its rows: ``mde`` at ``alpha`` for every row from its
+    untied pairs, and ``mde_adjusted`` at Bonferroni's alpha / m (Holm's first step) for the rows of the
+    table's family (``in_family``), m = the family rows with an untied pair (the rows Holm's correction
+    counts: a row without one has no p); NaN outside the family.  Returns the two columns and alpha / m."""
+    import pandas as pd
+
+    untied = pd.Series(untied).astype(int)
+    in_family = pd.Series(in_family, index=untied.index).astype(bool)
+    m = int((in_family & (untied > 0)).sum())
+    adjusted_alpha = family_alpha(alpha, m) if m else alpha
+    plain = [minimum_detectable_rate(int(n), alpha=alpha, power=power).above for n in untied]
+    adjusted = [minimum_detectable_rate(int(n), alpha=adjusted_alpha, power=power).above if member else math.nan
+                for n, member in zip(untied, in_family)]
+    columns = pd.DataFrame({"mde": plain, "mde_adjusted": adjusted}, index=untied.index)
+    return columns, adjusted_alpha
+
+
 def undetected_preference(n: int, mde: float, *, alpha: float = DEFAULT_ALPHA, power: float = DEFAULT_POWER) -> str:
     """How a non-significant cell reads: what its test could not have found.
 
