@@ -119,8 +119,9 @@ def country_legend(n_countries: int, *, confidence: float, adjusted_alpha: float
                "(`n_clusters`)." if n_resamples else "No clustered interval (bootstrap 0).")
     return (
         "`ss`, `lms`, `icat`: StereoSet's scores (0-100; macro averages over target terms, a tie counted as "
-        "anti-stereotypical) with item-bootstrap percentile intervals. The test of each row (the star, "
-        "`significant`): among the row's untied instances (`n_untied`, score_stereo != score_anti) the stereotypical "
+        "anti-stereotypical) with item-bootstrap percentile intervals. The test of each row (ours: StereoSet and "
+        "EspanStereo report ss without a test; this is the one test of a share the CrowS and pairs tables run; the "
+        "star, `significant`): among the row's untied instances (`n_untied`, score_stereo != score_anti) the stereotypical "
         f"sentence wins as often as it loses (`share_untied` = 0.5), by the exact {level}% BCa interval of "
         "`share_untied` (`ci_low`/`ci_high`, item level: **the star uses this interval**) and the exact binomial "
         "(sign) test (`p_value`); a `borderline` row is never significant. "

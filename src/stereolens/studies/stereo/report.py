@@ -230,7 +230,8 @@ def _robustness_lines(path: Path, block: dict[str, Any]) -> list[str]:
 def _paired_lines(block: dict[str, Any]) -> list[str]:
     if not block:
         return []
-    lines = ["", "Paired comparison with the run's other models (`paired.json`):", ""]
+    lines = ["", "Paired comparison with the run's other models (`paired.json`; ours: the papers compare models by "
+             "their point estimates):", ""]
     if not block.get("comparisons"):
         return [*lines, f"None: {block.get('reason')}.", ""]
     columns = ("model_a", "model_b", "cell", "n", "estimate_a", "estimate_b", "difference", "ci_low", "ci_high",
