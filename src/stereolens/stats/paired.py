@@ -150,6 +150,8 @@ def sign_flip_p(differences, *, n_resamples: int = 9999, seed: int = 0) -> float
     d = np.asarray(differences, dtype=float)
     if d.size == 0 or np.all(d == 0):
         return math.nan if d.size == 0 else 1.0
+    if d.size == 1:
+        return 1.0  # the flips of one value, d and -d, are both as extreme as d (scipy refuses one observation)
     res = stats.permutation_test((d,), np.mean, permutation_type="samples", alternative="two-sided",
                                  n_resamples=n_resamples, random_state=np.random.default_rng(seed), vectorized=True,
                                  axis=-1)
@@ -319,12 +321,15 @@ def paired_block(path, model: str, *, stage: str) -> dict:
     return block
 
 
-def paired_metrics(block: dict, model: str, cells: list[str], *, prefix: str = "paired.difference") -> dict:
+def paired_metrics(block: dict, model: str, cells: list[str] | dict[str, str], *,
+                   prefix: str = "paired.difference") -> dict:
     """``<prefix>.<other model>.<cell>``: ``model`` minus the other model, for every model of the run (the
-    axis) and every cell; None (logged as NaN) for ``model`` itself and for a pair or cell not compared."""
+    axis) and every cell (a dict maps a comparison's cell to the name the metric gives it); None (logged as
+    NaN) for ``model`` itself and for a pair or cell not compared."""
+    names = cells if isinstance(cells, dict) else {cell: cell for cell in cells}
     found = {}
     for comparison in block.get("comparisons", []):
         other = comparison["model_b"] if comparison["model_a"] == model else comparison["model_a"]
         found[(other, comparison["cell"])] = difference_from(comparison, model)
-    return {f"{prefix}.{other}.{cell}": found.get((other, cell)) for other in block.get("models") or [model]
-            for cell in cells}
+    return {f"{prefix}.{other}.{name}": found.get((other, cell)) for other in block.get("models") or [model]
+            for cell, name in names.items()}

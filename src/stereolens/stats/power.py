@@ -220,6 +220,45 @@ def undetected_preference(n: int, mde: float, *, alpha: float = DEFAULT_ALPHA, p
             f"with {n} untied pairs ({format_cell(power * 100)}% power {level})")
 
 
+def mde_legend(alpha: float, family_level: float, m: int, *, family: str) -> str:
+    """The legend line of a table's ``mde`` / ``mde_adjusted`` columns (:func:`mde_columns`); ``family`` names
+    the rows the adjusted level is over, in words."""
+    from stereolens.report.markdown import format_cell
+
+    return (f"`mde`: the minimum detectable effect, the smallest true share of stereotypical wins among a row's "
+            f"untied pairs (above 50%; its mirror 1 - mde below) that the exact binomial test finds with 80% power "
+            f"at alpha {format_cell(alpha)}; `mde_adjusted`: the same at Bonferroni's alpha / {m} = "
+            f"{format_cell(family_level)} over {family} (the level of Holm's first step; Benjamini-Hochberg has no "
+            f"single per-row level), n/a for a row outside the family. `mde` n/a: no split of so few untied pairs "
+            f"reaches significance.")
+
+
+def undetected_lines(table, labels, *, in_family=None, alpha: float = DEFAULT_ALPHA,
+                     power: float = DEFAULT_POWER) -> list[str]:
+    """Markdown lines under a starred table: for each row without a star (``significant`` false), what its test
+    could not have found (:func:`undetected_preference` at the star's level, then, for a row of the table's
+    family (``in_family``, aligned; default every row), at the family's Bonferroni level ``mde_adjusted``);
+    ``labels`` (aligned with ``table``) name the rows.  Needs ``n``, ``ties``, ``mde``, ``mde_adjusted``."""
+    import pandas as pd
+
+    from stereolens.report.markdown import format_cell
+
+    unstarred = ~table["significant"].astype(bool)
+    family = pd.Series(True, index=table.index) if in_family is None else pd.Series(in_family, index=table.index)
+    if not unstarred.any():
+        return []
+    lines = ["Rows without a star, and what their test could not have found (80% power):", ""]
+    for label, member, row in zip(labels[unstarred], family[unstarred], table[unstarred].to_dict("records")):
+        untied = int(row["n"]) - int(row["ties"])
+        text = f"- {label}: {undetected_preference(untied, row['mde'], alpha=alpha, power=power)}"
+        if member and not pd.isna(row["mde"]):
+            text += ("; at the family's Bonferroni level, no split of them reaches significance"
+                     if pd.isna(row["mde_adjusted"]) else
+                     f"; at the family's Bonferroni level, below {format_cell(row['mde_adjusted'])}")
+        lines.append(text)
+    return [*lines, ""]
+
+
 # --- planning: pairs needed for a true rate ----------------------------------------------------
 
 

@@ -110,3 +110,26 @@ def robustness_block(table: pd.DataFrame, *, table_file: str = TABLE_FILE) -> di
     total = counts(table)
     return {"headline_decision": decisions, "survives": total["survives"], "of": total["of"],
             "not_run": total["not_run"], "table": table_file, "by_cell": by_cell}
+
+
+def share_row(choice: str, variant: str, result: Any, reason: str = "", *, cell: str | None = None) -> dict[str, Any]:
+    """A variant of a share test (a ``stats.bias.BiasScore`` or a mapping with its fields): the share of
+    stereotypical wins among the untied pairs, its interval, ``n`` = the untied pairs, and its decision."""
+    get = result.get if isinstance(result, Mapping) else lambda key: getattr(result, key)
+    return ran_row(choice, variant, estimate=get("share_untied"), ci_low=get("ci_low"), ci_high=get("ci_high"),
+                   n=int(get("n")) - int(get("ties")), decision=share_decision(bool(get("significant")), get("favours")),
+                   reason=reason, cell=cell)
+
+
+def second_pass_row(scores: pd.DataFrame, choice: str, variant: str, columns: tuple[str, str], *, ran_reason: str,
+                    missing_reason: str, cell: str | None = None, alpha: float = 0.05,
+                    reference_resamples: int | None = None) -> dict[str, Any]:
+    """The share test on scores a second model pass stored beside the headline's (``columns``: stereotypical and
+    anti-stereotypical), or a row not run with ``missing_reason`` where the run did not make that pass."""
+    from stereolens.stats.bias import REFERENCE_RESAMPLES, bias_score
+
+    if not set(columns) <= set(scores.columns) or scores[list(columns)].isna().any().any() or scores.empty:
+        return not_run_row(choice, variant, missing_reason, cell=cell)
+    result = bias_score(scores[columns[0]], scores[columns[1]], confidence=1 - alpha,
+                        reference_resamples=reference_resamples or REFERENCE_RESAMPLES)
+    return share_row(choice, variant, result, ran_reason, cell=cell)

@@ -41,8 +41,8 @@ from stereolens.stats.bias import BiasScore, bias_score, bias_table
 from stereolens.stats.cluster import MIN_CLUSTERS, cluster_ratio_interval
 from stereolens.stats.multiple import add_corrections, family_description
 from stereolens.stats.paired import MCNEMAR_TEST, comparison_records, paired_document, paired_mean_difference, paired_table
-from stereolens.stats.power import mde_columns, undetected_preference
-from stereolens.stats.robustness import HEADLINE, not_run_row, ran_row, robustness_table, share_decision
+from stereolens.stats.power import mde_columns, mde_legend, undetected_lines
+from stereolens.stats.robustness import HEADLINE, not_run_row, robustness_table, second_pass_row, share_row
 
 # instances of one validated stereotype share a source: the unit the clustered interval resamples
 CLUSTER_UNIT = "stereotype_id"
@@ -107,7 +107,7 @@ def _cluster_interval(part: pd.DataFrame, *, confidence: float, n_resamples: int
 
 def with_country_tests(by_country: pd.DataFrame, tests: pd.DataFrame) -> pd.DataFrame:
     """``by_country`` (StereoSet's scores, one row per country and ``all``) with the test columns after it."""
-    return by_country.merge(tests.drop(columns=["n", "ties"]), on="country", how="left", validate="one_to_one")
+    return by_country.merge(tests.drop(columns=["n"]), on="country", how="left", validate="one_to_one")
 
 
 def country_legend(n_countries: int, *, confidence: float, adjusted_alpha: float, n_resamples: int) -> str:
@@ -121,27 +121,20 @@ def country_legend(n_countries: int, *, confidence: float, adjusted_alpha: float
         "`ss`, `lms`, `icat`: StereoSet's scores (0-100; macro averages over target terms, a tie counted as "
         "anti-stereotypical) with item-bootstrap percentile intervals. The test of each row (ours: StereoSet and "
         "EspanStereo report ss without a test; this is the one test of a share the CrowS and pairs tables run; the "
-        "star, `significant`): among the row's untied instances (`n_untied`, score_stereo != score_anti) the stereotypical "
-        f"sentence wins as often as it loses (`share_untied` = 0.5), by the exact {level}% BCa interval of "
-        "`share_untied` (`ci_low`/`ci_high`, item level: **the star uses this interval**) and the exact binomial "
-        "(sign) test (`p_value`); a `borderline` row is never significant. "
+        "star, `significant`): among the row's untied instances (`n_untied`, score_stereo != score_anti; an instance "
+        "compares a pair of sentences) the stereotypical sentence wins as often as it loses (`share_untied` = 0.5), "
+        f"by the exact {level}% BCa interval of `share_untied` (`ci_low`/`ci_high`, item level: **the star uses "
+        "this interval**) and the exact binomial (sign) test (`p_value`); a `borderline` row is never significant. "
         + cluster + " "
         + family_description(n_countries, alpha) + " Family: the countries; the overall row is outside it. "
-        f"`mde`: the minimum detectable effect, the smallest true share of stereotypical wins among the row's untied "
-        f"instances (above 0.5; its mirror 1 - mde below) that the exact binomial test finds with 80% power at alpha "
-        f"{format_cell(alpha)}; `mde_adjusted`: the same at Bonferroni's alpha / {n_countries} = "
-        f"{format_cell(adjusted_alpha)} over the countries (Holm's first step; Benjamini-Hochberg has no single "
-        "per-row level); empty where no split of so few untied instances reaches significance.")
+        + mde_legend(alpha, adjusted_alpha, n_countries, family="the countries"))
 
 
-def undetected_lines(tests: pd.DataFrame, *, confidence: float) -> list[str]:
-    """One line per country whose test is not significant: what it could not have found."""
-    alpha = 1 - confidence
-    lines = []
-    for row in tests[tests["country"] != "all"].itertuples(index=False):
-        if not row.significant:
-            lines.append(f"- {row.country}: " + undetected_preference(int(row.n_untied), float(row.mde), alpha=alpha))
-    return lines
+def undetected_country_lines(tests: pd.DataFrame, *, confidence: float) -> list[str]:
+    """Under the table: what each country without a star could not have found (``stats.power.undetected_lines``;
+    the overall row is left out, as it is out of the family)."""
+    rows = tests[tests["country"] != "all"].reset_index(drop=True)
+    return undetected_lines(rows, rows["country"], alpha=1 - confidence)
 
 
 def test_entry(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,11 +157,6 @@ def test_entry(row: Mapping[str, Any]) -> dict[str, Any]:
 # --- robustness of the overall verdict -------------------------------------------------------------------------
 
 
-def _ran(choice: str, variant: str, result: BiasScore, reason: str = "") -> dict[str, Any]:
-    return ran_row(choice, variant, estimate=result.share_untied, ci_low=result.ci_low, ci_high=result.ci_high,
-                   n=result.n - result.ties, decision=share_decision(result.significant, result.favours), reason=reason)
-
-
 def _verdict(stereo, anti, confidence: float) -> BiasScore:
     return bias_score(np.asarray(stereo, dtype=float), np.asarray(anti, dtype=float), confidence=confidence)
 
@@ -179,7 +167,7 @@ def robustness_rows(scores: pd.DataFrame, *, score: str, kind: str, confidence: 
     estimate is the share of stereotypical wins among the variant's untied instances with its exact BCa interval;
     ``n`` counts those instances."""
     stereo, anti = scores["score_stereo"].to_numpy(float), scores["score_anti"].to_numpy(float)
-    rows = [_ran(f"headline: {score} candidate scores, every instance", HEADLINE, _verdict(stereo, anti, confidence))]
+    rows = [share_row(f"headline: {score} candidate scores, every instance", HEADLINE, _verdict(stereo, anti, confidence))]
     rows += _score_rows(scores, score=score, kind=kind, confidence=confidence)
     rows += _source_rows(scores, confidence=confidence)
     return robustness_table(rows)
@@ -205,21 +193,19 @@ def _score_rows(scores: pd.DataFrame, *, score: str, kind: str, confidence: floa
                 s, a, how = s * n_stereo, a * n_anti, "per-token means times token counts"
             else:
                 s, a, how = s / n_stereo, a / n_anti, "sums divided by token counts"
-            rows.append(_ran(choice, other, _verdict(s, a, confidence),
+            rows.append(share_row(choice, other, _verdict(s, a, confidence),
                              f"re-aggregated from the stored scores ({how}): no second model pass"))
     if score != GENERATIVE:
         columns = alternative_score_columns(GENERATIVE)
         if kind != "causal":
             rows.append(not_run_row(choice, GENERATIVE, f"StereoSet's generative score is defined for causal LMs; "
                                                         f"this model is {kind}"))
-        elif set(columns.values()) <= set(scores.columns) and scores[list(columns.values())].notna().all().all():
-            rows.append(_ran(choice, GENERATIVE, _verdict(scores[columns["score_stereo"]], scores[columns["score_anti"]],
-                                                          confidence),
-                             "a second model pass: the candidate scored alone over the context sentence's mean "
-                             "(moinnadeem/StereoSet eval_generative_models.py)"))
         else:
-            rows.append(not_run_row(choice, GENERATIVE, f"needs another model pass, not made in this run (set "
-                                                        f"{GENERATIVE_PASS_KEY}: true)"))
+            rows.append(second_pass_row(
+                scores, choice, GENERATIVE, (columns["score_stereo"], columns["score_anti"]), alpha=1 - confidence,
+                ran_reason="a second model pass: the candidate scored alone over the context sentence's mean "
+                           "(moinnadeem/StereoSet eval_generative_models.py)",
+                missing_reason=f"needs another model pass, not made in this run (set {GENERATIVE_PASS_KEY}: true)"))
     return rows
 
 
@@ -241,9 +227,9 @@ def _source_rows(scores: pd.DataFrame, *, confidence: float) -> list[dict[str, A
                      not_run_row(choice, without, f"every instance is {kind}: no instance left")]
             continue
         stereo, anti = scores["score_stereo"].to_numpy(float), scores["score_anti"].to_numpy(float)
-        rows.append(_ran(choice, only, _verdict(stereo[mask], anti[mask], confidence),
+        rows.append(share_row(choice, only, _verdict(stereo[mask], anti[mask], confidence),
                          f"the {int(mask.sum())} {kind} instances"))
-        rows.append(_ran(choice, without, _verdict(stereo[~mask], anti[~mask], confidence),
+        rows.append(share_row(choice, without, _verdict(stereo[~mask], anti[~mask], confidence),
                          f"the {int((~mask).sum())} instances of the other sources"))
     return rows
 

@@ -11,7 +11,7 @@ import pandas as pd
 from stereolens.io import write_text
 from stereolens.report.markdown import format_cell, format_estimate, markdown_table
 from stereolens.stats.robustness import TABLE_FILE
-from stereolens.studies.stereo.inference import country_legend, undetected_lines
+from stereolens.studies.stereo.inference import country_legend, undetected_country_lines
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -204,11 +204,8 @@ def _test_lines(t: pd.DataFrame, s: dict[str, Any]) -> list[str]:
     legend = country_legend(int((per_country["n_untied"] > 0).sum()), confidence=confidence,
                             adjusted_alpha=float(adjusted.iloc[0]) if len(adjusted) else 1 - confidence,
                             n_resamples=int(settings.get("bootstrap", 0)))
-    lines = ["", "Each country's test (`by_country.csv`):", "", markdown_table(shown).rstrip("\n"), "", legend, ""]
-    missed = undetected_lines(t, confidence=confidence)
-    if missed:
-        lines += ["Countries without a detected preference, and what their test could not have found:", "", *missed, ""]
-    return lines
+    return ["", "Each country's test (`by_country.csv`):", "", markdown_table(shown).rstrip("\n"), "", legend, "",
+            *undetected_country_lines(t, confidence=confidence)]
 
 
 def _robustness_lines(path: Path, block: dict[str, Any]) -> list[str]:
