@@ -157,6 +157,15 @@ def stage_model(args: Any) -> dict[str, Any]:
     return dict(models[model_id])
 
 
+def run_model_ids(path: str | os.PathLike = "params.yaml") -> list[str]:
+    """The ids of the run's models (``model_ids``, composed from ``models``: the primary, then compare_with),
+    for a stage whose logged keys name every model of the run; a params file without it gives its ``models``
+    keys, else the primary's id."""
+    params = read_params_file(path) if Path(path).exists() else {}
+    ids = params.get("model_ids") or list(params.get("models") or {})
+    return [str(i) for i in ids] or [str((params.get("model") or {}).get("id"))]
+
+
 def stage_params(args: Any, *keys: str) -> dict[str, Any]:
     """``load_params`` for a per-model stage: ``model`` and ``model.<key>`` come from :func:`stage_model`,
     every other key from the params file."""

@@ -302,16 +302,17 @@ def difference_from(comparison: dict, model: str) -> float | None:
 PAIRED_FILE = "paired.json"
 
 
-def paired_block(path, model: str, *, stage: str) -> dict:
+def paired_block(path, model: str, *, stage: str, models: list[str] | None = None) -> dict:
     """The ``paired`` block of ``model``'s summary.json, read from the study's paired file at ``path``: the
     test, the family, the run's models and the comparisons that involve ``model``; without the file (a
-    per-model stage run by hand, before ``stage``) an empty list says so."""
+    per-model stage run by hand, before ``stage``) an empty list says so, with ``models`` (the run's, from
+    its config) as the models."""
     import json
     from pathlib import Path
 
     path = Path(path)
     if not path.is_file():
-        return {"file": str(path), "models": [model], "comparisons": [],
+        return {"file": str(path), "models": list(models or [model]), "comparisons": [],
                 "reason": f"{path} not found: the {stage} stage has not run"}
     document = json.loads(path.read_text(encoding="utf-8"))
     block = {"file": str(path), "test": document.get("test"), "family": document.get("family"),

@@ -64,6 +64,11 @@ def test_two_models_are_compared_on_the_same_instances_and_each_report_carries_i
     _setup(tmp_path, monkeypatch, two_models)
     for model in two_models:
         assert main(["stage", "stereo-evaluate", "--model", model]) == 0
+    # run by hand before the paired stage: the block says so and names the run's models (the metrics' keys)
+    assert main(["stage", "stereo-report", "--model", "causal"]) == 0
+    early = json.loads(Path("reports/stereo/causal/summary.json").read_text())["paired"]
+    assert early["models"] == ["causal", "masked"] and early["comparisons"] == []
+    assert early["reason"] == "reports/stereo/paired.json not found: the stereo-paired stage has not run"
     assert main(["stage", "stereo-paired"]) == 0
     for model in two_models:
         assert main(["stage", "stereo-report", "--model", model]) == 0

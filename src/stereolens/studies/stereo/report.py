@@ -239,14 +239,18 @@ def _paired_lines(block: dict[str, Any]) -> list[str]:
             "per-instance lms indicator) is in `reports/stereo/paired.json` (`lms_comparisons`).", ""]
 
 
-def model_summary(evaluated: dict[str, Any], paired_file: Path, model_id: str) -> dict[str, Any]:
+def model_summary(evaluated: dict[str, Any], paired_file: Path, model_id: str, *,
+                  run_models: list[str] | None = None) -> dict[str, Any]:
     """reports/stereo/<model_id>/summary.json: the evaluation's summary with the ``paired`` block of its model
-    (and of every model it evaluated, under ``models``)."""
+    (and of every model it evaluated, under ``models``); ``run_models`` name the run's models where the paired
+    file is not there yet."""
     from stereolens.stats.paired import paired_block
 
     summary = dict(evaluated)
-    summary["paired"] = paired_block(paired_file, str(evaluated.get("model") or model_id), stage="stereo-paired")
+    summary["paired"] = paired_block(paired_file, str(evaluated.get("model") or model_id), stage="stereo-paired",
+                                     models=run_models)
     if evaluated.get("models"):
-        summary["models"] = {label: {**entry, "paired": paired_block(paired_file, label, stage="stereo-paired")}
+        summary["models"] = {label: {**entry, "paired": paired_block(paired_file, label, stage="stereo-paired",
+                                                                     models=run_models)}
                              for label, entry in evaluated["models"].items()}
     return summary

@@ -27,7 +27,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import load_params, stage_model
+from stereolens.stages.common import load_params, run_model_ids, stage_model
 from stereolens.stages.kit import (
     load_stage_model,
     model_dir,
@@ -607,7 +607,8 @@ def report(args: argparse.Namespace) -> None:
     reports = model_dir(REPORTS, model_id)
     evaluated = read_json_checked(reports / "evaluation" / "summary.json", what="stereo evaluation summary",
                                   stage=f"stereo-evaluate --model {model_id}")
-    summary = model_summary(evaluated, REPORTS / "paired.json", model_id)
+    # the run's models name the paired metrics even before stereo-paired has run: every report run has the same keys
+    summary = model_summary(evaluated, REPORTS / "paired.json", model_id, run_models=run_model_ids(args.params))
     write_study_summary(reports / "summary.json", summary)
     path = write_report(REPORTS, p["study.stereo"], reports)
     block, robustness = summary["paired"], summary.get("robustness") or {}
