@@ -33,6 +33,8 @@ BAD = [
     ("shapley.permutations", 7, "study.heads.shapley.permutations must be even with study.heads.shapley.antithetic"),
     ("shapley.permutations", 0, "study.heads.shapley.permutations must be a positive integer"),
     ("pruning.step", 0, "study.heads.pruning.step must be a positive integer"),
+    ("shapley.stability_seeds", -1, "study.heads.shapley.stability_seeds must be a whole number >= 0"),
+    ("shapley.stability_seeds", 1.5, "study.heads.shapley.stability_seeds must be a whole number >= 0"),
 ]
 
 

@@ -65,7 +65,18 @@ def test_probe_and_report_stages_write_every_output(tmp_path, monkeypatch, tiny_
     for choice in ("value function", "encoder", "split", "probe set", "epochs", "optimiser", "players",
                    "permutations", "pruning step", "StereoSet items", "head removal"):
         assert f"- **{choice}**:" in report, choice
-    assert "frozen; only the probe is trained" in report and "exact" not in report
+    # the exact early stop is gone (issue 26); "exact" alone now names the robustness table's exact values
+    assert "frozen; only the probe is trained" in report and "exact stop" not in report
+    # robustness (issue 32): 2 other seeds and the exact values per country, from the same game's coalitions
+    stability = pd.read_csv("data/processed/heads/tiny-causal/shapley_stability.csv")
+    assert sorted(stability.groupby(["country", "estimate"]).size().items()) == [
+        (("ES", "exact"), 4), (("ES", "seed"), 8), (("MX", "exact"), 4), (("MX", "seed"), 8)]
+    robustness = pd.read_csv("reports/heads/tiny-causal/robustness.csv")
+    assert robustness.groupby("cell")["variant"].apply(list).to_dict() == {
+        country: ["headline", "seed 1", "seed 2", "exact"] for country in ("ES", "MX")}
+    assert summary["robustness"]["of"] == 6 and summary["robustness"]["not_run"] == 0
+    assert summary["paired"]["applicable"] is False and summary["power"]["applicable"] is False
+    assert "## Robustness" in report and "Paired comparison between models: not applicable" in report
     probe = json.loads((tmp_path / "data/processed/heads/tiny-causal/probe.json").read_text())
     instances = make_instances(12)
     for country in probe["countries"]:

@@ -51,10 +51,11 @@ def run_all_stages(tmp_path, monkeypatch, scripted_server, tiny_causal_lm_dir, s
         annotation = annotation or {"source": "simulated", "simulator": {"n_annotators": 5, "reliability": 1.0}}
         if annotation["source"] == "llm_panel":  # the panel is the scripted chat model
             annotation = {**annotation, "panel": {**annotation.get("panel", {}), "models": [cfg["generator"]]}}
-        params = {"model": {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}, "seed": 0,
+        tiny = {"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal", "backend": "hf"}
+        params = {"model": tiny, "models": {"tiny": tiny}, "seed": 0,
                   "tracking": {"enabled": False}, "annotation": annotation, "study": {"stereo": cfg}}
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, allow_unicode=True))
-        for name in ("retrieve", "validate", "instantiate", "calibrate", "overlap", "evaluate", "report"):
+        for name in ("retrieve", "validate", "instantiate", "calibrate", "overlap", "evaluate", "paired", "report"):
             assert main(["stage", f"stereo-{name}"]) == 0, name
 
 
@@ -305,4 +306,5 @@ def test_evaluate_loads_its_models_on_the_configured_executor(tmp_path, monkeypa
         assert main(["stage", "stereo-evaluate"]) == code
     # refused by the executor schema, naming the key and the allowed values
     assert "executor.kind must be one of ['local', 'ray'], got 'dask'" in capsys.readouterr().err
-    assert json.loads(Path("reports/stereo/tiny/summary.json").read_text())["n"] == 2
+    # the evaluation's summary; stereo-report completes it into reports/stereo/tiny/summary.json
+    assert json.loads(Path("reports/stereo/tiny/evaluation/summary.json").read_text())["n"] == 2

@@ -19,7 +19,10 @@ from stereolens.studies.heads.probe import (
     GatedEncoder, InstanceSplit, LinearProbe, ProbeSettings, ProbeValue, probe_examples, split_instances, train_probe,
 )
 from stereolens.studies.heads.pruning import run_sweep
-from stereolens.studies.heads.shapley import ShapleyEstimate, permutation_shapley, sample_permutations
+from stereolens.studies.heads.inputs import STABILITY_COLUMNS
+from stereolens.studies.heads.shapley import (
+    EXACT_PLAYER_LIMIT, CoalitionValues, ShapleyEstimate, exact_from, permutation_shapley, sample_permutations,
+)
 
 
 @dataclass
@@ -30,6 +33,9 @@ class ShapleySettings:
     max_rows: int = 256              # examples x coalitions per forward pass
     value: str = "accuracy"
     seed: int = 0
+    # robustness (issue 32): the ranking estimated again from this many other permutation seeds (seed + 1, ...)
+    stability_seeds: int = 0
+
 
 
 @dataclass
@@ -51,6 +57,19 @@ def heads_of_layers(layers: Sequence[int], n_heads: int) -> list[tuple[int, int]
 
 
 @dataclass
+class StabilityEstimate:
+    """The same game's Shapley values estimated another way: from the permutations another seed draws
+    (``kind`` "seed", ``seed_offset`` k: the draw of a run with ``shapley.seed`` + k) or exactly (``kind``
+    "exact", every coalition; no standard error)."""
+
+    kind: str
+    seed_offset: int | None
+    seed: int | None
+    values: np.ndarray
+    standard_errors: np.ndarray
+
+
+@dataclass
 class CountryResult:
     country: str
     players: list[tuple[int, int]]
@@ -61,6 +80,7 @@ class CountryResult:
     split: InstanceSplit
     rows: dict[str, list[int]] = field(default_factory=dict)  # encoded example rows of each set of the split
     labels: torch.Tensor | None = None                          # label of every encoded example
+    stability: list[StabilityEstimate] = field(default_factory=list)  # the ranking's robustness estimates
 
 
 def rows_of_split(examples: pd.DataFrame, split: InstanceSplit) -> dict[str, list[int]]:
@@ -89,7 +109,12 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
     # shared sampling error would push the cross-country correlations of Figure 2 up
     country_seed = shapley_seed(shapley.seed, country)
     perms = sample_permutations(len(players), shapley.permutations, seed=country_seed, antithetic=shapley.antithetic)
-    estimate = permutation_shapley(value_fn, perms, step=shapley.step, antithetic=shapley.antithetic)
+    coalitions = CoalitionValues(value_fn)
+    estimate = permutation_shapley(value_fn, perms, step=shapley.step, antithetic=shapley.antithetic, values=coalitions)
+    headline_evaluations, headline_passes = len(coalitions), value_fn.forward_passes
+    started = time.perf_counter()
+    stability = stability_estimates(coalitions, len(players), country=country, shapley=shapley)
+    stability_seconds = time.perf_counter() - started
     full = np.ones((1, len(players)), dtype=bool)
     summary = {
         "country": country, "n_instances": int(instances["id"].nunique()),
@@ -99,12 +124,52 @@ def probe_and_attribute(encoder: GatedEncoder, instances: pd.DataFrame, players:
         "test_value_all_heads": estimate.full_value, "test_value_no_probed_heads": estimate.empty_value,
         "final_train_loss": losses[-1] if losses else None, "n_permutations": int(len(perms)),
         "shapley_seed": country_seed,
-        "n_coalitions_evaluated": estimate.n_evaluations, "n_value_calls": estimate.n_value_calls,
-        "n_forward_passes": value_fn.forward_passes,
+        "n_coalitions_evaluated": headline_evaluations, "n_value_calls": estimate.n_value_calls,
+        "n_forward_passes": headline_passes,
+        # the robustness estimates reuse the headline's coalitions and add only the ones it did not meet
+        "stability_seeds": [e.seed for e in stability if e.kind == "seed"],
+        "stability_exact": any(e.kind == "exact" for e in stability),
+        "n_coalitions_evaluated_stability": len(coalitions) - headline_evaluations,
+        "n_forward_passes_stability": value_fn.forward_passes - headline_passes,
+        "stability_seconds": stability_seconds,
     }
-    result = CountryResult(country, list(players), estimate, summary, time.perf_counter() - start, probe,
-                           instance_split, rows, labels)
+    # the headline's time (probe and Shapley values), the robustness estimates' apart
+    result = CountryResult(country, list(players), estimate, summary, time.perf_counter() - start - stability_seconds,
+                           probe, instance_split, rows, labels, stability)
     return result, value_fn
+
+
+def stability_estimates(coalitions: CoalitionValues, n_players: int, *, country: str,
+                        shapley: ShapleySettings) -> list[StabilityEstimate]:
+    """The ranking's robustness estimates (issue 32) from the game ``coalitions`` holds: the permutations of
+    ``shapley.stability_seeds`` other seeds (offset k draws what a run with ``shapley.seed`` + k draws for this
+    country), and with at most :data:`EXACT_PLAYER_LIMIT` players the exact values.  Every coalition the headline
+    met is looked up, not evaluated again, so on the CPU default's 8 heads (256 coalitions in all) they cost a few
+    batched passes; the headline estimate is computed first and is unchanged by them."""
+    out = []
+    for offset in range(1, shapley.stability_seeds + 1):
+        seed = shapley_seed(shapley.seed + offset, country)
+        perms = sample_permutations(n_players, shapley.permutations, seed=seed, antithetic=shapley.antithetic)
+        again = permutation_shapley(coalitions.value_fn, perms, step=shapley.step, antithetic=shapley.antithetic,
+                                    values=coalitions)
+        out.append(StabilityEstimate("seed", offset, seed, again.values, again.standard_errors))
+    if shapley.stability_seeds and n_players <= EXACT_PLAYER_LIMIT:
+        out.append(StabilityEstimate("exact", None, None, exact_from(coalitions, n_players),
+                                     np.full(n_players, np.nan)))
+    return out
+
+
+def stability_table(result: CountryResult) -> pd.DataFrame:
+    """One row per robustness estimate and head: ``country, estimate, seed_offset, permutation_seed, layer, head,
+    shapley, se, rank`` (rank 1 = the largest value, ties by head order as in :func:`shapley_table`)."""
+    frames = []
+    for e in result.stability:
+        table = pd.DataFrame({"country": result.country, "estimate": e.kind, "seed_offset": e.seed_offset,
+                              "permutation_seed": e.seed, "layer": [l for l, _ in result.players],
+                              "head": [h for _, h in result.players], "shapley": e.values, "se": e.standard_errors})
+        table["rank"] = table["shapley"].rank(ascending=False, method="first").astype(int)
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(STABILITY_COLUMNS))
 
 
 def pruning_inputs(encoder: GatedEncoder, result: CountryResult, instances: pd.DataFrame, *, metric: str,
@@ -178,7 +243,7 @@ def study_settings(cfg: dict, *, seed: int) -> tuple[StudySettings, ProbeSetting
                           finetune=bool(probe_cfg["finetune"]), seed=seed)
     shapley = ShapleySettings(permutations=int(shap_cfg["permutations"]), antithetic=bool(shap_cfg["antithetic"]),
                               step=shap_cfg.get("step"), max_rows=int(shap_cfg["max_rows"]), value=shap_cfg["value"],
-                              seed=int(shap_cfg["seed"]))
+                              seed=int(shap_cfg["seed"]), stability_seeds=int(shap_cfg.get("stability_seeds") or 0))
     return study, probe, shapley
 
 
@@ -192,8 +257,8 @@ def resolve_layers(layers: Sequence[int] | None, n_layers: int) -> list[int]:
 
 def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, study: StudySettings,
                       probe_settings: ProbeSettings, shapley: ShapleySettings, *, progress: bool = True
-                      ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
-    """(Shapley table, sweeps table, probe summaries) for every country of ``instances``."""
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict], pd.DataFrame]:
+    """(Shapley table, sweeps table, probe summaries, stability table) for every country of ``instances``."""
     from tqdm import tqdm
 
     pooling = study.pooling if study.pooling != "auto" else ("last" if kind == "causal" else "first")
@@ -204,7 +269,7 @@ def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, stud
     probe_encoder.gate.remove()
     players = heads_of_layers(layers, probe_encoder.gate.n_heads)
     reuse = study.reuse_prefix and not probe_settings.finetune
-    tables, sweep_tables, summaries = [], [], []
+    tables, sweep_tables, summaries, stability = [], [], [], []
     countries = sorted(instances["country"].astype(str).unique())
     bar = tqdm(countries, desc="heads", unit="country", disable=None if progress else True)  # None: quiet off a TTY
     # fine-tuning changes the weights: every country starts from the same pretrained model
@@ -229,7 +294,9 @@ def analyse_countries(model, tokenizer, kind: str, instances: pd.DataFrame, stud
         finally:
             encoder.gate.remove()
         tables.append(shapley_table(result))
+        stability.append(stability_table(result))
         sweep_tables.append(sweep)
         summaries.append(result.probe_summary)
         bar.set_postfix(country=country, acc=f"{result.probe_summary['test_value_all_heads']:.2f}")
-    return pd.concat(tables, ignore_index=True), pd.concat(sweep_tables, ignore_index=True), summaries
+    return (pd.concat(tables, ignore_index=True), pd.concat(sweep_tables, ignore_index=True), summaries,
+            pd.concat(stability, ignore_index=True))

@@ -33,7 +33,8 @@ SCHEMA = section(
                   batch_size=integer(1), weight_decay=number(0), finetune=boolean(), max_length=integer(1)),
     shapley=section(layers=list_of(integer(), min_items=1, null=True, unique=True), permutations=integer(1),
                     antithetic=boolean(), step=integer(1, null=True), max_rows=integer(1),
-                    value=one_of(VALUE_METRICS), seed=integer(0), reuse_prefix=boolean()),
+                    value=one_of(VALUE_METRICS), seed=integer(0), reuse_prefix=boolean(),
+                    stability_seeds=integer(0)),
     pruning=section(step=integer(1), stereoset_items_per_country=integer(1, null=True),
                     candidate_score=one_of(GATED_SCORES)),
 )
@@ -114,6 +115,10 @@ def check_heads_config(cfg: dict[str, Any], *, n_layers: int | None = None) -> N
     if shapley["antithetic"] and shapley["permutations"] % 2:
         raise ConfigError(f"study.heads.shapley.permutations must be even with study.heads.shapley.antithetic true "
                           f"(a permutation and its reverse are one sample), got {shapley['permutations']}")
+    seeds = shapley.get("stability_seeds", 0)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 0:
+        raise ConfigError(f"study.heads.shapley.stability_seeds must be a whole number >= 0 (0: no robustness "
+                          f"estimates), got {seeds!r}")
     _positive_int(cfg["pruning"]["step"], "study.heads.pruning.step")
     if cfg["pruning"]["candidate_score"] not in GATED_SCORES:
         raise ConfigError(f"study.heads.pruning.candidate_score must be one of {list(GATED_SCORES)}, "

@@ -15,6 +15,8 @@ INSTANCE_COLUMNS = ("id", "country", "category", "target", "stereotype_id", "con
                     "sent_unrelated", "source")
 SHAPLEY_COLUMNS = ("country", "layer", "head", "shapley", "se", "rank")
 SWEEP_COLUMNS = ("country", "direction", "n_removed", "probe_value")
+# the robustness estimates of each country's ranking (issue 32): "seed" (another permutation seed) or "exact"
+STABILITY_COLUMNS = ("country", "estimate", "seed_offset", "permutation_seed", "layer", "head", "shapley", "se", "rank")
 
 
 def read_instances(path: Path, countries: list[str] | None, max_per_country: int | None) -> pd.DataFrame:
@@ -49,9 +51,11 @@ def model_layer_count(name: str) -> int | None:
     return int(layers) if layers else None
 
 
-def read_probe_outputs(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(Shapley table, sweeps table, probe record) that the probe stage wrote to ``folder``."""
+def read_probe_outputs(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
+    """(Shapley table, sweeps table, probe record, robustness estimates) that the probe stage wrote to ``folder``."""
     shap = read_csv_checked(folder / "shapley.csv", SHAPLEY_COLUMNS, what="heads Shapley table")
     sweeps = read_csv_checked(folder / "sweeps.csv", SWEEP_COLUMNS, what="heads sweeps table")
     probe = json.loads((folder / "probe.json").read_text(encoding="utf-8"))
-    return shap, sweeps, probe
+    stability = read_csv_checked(folder / "shapley_stability.csv", STABILITY_COLUMNS,
+                                 what="heads Shapley robustness estimates")
+    return shap, sweeps, probe, stability

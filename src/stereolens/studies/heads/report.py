@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from stereolens.io import write_csv, write_text
 from stereolens.lineage.provenance import describe_unreviewed, unreviewed_kind
 from stereolens.report.markdown import markdown_table, settings
 from stereolens.stages.kit import write_study_summary
+from stereolens.studies.heads.inputs import STABILITY_COLUMNS
 from stereolens.studies.heads.pruning import DIRECTIONS
+from stereolens.studies.heads.shapley import EXACT_PLAYER_LIMIT
 
 
 UNDEFINED = "undefined"
@@ -203,6 +206,122 @@ def stereoset_figure(sweeps: pd.DataFrame, stem: Path, title: str) -> None:
     save_figure(fig, stem)
 
 
+# --- robustness: is the Shapley ranking a property of the game or of the permutations drawn? (issue 32) --------
+
+TOP_K = 3  # the top heads whose overlap between two estimates the robustness table reports
+RANKING_CHOICES = ("permutation seed", "Shapley estimator")
+
+
+def head_name(layer: int, head: int) -> str:
+    return f"L{int(layer)}H{int(head)}"
+
+
+def top_decision(part: pd.DataFrame) -> str:
+    """The decision a ranking leads to: its top head, the heads tied for the top, or no ranking at all."""
+    values = part["shapley"]
+    if values.isna().any():
+        return "no ranking: a head has no Shapley value"
+    if len(values) > 1 and values.nunique() == 1:
+        return f"no ranking: all {len(values)} Shapley values are {values.iloc[0]:+.4g}"
+    top = part[values == values.max()].sort_values(["layer", "head"])
+    names = [head_name(r.layer, r.head) for r in top.itertuples()]
+    return f"top head {names[0]}" if len(names) == 1 else f"tied top heads {', '.join(names)}"
+
+
+def _top_heads(part: pd.DataFrame, k: int) -> set[str]:
+    return {head_name(r.layer, r.head) for r in part.sort_values("rank").head(k).itertuples()}
+
+
+def _compared(headline: pd.DataFrame, other: pd.DataFrame, *, choice: str, variant: str, country: str,
+              what: str) -> dict:
+    """One robustness row: Spearman's rho between ``other``'s values and the headline's over every head (the
+    estimate), ``other``'s top head (the decision), and how many of the headline's top heads it shares."""
+    from stereolens.stats.robustness import ran_row
+
+    keyed = headline.set_index(["layer", "head"])["shapley"]
+    theirs = other.set_index(["layer", "head"])["shapley"].reindex(keyed.index)
+    undefined = spearman_undefined_reason({"the headline": keyed.reset_index(drop=True),
+                                           what: theirs.reset_index(drop=True)})
+    rho = math.nan if undefined else float(stats.spearmanr(keyed, theirs).statistic)
+    k = min(TOP_K, len(keyed))
+    shared = len(_top_heads(headline, k) & _top_heads(other, k))
+    reason = (f"{what}; Spearman's rho with the headline's values over the {len(keyed)} heads"
+              + (f" undefined: {undefined}" if undefined else "")
+              + f"; top {k} heads shared with the headline: {shared} of {k}")
+    return ran_row(choice, variant, estimate=rho, ci_low=math.nan, ci_high=math.nan, n=len(keyed),
+                   decision=top_decision(other), reason=reason, cell=country)
+
+
+def ranking_robustness(shap: pd.DataFrame, stability: pd.DataFrame, cfg: dict) -> pd.DataFrame:
+    """The robustness table of each country's ranking (``stats.robustness``, one cell per country): the headline
+    (its top head), the same game's values from each other permutation seed and, where computed, exactly.
+    ``estimate`` is Spearman's rho with the headline's values (1 for the headline, whose rho with itself is
+    undefined only when it has no ranking); ``n`` the heads ranked; no interval."""
+    from stereolens.stats.robustness import HEADLINE, not_run_row, ran_row, robustness_table
+
+    shapley_cfg = cfg["shapley"]
+    seeds = int(shapley_cfg.get("stability_seeds") or 0)
+    rows = []
+    for country in sorted(shap["country"].astype(str).unique()):
+        headline = shap[shap["country"].astype(str) == country]
+        own = spearman_undefined_reason({"the headline": headline["shapley"].reset_index(drop=True)})
+        rows.append(ran_row(f"headline: {shapley_cfg['permutations']} permutations from seed {shapley_cfg['seed']}",
+                            HEADLINE, estimate=math.nan if own else 1.0, ci_low=math.nan, ci_high=math.nan,
+                            n=len(headline), decision=top_decision(headline),
+                            reason=f"no rank correlation: {own}" if own else "", cell=country))
+        mine = stability[stability["country"].astype(str) == country]
+        by_seed = mine[mine["estimate"] == "seed"]
+        if by_seed.empty:
+            rows.append(not_run_row(RANKING_CHOICES[0], "other seeds",
+                                    "study.heads.shapley.stability_seeds is 0" if not seeds
+                                    else "the probe stage wrote no estimate from another seed", cell=country))
+        for offset, part in by_seed.groupby("seed_offset", sort=True):
+            seed = int(shapley_cfg["seed"]) + int(offset)
+            rows.append(_compared(headline, part, choice=RANKING_CHOICES[0], variant=f"seed {seed}", country=country,
+                                  what=f"{shapley_cfg['permutations']} permutations drawn as a run with "
+                                       f"shapley.seed {seed} draws them (permutation seed "
+                                       f"{int(part['permutation_seed'].iloc[0])})"))
+        exact = mine[mine["estimate"] == "exact"]
+        if len(exact):
+            rows.append(_compared(headline, exact, choice=RANKING_CHOICES[1], variant="exact", country=country,
+                                  what=f"the exact values over all 2^{len(exact)} coalitions"))
+        elif len(headline) > EXACT_PLAYER_LIMIT:
+            rows.append(not_run_row(RANKING_CHOICES[1], "exact",
+                                    f"{len(headline)} players: 2^{len(headline)} coalitions (exact values are computed "
+                                    f"up to {EXACT_PLAYER_LIMIT} players)", cell=country))
+        else:
+            rows.append(not_run_row(RANKING_CHOICES[1], "exact",
+                                    "computed with the other seeds' estimates; study.heads.shapley.stability_seeds is 0"
+                                    if not seeds else "the probe stage wrote no exact values", cell=country))
+    return robustness_table(rows)
+
+
+def robustness_lines(table: pd.DataFrame, block: dict) -> list[str]:
+    """The report page's robustness section."""
+    if table.empty:
+        return []
+    shown = table.drop(columns=["ci_low", "ci_high"])
+    return ["", "## Robustness: is the ranking the game's or the permutations'?", "",
+            f"Each country's top head by the headline's permutations, against the same game's values from other "
+            f"permutation seeds (a seed k draws what a run with `shapley.seed` = k draws) and, with at most "
+            f"{EXACT_PLAYER_LIMIT} players, the exact values (every coalition). `estimate`: Spearman's rho with the headline's values over "
+            f"every head; `decision`: the top head; `agrees`: the same top head as the headline. The robustness "
+            f"estimates reuse every coalition the headline evaluated (ours: a coalition's value is the same whichever "
+            f"permutation meets it), so on the default's 8 heads they cost a few batched passes. Overall "
+            f"{block.get('survives')} of {block.get('of')} estimates agree with their country's headline; "
+            f"{block.get('not_run')} not run.", "", markdown_table(shown).rstrip("\n")]
+
+
+NOT_APPLICABLE = {
+    "paired": ("heads measures the primary model only (dvc.yaml runs heads_probe and heads_report on model.id): "
+               "no second model to compare on the same instances, so the paired stage does not apply"),
+    "power": ("no test applies: the heads tables star no cell (the Shapley values carry standard errors over "
+              "permutations, the correlations between countries and the pruning curves are descriptive, and ss / "
+              "lms / icat during pruning are measured on the pruning set's few instances without a test), so no "
+              "minimum detectable effect is computed"),
+}
+
+
 def country_rows(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, value: str) -> list[dict]:
     """One row per country: set sizes, probe accuracy, top heads, StereoSet before and after top-down pruning."""
     rows = []
@@ -312,7 +431,8 @@ def same_order_notes(same_order: dict[str, str]) -> list[str]:
 
 
 def study_summary(per_country: list[dict], corr: CountryCorrelations, probe: dict, cfg: dict, *,
-                  model_id: str, same_order: dict[str, str] | None = None) -> dict:
+                  model_id: str, same_order: dict[str, str] | None = None,
+                  robustness: pd.DataFrame | None = None) -> dict:
     """``summary.json``: per-country rows, their numbers as metrics, the headline, provenance, correlations,
     and the countries whose top-down and bottom-up pruning orders are one (``same_pruning_order``)."""
     value = cfg["shapley"]["value"]
@@ -326,7 +446,19 @@ def study_summary(per_country: list[dict], corr: CountryCorrelations, probe: dic
             "instance_sources": sources, "config": cfg, "headline": headline,
             "provenance": instance_provenance(sources), "correlation": corr.as_json(),
             "correlation_undefined": corr.undefined_records(),
-            "same_pruning_order": [{"country": c, "reason": r} for c, r in (same_order or {}).items()]}
+            "same_pruning_order": [{"country": c, "reason": r} for c, r in (same_order or {}).items()],
+            **robustness_summary(robustness, model_id)}
+
+
+def robustness_summary(robustness: pd.DataFrame | None, model_id: str) -> dict:
+    """summary.json's ``robustness`` block and the blocks that do not apply to heads (``paired``, ``power``)."""
+    from stereolens.stats.robustness import robustness_block
+
+    out = {"paired": {"applicable": False, "models": [model_id], "comparisons": [], "reason": NOT_APPLICABLE["paired"]},
+           "power": {"applicable": False, "reason": NOT_APPLICABLE["power"]}}
+    if robustness is not None:
+        out["robustness"] = robustness_block(robustness)
+    return out
 
 
 def instance_source_note(sources: list[str]) -> str:
@@ -340,7 +472,8 @@ def instance_source_note(sources: list[str]) -> str:
 
 
 def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dict, cfg: dict, *, model_id: str,
-                same_order: dict[str, str] | None = None) -> str:
+                same_order: dict[str, str] | None = None, robustness: pd.DataFrame | None = None,
+                summary: dict | None = None) -> str:
     """``report.md``: the configuration choices, the per-country table and the correlation matrix."""
     value = cfg["shapley"]["value"]
     sources = probe.get("instance_sources", [])
@@ -375,12 +508,24 @@ def report_page(per_country: pd.DataFrame, corr: CountryCorrelations, probe: dic
         "Figures: `head_contributions` (F1/F4), `country_correlation` (Figure 2), `pruning_probe` (F2/F5), "
         "`pruning_stereoset` (F3/F6), each PNG + SVG. StereoSet scores are on the 0-100 scale "
         "(ss 50 = no preference); heads are pruned by zeroing, weights are untouched.",
+        *robustness_lines(robustness if robustness is not None else pd.DataFrame(),
+                          (summary or {}).get("robustness") or {}),
+        "",
+        "## Power and paired comparisons",
+        "",
+        f"- Paired comparison between models: not applicable; {NOT_APPLICABLE['paired']}.",
+        f"- Minimum detectable effects: {NOT_APPLICABLE['power']}.",
     ]
     return "\n".join(lines) + "\n"
 
 
-def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dict, out: Path, *, model_id: str) -> dict:
-    """Tables, figures, ``summary.json`` and ``report.md``; returns the summary."""
+def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dict, out: Path, *, model_id: str,
+                 stability: pd.DataFrame | None = None) -> dict:
+    """Tables, figures, ``summary.json``, ``robustness.csv`` (from ``stability``, the probe stage's other
+    estimates of the same games; none given: every robustness estimate is listed as not run) and ``report.md``;
+    returns the summary."""
+    from stereolens.stats.robustness import TABLE_FILE
+
     out = Path(out)
     corr = country_correlations(shap)
     per_country = country_rows(shap, sweeps, probe, cfg["shapley"]["value"])
@@ -388,7 +533,13 @@ def write_report(shap: pd.DataFrame, sweeps: pd.DataFrame, probe: dict, cfg: dic
     table = pd.DataFrame(per_country)
     write_tables(out, shap, sweeps, corr, table)
     write_figures(out, shap, sweeps, corr, model_id=model_id, value=cfg["shapley"]["value"], same_order=same_order)
-    summary = study_summary(per_country, corr, probe, cfg, model_id=model_id, same_order=same_order)
+    if stability is None:
+        stability = pd.DataFrame(columns=list(STABILITY_COLUMNS))
+    robustness = ranking_robustness(shap, stability, cfg)
+    write_csv(out / TABLE_FILE, robustness)
+    summary = study_summary(per_country, corr, probe, cfg, model_id=model_id, same_order=same_order,
+                            robustness=robustness)
     write_study_summary(out / "summary.json", summary)
-    write_text(out / "report.md", report_page(table, corr, probe, cfg, model_id=model_id, same_order=same_order))
+    write_text(out / "report.md", report_page(table, corr, probe, cfg, model_id=model_id, same_order=same_order,
+                                              robustness=robustness, summary=summary))
     return summary

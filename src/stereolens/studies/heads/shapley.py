@@ -18,12 +18,19 @@ from dataclasses import dataclass
 import numpy as np
 
 ValueFunction = Callable[[np.ndarray], np.ndarray]
+# up to this many players the exact values (all 2^n coalitions) are cheap enough to compute beside sampled ones
+EXACT_PLAYER_LIMIT = 10
+
+
+def every_coalition(n: int) -> np.ndarray:
+    """All 2^n coalitions of n players, one boolean row each."""
+    return np.array(list(itertools.product([False, True], repeat=n)), dtype=bool).reshape(2**n, n)
 
 
 def exact_shapley(value_fn: ValueFunction, n: int) -> np.ndarray:
     """Shapley values by the subset formula: sum over S not containing i of
     |S|! (n - |S| - 1)! / n! * (v(S + i) - v(S)).  For small n only (2^n coalitions)."""
-    masks = np.array(list(itertools.product([False, True], repeat=n)), dtype=bool)
+    masks = every_coalition(n)
     values = np.asarray(value_fn(masks), dtype=float)
     index = {tuple(m): v for m, v in zip(map(tuple, masks), values)}
     phi = np.zeros(n)
@@ -154,7 +161,7 @@ def standard_errors(units: np.ndarray) -> np.ndarray:
 
 
 def permutation_shapley(value_fn: ValueFunction, permutations: np.ndarray, *, step: int | None = None,
-                        antithetic: bool = False) -> ShapleyEstimate:
+                        antithetic: bool = False, values: CoalitionValues | None = None) -> ShapleyEstimate:
     """Monte Carlo Shapley values from the given permutations.
 
     A permutation is walked from the empty coalition, adding one player at a
@@ -162,14 +169,17 @@ def permutation_shapley(value_fn: ValueFunction, permutations: np.ndarray, *, st
     ``step`` (default: all) is how many positions every permutation advances
     per batched call.  ``antithetic`` says permutations come in (perm, reversed
     perm) pairs: the standard error then treats each pair's mean as one sample,
-    and an odd count is refused.
+    and an odd count is refused.  ``values`` (default: a new, empty one) holds
+    the coalitions evaluated so far and receives the new ones: an estimate from
+    other permutations of the same game then evaluates only the coalitions no
+    earlier estimate met (``n_evaluations`` counts every coalition it holds).
     """
     permutations = np.asarray(permutations, dtype=int)
     check_antithetic_count(len(permutations), antithetic)
     n = permutations.shape[1]
     step = n if step is None else max(1, int(step))
     empty, full = np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
-    values = CoalitionValues(value_fn)
+    values = CoalitionValues(value_fn) if values is None else values
     values.evaluate([empty, full])
     walk_permutations(values, permutations, step)
     marginals = marginal_contributions(values, permutations)
@@ -178,3 +188,11 @@ def permutation_shapley(value_fn: ValueFunction, permutations: np.ndarray, *, st
                            marginals=marginals, permutations=permutations, n_evaluations=len(values),
                            n_value_calls=values.n_calls, antithetic=antithetic,
                            empty_value=values[empty], full_value=values[full])
+
+
+def exact_from(values: CoalitionValues, n: int) -> np.ndarray:
+    """The exact Shapley values of the game ``values`` holds, evaluating only the coalitions it has not met
+    (in one batched call), then the subset formula over all 2^n of them."""
+    masks = every_coalition(n)
+    values.evaluate(masks)
+    return exact_shapley(lambda batch: np.array([values[m] for m in batch]), n)

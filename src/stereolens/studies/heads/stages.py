@@ -16,11 +16,14 @@ from stereolens.tracking import declare_run
 PRUNING_STEREOSET = ("ss_before", "ss_all_pruned", "lms_before", "lms_all_pruned", "icat_before", "icat_all_pruned")
 PROBE_RUN = declare_run("heads", "probe", params=("model", "study"),
                         metrics=("{country}.probe_test_{value}", "{country}.probe_train_accuracy",
-                                 "{country}.shapley_seconds", "{country}.sweep_seconds", "seconds"))
+                                 "{country}.shapley_seconds", "{country}.sweep_seconds", "{country}.stability_seconds",
+                                 "seconds"))
 REPORT_RUN = declare_run("heads", "report", params=("study",),
                          metrics=("{country}.train_instances", "{country}.shapley_instances",
                                   "{country}.pruning_instances", "{country}.probe_train_acc", "{country}.probe_test_{value}",
-                                  *(f"{{country}}.{k}" for k in PRUNING_STEREOSET)))
+                                  *(f"{{country}}.{k}" for k in PRUNING_STEREOSET),
+                                  # how many robustness estimates of the rankings agree with their headline (issue 32)
+                                  "robustness.survives", "robustness.of", "robustness.not_run"))
 
 # per model: <root>/<model_id>/ (dvc.yaml runs heads on the primary model only)
 OUT_DATA = Path("data/processed/heads")
@@ -56,13 +59,15 @@ def heads_probe(args: argparse.Namespace) -> None:
         # Never the Ray executor: the head gates are hooks on this process's attention modules, and the
         # probe trains on (and may fine-tune) the model object itself; a remote actor offers neither.
         lm = load_stage_model(model_cfg, executor=False)
-        shap_table, sweep_table, summaries = analyse_countries(
+        shap_table, sweep_table, summaries, stability_table = analyse_countries(
             lm.model, lm.tokenizer, model_cfg["kind"], instances, study, probe_settings, shapley)
         elapsed = time.perf_counter() - start
         # times say how the run went, not what was measured: MLflow and the printed line keep them,
         # probe.json (a DVC output) does not, so a rerun elsewhere writes the same bytes
-        timings = [{key: s.pop(key) for key in ("shapley_seconds", "sweep_seconds")} for s in summaries]
+        timings = [{key: s.pop(key) for key in ("shapley_seconds", "sweep_seconds", "stability_seconds")}
+                   for s in summaries]
         write_csv(out_data / "shapley.csv", shap_table)
+        write_csv(out_data / "shapley_stability.csv", stability_table)
         write_csv(out_data / "sweeps.csv", sweep_table)
         write_json(out_data / "probe.json", {
             "model": model_label(model_cfg), "kind": model_cfg["kind"], "instances": str(instances_path),
@@ -88,14 +93,16 @@ def heads_report(args: argparse.Namespace) -> None:
 
     p = stage_params(args, "model.id", "study.heads", "tracking")
     out_data, out_report = model_dir(OUT_DATA, p["model.id"]), model_dir(OUT_REPORT, p["model.id"])
-    shap, sweeps, probe = read_probe_outputs(out_data)
-    summary = write_report(shap, sweeps, probe, p["study.heads"], out_report, model_id=p["model.id"])
+    shap, sweeps, probe, stability = read_probe_outputs(out_data)
+    summary = write_report(shap, sweeps, probe, p["study.heads"], out_report, model_id=p["model.id"],
+                           stability=stability)
     countries = [c["country"] for c in probe["countries"]]
     with stage_run(p["tracking"], REPORT_RUN, model=p["model.id"], params={"study": p["study.heads"]},
                    axes={"country": countries, "value": [p["study.heads"]["shapley"]["value"]]},
                    tags={"instance_sources": ",".join(probe.get("instance_sources", []))}) as run:
         run.log_dataset(out_data / "shapley.csv", name="heads_shapley")
         # the pruning StereoSet columns exist only when the sweeps scored StereoSet: NaN otherwise
-        run.log_metrics({f"{c}.{k}": None for c in countries for k in PRUNING_STEREOSET} | summary["metrics"])
+        run.log_metrics({f"{c}.{k}": None for c in countries for k in PRUNING_STEREOSET} | summary["metrics"]
+                        | {f"robustness.{k}": summary["robustness"][k] for k in ("survives", "of", "not_run")})
         run.log_artifact(out_report)
     print(f"heads-report: {summary['headline']}")

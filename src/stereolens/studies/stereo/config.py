@@ -36,8 +36,9 @@ SCHEMA = section(
                     target_threshold=fraction(),
                     calibration=section(scenarios=text(), n_crows=integer(1), seed=integer(0))),
     # bootstrap 0: point estimates without intervals, as `stereo evaluate --resamples 0`
+    # generative_pass: also score with StereoSet's generative score (causal LMs), a robustness variant (issue 32)
     evaluation=section(score=one_of(("mean", "sum")), include_starter=boolean(), bootstrap=integer(0),
-                       confidence=number(above=0, below=1)),
+                       confidence=number(above=0, below=1), generative_pass=boolean()),
 )
 
 

@@ -36,10 +36,12 @@ from typing import Any
 import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
-from stereolens.io import read_csv_checked, score_column, write_csv, write_json
+from stereolens.io import read_csv_checked, write_csv, write_json
 from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, stereoset_table
+from stereolens.studies.stereo.inference import country_tests, test_entry, with_country_tests
+# the scores file's checks live apart so that reading scores does not import the scorer (stereo-paired)
+from stereolens.studies.stereo.scores import SCORE_INPUT_COLUMNS, check_scores, refuse_duplicate_ids  # noqa: F401
 
-SCORE_INPUT_COLUMNS = ("id", "country", "category", "target", "score_stereo", "score_anti", "score_unrelated")
 CANDIDATES = (("stereo", "sent_stereo"), ("anti", "sent_anti"), ("unrelated", "sent_unrelated"))
 # the columns of data/processed/stereo/instances.csv that scoring reads
 INSTANCE_COLUMNS = ("id", "country", "category", "target", "context", "sent_stereo", "sent_anti", "sent_unrelated")
@@ -160,14 +162,6 @@ def read_instances(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def refuse_duplicate_ids(df: pd.DataFrame, where: str | Path) -> None:
-    dup = df["id"].duplicated()
-    if dup.any():
-        row = int(dup.idxmax())
-        first = int(df.index[df["id"] == df.at[row, "id"]][0])
-        raise DataError(f"{where} line {row + 2}, column id: {df.at[row, 'id']!r} already on line {first + 2}")
-
-
 def score_file(model_name: str, instances_path: str | Path, output: str | Path, *, score: str = DEFAULT_CANDIDATE_SCORE,
                dtype: str | None = None, device: str = "cpu", cache: Any = None, progress: bool = False) -> pd.DataFrame:
     """``stereolens stereo score``: score a StereoSet-format file with any model, as the stage does.
@@ -190,30 +184,14 @@ def score_file(model_name: str, instances_path: str | Path, output: str | Path, 
     return scored
 
 
-def check_scores(df: pd.DataFrame, where: str, *, score: str = DEFAULT_CANDIDATE_SCORE) -> pd.DataFrame:
-    """Scores as finite numbers and filled labels, else one line naming the file, line and column (``df`` read as text).
-
-    ``score`` says what the scores are (:data:`CANDIDATE_SCORES`): ``mean`` and ``sum`` are log-likelihoods, never
-    positive; ``stereoset_generative`` scores are ratios of two negative means, positive by construction."""
-    if score not in CANDIDATE_SCORES:
-        raise ConfigError(f"--score must be one of {', '.join(CANDIDATE_SCORES)}, got {score!r}")
-    for col in ("id", "country", "category", "target"):
-        bad = df[col].isna() | (df[col].astype(str).str.strip() == "")
-        if bad.any():
-            raise DataError(f"{where} line {int(bad.idxmax()) + 2}, column {col}: empty")
-    refuse_duplicate_ids(df, where)
-    for col in ("score_stereo", "score_anti", "score_unrelated"):
-        generative = score == "stereoset_generative"
-        df[col] = score_column(df[col], where=where, column=col, log_likelihood=not generative,
-                               ratio_of_negatives=generative)
-    return df
-
-
 def tables(scores: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, pd.DataFrame]:
-    """ss / lms / icat with item-bootstrap intervals: overall, per country, per category, per country x category."""
+    """ss / lms / icat with item-bootstrap intervals: overall, per country, per category, per country x category;
+    ``by_country`` also carries each country's test, MDE and clustered interval (``inference.country_tests``)."""
     kw = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
+    tests, _ = country_tests(scores, confidence=confidence, n_resamples=n_resamples, seed=seed)
     out = {
-        "by_country": stereoset_table(scores, ["country"], **kw),
+        # StereoSet's scores per country, and beside them each country's test (the star), MDE and clustered interval
+        "by_country": with_country_tests(stereoset_table(scores, ["country"], **kw), tests),
         "by_category": stereoset_table(scores, ["category"], **kw),
         "by_country_category": stereoset_table(scores, ["country", "category"], **kw),
     }
@@ -223,13 +201,16 @@ def tables(scores: pd.DataFrame, *, n_resamples: int = 1000, seed: int = 0, conf
 
 
 def summary(t: dict[str, pd.DataFrame]) -> dict[str, Any]:
-    """``ss, lms, icat`` overall and ``by_country`` (0-100 scale), with intervals and counts."""
+    """``ss, lms, icat`` overall and ``by_country`` (0-100 scale), with intervals and counts; overall and per
+    country, the row's test (``test``: the sign test of its untied instances, its MDE and clustered interval)."""
     def entry(row: pd.Series) -> dict[str, Any]:
         d = {k: float(row[k]) for k in ("ss", "lms", "icat")}
         d.update({"n": int(row["n"]), "n_targets": int(row["n_targets"])})
         for k in ("ss", "lms", "icat"):
             if f"{k}_ci_low" in row:
                 d[f"{k}_ci"] = [float(row[f"{k}_ci_low"]), float(row[f"{k}_ci_high"])]
+        if "share_untied" in row:
+            d["test"] = test_entry(row)
         return d
 
     bc = t["by_country"]
@@ -273,12 +254,15 @@ def evaluate_file(scores_path: str | Path, output: str | Path, *, n_resamples: i
     return s
 
 
-def model_summary(t: dict[str, pd.DataFrame], *, kind: str, score: str, instances: pd.DataFrame) -> dict[str, Any]:
-    """One evaluated model's entry of the study summary: :func:`summary` plus how it was scored and on what."""
+def model_summary(t: dict[str, pd.DataFrame], *, kind: str, score: str, instances: pd.DataFrame,
+                  confidence: float = 0.95, bootstrap: int = 1000) -> dict[str, Any]:
+    """One evaluated model's entry of the study summary: :func:`summary` plus how it was scored and on what, and
+    the intervals' settings (``intervals``: confidence, bootstrap resamples)."""
     s = summary(t)
     s["method"] = scoring_method(kind, score)
     s["candidate_score"] = score
     s["sources"] = instances["source"].value_counts().to_dict()
+    s["intervals"] = {"confidence": float(confidence), "bootstrap": int(bootstrap)}
     return s
 
 
@@ -302,8 +286,12 @@ def study_summary(summaries: dict[str, dict[str, Any]], first: str, *, score: st
     s = summaries[first]
     headline = {"ss": round(s["ss"], 2), "lms": round(s["lms"], 2), "icat": round(s["icat"], 2),
                 "instances": int(s["n"]), "candidate score": score}
-    return {**{k: s[k] for k in ("ss", "lms", "icat", "n", "by_country", "method", "candidate_score")},
-            "model": first, "models": summaries, "headline": headline, "provenance": provenance}
+    out = {**{k: s[k] for k in ("ss", "lms", "icat", "n", "by_country", "method", "candidate_score")},
+           "model": first, "models": summaries, "headline": headline, "provenance": provenance}
+    if "robustness" in s:
+        # the first model's table is the folder's own: reports/stereo/<model_id>/robustness.csv
+        out["robustness"] = {**s["robustness"], "table": "robustness.csv"}
+    return out
 
 
 NOTHING_EVALUATED = {"status": "no instances to evaluate", "n": 0, "models": {}, "by_country": {},

@@ -8,44 +8,10 @@ from typing import Any
 
 import pandas as pd
 
-from stereolens.figures import save_figure
 from stereolens.io import write_text
 from stereolens.report.markdown import format_cell, format_estimate, format_value, markdown_table
-
-
-def saturation_figure(curve: pd.DataFrame, stem: Path) -> None:
-    """Cumulative new stereotypes per round (new to that point of view), one line per country x category x point of view."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for (c, k, v), part in curve.groupby(["country", "category", "pov"], sort=True):
-        ax.plot(part["round"], part["cumulative"], marker="o", label=f"{c} / {k} / {v}")
-    ax.set_xlabel("round")
-    ax.set_ylabel("new to its point of view (cumulative, after merging)")
-    ax.set_title("Retrieval saturation (generator output: machine)")
-    if len(curve):
-        ax.set_xticks(range(1, int(curve["round"].max()) + 1))
-        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1))
-    save_figure(fig, stem)
-
-
-def evaluation_figure(by_country: pd.DataFrame, stem: Path, *, title: str) -> None:
-    """ss, lms and icat per country with their bootstrap intervals; ss = 50 is no preference."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    data = by_country.reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    x = np.arange(len(data))
-    for j, name in enumerate(("ss", "lms", "icat")):
-        err = [data[name] - data[f"{name}_ci_low"], data[f"{name}_ci_high"] - data[name]] if f"{name}_ci_low" in data else None
-        ax.bar(x + (j - 1) * 0.27, data[name], width=0.27, yerr=err, capsize=2, label=name)
-    ax.axhline(50, color="#c44e52", linestyle="--", linewidth=1)
-    ax.set_xticks(x, data["country"].astype(str))
-    ax.set_ylim(0, 105)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    save_figure(fig, stem)
+from stereolens.stats.robustness import TABLE_FILE
+from stereolens.studies.stereo.inference import country_legend, undetected_country_lines
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -202,20 +168,91 @@ def _overlap_section(reports: Path, ovl: dict[str, Any]) -> list[str]:
 def _evaluation_section(reports: Path, ev: dict[str, Any]) -> list[str]:
     lines = ["", "## Evaluation (StereoSet ss / lms / icat)", ""]
     if ev.get("status"):
-        return [*lines, f"Not evaluated: {ev['status']}."]
+        return [*lines, f"Not evaluated: {ev['status']}.", *_paired_lines(ev.get("paired") or {})]
     if not ev:
         return lines
     lines += [f"Scoring: {ev.get('method')}. ss = 50 means no preference; intervals resample items.", ""]
     for label, s in (ev.get("models") or {}).items():
-        low, high = s.get("ss_ci", [float("nan"), float("nan")])
-        lines += [f"**{label}**: ss {format_estimate(s['ss'], low, high, unit='percent')}, "
-                  f"lms {format_estimate(s['lms'], unit='percent')}, icat {format_cell(s['icat'])} on {s['n']} "
+        low, high = s.get("ss_ci", [None, None])
+        lines += [f"**{label}**: ss {format_estimate(s['ss'], low, high, unit='percent')}, lms "
+                  f"{format_estimate(s['lms'], unit='percent')}, icat {format_cell(s['icat'])} on {format_cell(s['n'])} "
                   f"instances ({format_value(s.get('sources'))}).", ""]
-        bcn = reports / "evaluation" / label / "by_country.csv"
+        folder = reports / "evaluation" / label
+        bcn = folder / "by_country.csv"
         if bcn.exists():
             t = pd.read_csv(bcn)
             lines.append(markdown_table(t[[c for c in ("country", "ss", "ss_ci_low", "ss_ci_high", "lms", "icat", "n") if c in t]]))
-        bs = reports / "evaluation" / label / "by_source.csv"
+            if "share_untied" in t:
+                lines += _test_lines(t, s)
+        bs = folder / "by_source.csv"
         if bs.exists():
             lines += ["By instance source:\n", markdown_table(pd.read_csv(bs)[["source", "ss", "lms", "icat", "n"]])]
+        lines += _robustness_lines(folder / TABLE_FILE, s.get("robustness") or {})
+        lines += _paired_lines(s.get("paired") or (ev.get("paired") if label == ev.get("model") else None) or {})
     return lines
+
+
+def _test_lines(t: pd.DataFrame, s: dict[str, Any]) -> list[str]:
+    """Each country's test (the star), its clustered interval and MDE, the legend, and what the countries
+    that are not significant could not have found."""
+    settings = s.get("intervals") or {}
+    confidence = float(settings.get("confidence", 0.95))
+    per_country = t[t["country"] != "all"]
+    adjusted = per_country["alpha_adjusted"].dropna()
+    shown = t[[c for c in ("country", "n_untied", "share_untied", "ci_low", "ci_high", "ci_low_cluster",
+                           "ci_high_cluster", "n_clusters", "p_value", "p_holm", "p_bh", "significant", "mde",
+                           "mde_adjusted")
+               if c in t]]
+    legend = country_legend(int((per_country["n_untied"] > 0).sum()), confidence=confidence,
+                            adjusted_alpha=float(adjusted.iloc[0]) if len(adjusted) else 1 - confidence,
+                            n_resamples=int(settings.get("bootstrap", 0)))
+    return ["", "Each country's test (`by_country.csv`):", "", markdown_table(shown).rstrip("\n"), "", legend, "",
+            *undetected_country_lines(t, confidence=confidence)]
+
+
+def _robustness_lines(path: Path, block: dict[str, Any]) -> list[str]:
+    if not path.exists():
+        return []
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    table["reason"] = table["reason"].fillna("")  # the headline and plain variants need no reason
+    return ["", f"Robustness of the overall verdict (`{block.get('table', path.name)}`): the headline's decision "
+            f"**{block.get('headline_decision')}** survives {block.get('survives')} of {block.get('of')} variants that "
+            f"ran; {block.get('not_run')} not run (the reason is in the table). Each estimate is the share of "
+            "stereotypical wins among the variant's untied instances, its exact BCa interval and the same test as the "
+            "headline's. The per-token mean and the sum are re-aggregated from the stored scores and token counts "
+            "(ours: no second model pass); StereoSet's generative score needs a second pass "
+            "(`study.stereo.evaluation.generative_pass`, causal LMs only); a source kind that is every instance or "
+            "none is not run, since its variant would be the headline itself or empty.", "",
+            markdown_table(table).rstrip("\n"), ""]
+
+
+def _paired_lines(block: dict[str, Any]) -> list[str]:
+    if not block:
+        return []
+    lines = ["", "Paired comparison with the run's other models (`paired.json`; ours: the papers compare models by "
+             "their point estimates):", ""]
+    if not block.get("comparisons"):
+        return [*lines, f"None: {block.get('reason')}.", ""]
+    columns = ("model_a", "model_b", "cell", "n", "estimate_a", "estimate_b", "difference", "ci_low", "ci_high",
+               "p_value", "p_holm", "verdict", "mde")
+    table = pd.DataFrame(block["comparisons"])
+    return [*lines, markdown_table(table[[c for c in columns if c in table]]).rstrip("\n"), "",
+            f"Test: {block.get('test')}. Family: {block.get('family')}. The lms comparison (sign-flip test of the "
+            "per-instance lms indicator) is in `reports/stereo/paired.json` (`lms_comparisons`).", ""]
+
+
+def model_summary(evaluated: dict[str, Any], paired_file: Path, model_id: str, *,
+                  run_models: list[str] | None = None) -> dict[str, Any]:
+    """reports/stereo/<model_id>/summary.json: the evaluation's summary with the ``paired`` block of its model
+    (and of every model it evaluated, under ``models``); ``run_models`` name the run's models where the paired
+    file is not there yet."""
+    from stereolens.stats.paired import paired_block
+
+    summary = dict(evaluated)
+    summary["paired"] = paired_block(paired_file, str(evaluated.get("model") or model_id), stage="stereo-paired",
+                                     models=run_models)
+    if evaluated.get("models"):
+        summary["models"] = {label: {**entry, "paired": paired_block(paired_file, label, stage="stereo-paired",
+                                                                     models=run_models)}
+                             for label, entry in evaluated["models"].items()}
+    return summary

@@ -27,7 +27,7 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stages.common import load_params, stage_model
+from stereolens.stages.common import load_params, run_model_ids, stage_model
 from stereolens.stages.kit import (
     load_stage_model,
     model_dir,
@@ -52,6 +52,12 @@ RUNS = {
                              metrics=("threshold", "precision", "recall", "f1", "lexical_f1")),
     "overlap": declare_run(STUDY, "overlap", params=("study",)),
     "evaluate": declare_run(STUDY, "evaluate", params=("study",), metrics=("ss", "lms", "icat")),
+    # one metric per model pair and cell: the difference of the two models' shares (model_a minus model_b)
+    "paired": declare_run(STUDY, "paired", params=("study",), metrics=("difference.{pair}.{cell}",)),
+    # the report of one model: its differences from every model of the run, and its robustness counts
+    "report": declare_run(STUDY, "report", params=("study",),
+                          metrics=("paired.difference.{other}.{cell}", "robustness.survives", "robustness.of",
+                                   "robustness.not_run")),
 }
 INTERIM = Path("data/interim/stereo")
 PROCESSED = Path("data/processed/stereo")
@@ -121,7 +127,7 @@ def _cache_use(sim: Any) -> dict[str, int]:
 def retrieve(args: argparse.Namespace) -> None:
     """Retrieve stereotypes from the generator until saturation (raw responses kept)."""
     from stereolens.studies.stereo import retrieval as rt
-    from stereolens.studies.stereo.report import saturation_figure
+    from stereolens.studies.stereo.figures import saturation_figure
 
     p = _params(args, ("model", "seed", "tracking"),
                 ("language", "seed_dir", "countries", "categories", "points_of_view", "generator", "retrieval"))
@@ -426,9 +432,12 @@ def _scoring_setup(model: Any, score: str) -> dict[str, str]:
 
 @stage("stereo-evaluate", per_model=True)
 def evaluate(args: argparse.Namespace) -> None:
-    """ss / lms / icat per country for each evaluated model, candidates scored given the context."""
+    """ss / lms / icat per country for each evaluated model, candidates scored given the context; each country's
+    test, MDE and clustered interval; the robustness table of the overall verdict."""
+    from stereolens.stats.robustness import TABLE_FILE, robustness_block, robustness_table
     from stereolens.studies.stereo import evaluation as ev
-    from stereolens.studies.stereo.report import evaluation_figure
+    from stereolens.studies.stereo.inference import GENERATIVE, alternative_score_columns, robustness_rows
+    from stereolens.studies.stereo.figures import evaluation_figure
 
     p = _params(args, ("seed", "tracking"), ("language", "evaluation"))
     p["model"] = stage_model(args)
@@ -443,31 +452,42 @@ def evaluate(args: argparse.Namespace) -> None:
     # evaluation.models (extra evaluated models) go with the primary model's run; --model names one model otherwise
     models = (ecfg.get("models") if args.model is None else None) or [p["model"]]
     score = candidate_score(ecfg)
+    confidence = float(ecfg.get("confidence", 0.95))
     for mcfg in models:  # refuse a score a model cannot give before any model loads
         ev.check_candidate_score(mcfg["kind"], score)
     if instances.empty:
         # nothing validated was instantiated and the starter set is off: say so instead of stopping the report
         write_csv(processed / "scores.csv", pd.DataFrame(columns=["model", *instances.columns]))
         (reports / "evaluation").mkdir(parents=True, exist_ok=True)
-        write_study_summary(reports / "summary.json", ev.NOTHING_EVALUATED)
+        write_json(reports / "evaluation" / "summary.json", ev.NOTHING_EVALUATED)
+        write_csv(reports / TABLE_FILE, robustness_table([]))  # the declared output, with its columns and no row
         print("stereo-evaluate: no instances to evaluate")
         return
-    all_scores, summaries = [], {}
+    all_scores, summaries, robustness = [], {}, {}
     for mcfg in models:
         label = model_label(mcfg)
         started = time.perf_counter()
-        # StereoSet's generative score runs forward passes on the model's own torch modules: in this process
+        # StereoSet's generative score (the headline's, or the robustness table's second pass) runs forward passes
+        # on the model's own torch modules: in this process
+        second_pass = generative_pass(ecfg, mcfg["kind"], score)
         model = load_stage_model(mcfg, params_path=args.params, key="study.stereo.evaluation.models",
-                                 executor=score != "stereoset_generative")
+                                 executor=score != GENERATIVE and not second_pass)
         scores = ev.score_instances(model, mcfg["kind"], instances, score=score, cache=model.cache, progress=_progress())
+        if second_pass:
+            generative = ev.score_instances(model, mcfg["kind"], instances, score=GENERATIVE)
+            for column, stored in alternative_score_columns(GENERATIVE).items():
+                scores[stored] = generative[column]
         scores.insert(0, "model", label)
-        t = ev.tables(scores, n_resamples=int(ecfg.get("bootstrap", 1000)), seed=int(p["seed"]),
-                      confidence=float(ecfg.get("confidence", 0.95)))
+        t = ev.tables(scores, n_resamples=int(ecfg.get("bootstrap", 1000)), seed=int(p["seed"]), confidence=confidence)
         out = reports / "evaluation" / label
         for name, table in t.items():
             write_csv(out / f"{name}.csv", table)
+        robustness[label] = robustness_rows(scores, score=score, kind=mcfg["kind"], confidence=confidence)
+        write_csv(out / TABLE_FILE, robustness[label])
         evaluation_figure(t["by_country"], out / "ss_lms_icat_by_country", title=f"{label}: StereoSet scores per country")
-        s = ev.model_summary(t, kind=mcfg["kind"], score=score, instances=instances)
+        s = ev.model_summary(t, kind=mcfg["kind"], score=score, instances=instances, confidence=confidence,
+                             bootstrap=int(ecfg.get("bootstrap", 1000)))
+        s["robustness"] = robustness_block(robustness[label], table_file=f"evaluation/{label}/{TABLE_FILE}")
         summaries[label] = s
         all_scores.append(scores)
         with _run(p, "evaluate", model=label, scoring_model=mcfg,
@@ -478,15 +498,113 @@ def evaluate(args: argparse.Namespace) -> None:
         from stereolens.report.markdown import format_cell, format_estimate  # as the report writes them
 
         print(f"stereo-evaluate: {label} ss {format_estimate(s['ss'], unit='percent')} "
-              f"lms {format_estimate(s['lms'], unit='percent')} icat {format_cell(s['icat'])} on {s['n']} instances "
+              f"lms {format_estimate(s['lms'], unit='percent')} icat {format_cell(s['icat'])} on {s['n']} instances; "
+              f"verdict {s['robustness']['headline_decision']}, survives {s['robustness']['survives']} of "
+              f"{s['robustness']['of']} robustness variants ({s['robustness']['not_run']} not run) "
               f"in {time.perf_counter() - started:.0f}s")
     write_csv(processed / "scores.csv", pd.concat(all_scores, ignore_index=True))
+    first = model_label(models[0])
+    # the folder's model's table (the first evaluated model's) where every study keeps it
+    write_csv(reports / TABLE_FILE, robustness[first])
     validated_by = read_csv_checked(PROCESSED / "instances_provenance.csv", ["id"], what="instance provenance", dtype=str,
                                     keep_default_na=False)
     validated_by = validated_by[validated_by["id"].isin(instances["id"])].get("validation_source", pd.Series(dtype=str))
-    write_study_summary(reports / "summary.json",
-                        ev.study_summary(summaries, model_label(models[0]), score=score,
-                                         provenance=ev.study_provenance(instances, list(validated_by))))
+    # the report stage adds the paired comparisons and writes reports/stereo/<model_id>/summary.json from this
+    write_json(reports / "evaluation" / "summary.json",
+               ev.study_summary(summaries, first, score=score,
+                                provenance=ev.study_provenance(instances, list(validated_by))))
+
+
+def generative_pass(ecfg: dict[str, Any], kind: str, score: str) -> bool:
+    """Whether the evaluation scores the instances a second time with StereoSet's generative score (the robustness
+    table's variant): asked for (``study.stereo.evaluation.generative_pass``), a causal model, and not the
+    headline's own score already."""
+    from stereolens.studies.stereo.inference import GENERATIVE
+
+    return bool(ecfg.get("generative_pass", False)) and kind == "causal" and score != GENERATIVE
+
+
+# ---------------------------------------------------------------- paired
+
+
+@stage("stereo-paired")
+def paired(args: argparse.Namespace) -> None:
+    """Every two models of the run on the instances both scored: ss per country by McNemar's exact test, lms by a
+    sign-flip test -> reports/stereo/paired.csv, paired.json."""
+    from stereolens.studies.stereo.inference import paired_comparisons
+
+    p = _params(args, ("models", "seed", "tracking"), ("language", "evaluation"))
+    ecfg = p["study.stereo"]["evaluation"]
+    long, models, note = read_run_scores(list(p["models"] or {}), score=candidate_score(ecfg))
+    started = time.perf_counter()
+    table, document = paired_comparisons(long, models, confidence=float(ecfg.get("confidence", 0.95)),
+                                         seed=int(p["seed"]), note=note)
+    write_csv(REPORTS / "paired.csv", table)
+    write_json(REPORTS / "paired.json", document)
+    cells = ["all", *sorted(long["country"].astype(str).unique())] if len(long) else ["all"]
+    pairs = [f"{c['model_a']}__{c['model_b']}" for c in document["comparisons"]]
+    # a run schema's axis needs a value: with fewer than two models the one metric is "difference.none.all" (NaN)
+    axes = {"pair": list(dict.fromkeys(pairs)) or ["none"], "cell": cells}
+    metrics = {f"difference.{pair}.{cell}": None for pair in axes["pair"] for cell in cells}
+    metrics.update({f"difference.{c['model_a']}__{c['model_b']}.{c['cell']}": c["difference"]
+                    for c in document["comparisons"]})
+    with _run(p, "paired", axes=axes, tags={"models": ",".join(models)}) as run:
+        run.log_metrics(metrics)
+        run.log_artifact(REPORTS / "paired.csv")
+        run.log_artifact(REPORTS / "paired.json")
+    decided = [c for c in document["comparisons"] if c["verdict"] in ("model_a more", "model_b more")]
+    print(f"stereo-paired: {len(models)} models, {len(document['comparisons'])} comparisons, "
+          f"{len(decided)} with a difference detected" + ("" if document["comparisons"] else f" ({document['reason']})")
+          + f" in {time.perf_counter() - started:.0f}s")
+
+
+def read_run_scores(model_ids: list[str], *, score: str) -> tuple[pd.DataFrame, list[str], str | None]:
+    """Every per-instance score of the run's models (``data/processed/stereo/<model_id>/scores.csv``, which may hold
+    several evaluated models), one row per model and instance; the models in the order met; a note naming the
+    models that scored nothing."""
+    from stereolens.errors import DataError
+    from stereolens.studies.stereo.scores import SCORE_INPUT_COLUMNS, check_scores
+
+    frames, empty = [], []
+    for model_id in model_ids:
+        path = PROCESSED / model_id / "scores.csv"
+        if not path.is_file():
+            raise DataError(f"{path} not found: run `stereolens stage stereo-evaluate --model {model_id}` first")
+        # a model that evaluated nothing (no instances) wrote a header without score columns: nothing to compare
+        required = ["model", *SCORE_INPUT_COLUMNS] if _has_rows(path) else ["model", "id"]
+        df = read_csv_checked(path, required, what="stereo scores", dtype=str, keep_default_na=False)
+        if df.empty:
+            empty.append(model_id)
+            continue
+        # one evaluated model at a time: an instance id repeats once per model the file holds
+        for _, part in df.groupby("model", sort=False):
+            frames.append(check_scores(part, str(path), score=score).assign(_file=str(path)))
+    if not frames:
+        return pd.DataFrame(columns=["model", *SCORE_INPUT_COLUMNS]), [], _empty_note(empty)
+    long = pd.concat(frames, ignore_index=True)
+    # one model scored in two files (an evaluated model that is also the run's own): the same scores, kept once
+    twice = long.duplicated(["model", "id"], keep="first")
+    if twice.any():
+        columns = ["score_stereo", "score_anti", "score_unrelated"]
+        firsts = long.loc[~twice].set_index(["model", "id"])[columns]
+        repeats = long.loc[twice].set_index(["model", "id"])[columns]
+        differ = (firsts.loc[repeats.index] != repeats).any(axis=1)
+        if differ.any():
+            model, item = differ.index[differ.argmax()]
+            raise DataError(f"model {model!r} scored instance {item!r} differently in two scores files "
+                            f"({', '.join(sorted(set(long.loc[long['model'] == model, '_file'])))})")
+        long = long.loc[~twice]
+    return long.drop(columns="_file"), list(dict.fromkeys(long["model"].astype(str))), _empty_note(empty)
+
+
+def _has_rows(path: Path) -> bool:
+    """Whether a CSV has a line below its header."""
+    with open(path, encoding="utf-8-sig") as fh:
+        return next(fh, None) is not None and next(fh, "").strip() != ""
+
+
+def _empty_note(empty: list[str]) -> str | None:
+    return f"no instance scored by {', '.join(empty)} (nothing to evaluate there)" if empty else None
 
 
 # ---------------------------------------------------------------- report
@@ -494,9 +612,41 @@ def evaluate(args: argparse.Namespace) -> None:
 
 @stage("stereo-report", per_model=True)
 def report(args: argparse.Namespace) -> None:
-    """reports/stereo/<model_id>/report.md from every stage's outputs."""
-    from stereolens.studies.stereo.report import write_report
+    """reports/stereo/<model_id>/summary.json (the evaluation's, with the paired comparisons that involve the
+    model) and report.md from every stage's outputs."""
+    from stereolens.stats.paired import paired_metrics
+    from stereolens.studies.stereo.report import model_summary, write_report
 
-    p = _params(args, (), ("name", "language", "countries", "categories", "points_of_view"))
-    path = write_report(REPORTS, p["study.stereo"], model_dir(REPORTS, stage_model(args)))
+    p = _params(args, ("tracking",), ("name", "language", "countries", "categories", "points_of_view"))
+    model_id = model_label(stage_model(args))
+    reports = model_dir(REPORTS, model_id)
+    evaluated = read_json_checked(reports / "evaluation" / "summary.json", what="stereo evaluation summary",
+                                  stage=f"stereo-evaluate --model {model_id}")
+    # the run's models name the paired metrics even before stereo-paired has run: every report run has the same keys
+    summary = model_summary(evaluated, REPORTS / "paired.json", model_id, run_models=run_model_ids(args.params))
+    write_study_summary(reports / "summary.json", summary)
+    path = write_report(REPORTS, p["study.stereo"], reports)
+    block, robustness = summary["paired"], summary.get("robustness") or {}
+    cells = ["all", *sorted(summary.get("by_country") or {})]
+    axes = {"other": block.get("models") or [model_id], "cell": cells}
+    with _run(p, "report", model=model_id, axes=axes) as run:
+        me = str(evaluated.get("model") or model_id)
+        run.log_metrics({**paired_metrics(block, me, cells),
+                         **{f"robustness.{k}": robustness.get(k) for k in ("survives", "of", "not_run")}})
+        run.log_artifact(path)
     print(f"stereo-report: {path}")
+
+
+def read_json_checked(path: Path, *, what: str, stage: str) -> dict[str, Any]:
+    """A JSON object another stage wrote, or one line naming the file and the stage that writes it."""
+    from stereolens.errors import DataError
+
+    if not path.is_file():
+        raise DataError(f"{what} {path} not found: run `stereolens stage {stage}` first")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DataError(f"{what} {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{what} {path}: a JSON object expected, got {type(data).__name__}")
+    return data
