@@ -100,6 +100,23 @@ def pcs_headline(summary: Mapping[str, Any]) -> Headline:
             "judge_gates_passed": {"passed": True, "FAILED": False}.get(str(gates))}
 
 
+def seegull_headline(summary: Mapping[str, Any]) -> Headline:
+    """Per locale: the AUC of the association for stereotype- against not-stereotype-majority tuples and Spearman
+    with the vote share (the intervals stay in summary.json); per cross-locale pair, the other locale's verdict
+    coefficient."""
+    locales = summary.get("by_locale")
+    if not isinstance(locales, Mapping):
+        return {}
+    found: Headline = {}
+    for locale, block in locales.items():
+        for key in ("auc", "spearman"):
+            found[f"{locale}.{key}"] = _number((block or {}).get(key))
+    for fit in summary.get("cross_locale") or []:
+        other = (fit.get("other locale's verdict") or {}) if isinstance(fit, Mapping) else {}
+        found[f"{fit.get('locale')}~{fit.get('other_locale')}.other_verdict"] = _number(other.get("estimate"))
+    return found
+
+
 HEADLINES: dict[str, Callable[[Mapping[str, Any]], Headline]] = {
     "crows": crows_headline,
     "pairs": pairs_headline,
@@ -107,6 +124,7 @@ HEADLINES: dict[str, Callable[[Mapping[str, Any]], Headline]] = {
     "heads": heads_headline,
     "leakage": leakage_headline,
     "pcs": pcs_headline,
+    "seegull": seegull_headline,
 }
 
 
