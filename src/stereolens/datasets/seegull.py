@@ -119,7 +119,7 @@ def tuples_schema(annotators: int = ANNOTATORS_PER_TUPLE) -> pa.DataFrameSchema:
     """A SeeGULL stereotypes file: text identity and attribute (a tuple once), whole-number votes summing to the
     annotators, an offensiveness score on the dataset's scale or blank, the English translations."""
     low, high = OFFENSIVENESS_RANGE
-    votes = list(VOTE_COLUMNS)
+    votes = [c for c in SEEGULL_COLUMNS if c in VOTE_COLUMNS]  # in the file's order
 
     def sums_to_annotators(df: pd.DataFrame) -> pd.Series:
         counts = df[votes].apply(lambda s: pd.to_numeric(s.astype(str).str.strip(), errors="coerce"))
