@@ -64,8 +64,10 @@ def associations_schema(max_votes: int = 1000) -> pa.DataFrameSchema:
 def checked_associations(frame: pd.DataFrame, where: str) -> pd.DataFrame:
     """``frame`` validated, the votes as integers and the verdict and vote share recomputed from them (never
     read from the file), so every number below traces to the annotators' votes."""
-    table = validate_table(frame, associations_schema(), where)
-    table = table.copy()
+    if "mean_offensive_score" in frame:
+        # a blank score is missing (some Arabic tuples have none), as the SeeGULL reader reads it
+        frame = frame.assign(mean_offensive_score=frame["mean_offensive_score"].replace("", None))
+    table = validate_table(frame, associations_schema(), where).copy()
     for column in ("stereotype_votes", "non_stereotype_votes", "unsure_votes"):
         table[column] = pd.to_numeric(table[column].astype(str).str.strip()).astype(int)
     table["n_annotators"] = table[["stereotype_votes", "non_stereotype_votes", "unsure_votes"]].sum(axis=1)
