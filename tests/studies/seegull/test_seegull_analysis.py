@@ -176,5 +176,9 @@ def test_the_plan_counts_the_stages_requests(data_mirror):
     config = compose([f"study.seegull.data={data_mirror / 'seegull_multilingual'}"])
     rows = pd.DataFrame(plan(config))
     assert set(rows["model"]) == set(config["models"]) and set(rows["language"]) == {"es-MX", "es-ES", "hi-IN"}
-    # two templates per language: 200 tuples x 2 identity sentences per locale, plus the generic ones
-    assert (rows["count"] > 400).all() and rows["note"].str.startswith("200 tuples; 400 identity").all()
+    # one template per language in the default: 200 tuples, 200 identity sentences per locale, plus the generic ones
+    assert (rows["count"] > 200).all() and rows["note"].str.startswith("200 tuples; 200 identity").all()
+    paper = compose([f"study.seegull.data={data_mirror / 'seegull_multilingual'}", "study/seegull=paper",
+                     "study.seegull.locales=[es-MX]", "study.seegull.analysis.cross_locale=[]"])
+    (row,) = [r for r in plan(paper) if r["model"] == paper["model"]["id"]]
+    assert row["note"].startswith("1745 tuples; 3490 identity")  # every tuple, both Spanish templates

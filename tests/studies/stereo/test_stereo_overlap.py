@@ -9,6 +9,7 @@ import pytest
 
 from stereolens.errors import DataError
 from stereolens.studies.stereo import overlap as ov
+from stereolens.studies.stereo.seegull_reference import seegull_overlaps
 
 
 def table(rows):
@@ -137,7 +138,7 @@ def test_seegull_overlap_in_both_directions_and_a_country_without_a_locale(tmp_p
     cfg = {"data": str(seegull_folder(tmp_path)), "locales": {"Mexico": "es-MX", "Spain": "es-ES"},
            "statement": "{identity} son {attribute}."}
     countries = ["Mexico", "Spain", "Argentina"]
-    table, matches, status = ov.seegull_overlaps(SEEGULL_VALIDATED, cfg, countries, ["gender", "race"],
+    table, matches, status = seegull_overlaps(SEEGULL_VALIDATED, cfg, countries, ["gender", "race"],
                                                  ov.Matcher(0.6, 0.8), ov.Adjudication())
     t = table.set_index(["direction", "country", "category"])
     # Mexico: 1 of its 3 validated stereotypes is among es-MX's 3 stereotype-majority tuples (MX-2's tuple has 1 vote)
@@ -153,7 +154,7 @@ def test_seegull_overlap_in_both_directions_and_a_country_without_a_locale(tmp_p
                                                                                       "normalised"]]
     assert status["by_country"]["Mexico"]["seegull_in_study"] == {"present": 1, "n": 3, "share": pytest.approx(1 / 3)}
     assert status["without_locale"] == ["Argentina"]
-    missing = ov.seegull_overlaps(SEEGULL_VALIDATED, {**cfg, "data": str(tmp_path / "none")}, countries, ["gender"],
+    missing = seegull_overlaps(SEEGULL_VALIDATED, {**cfg, "data": str(tmp_path / "none")}, countries, ["gender"],
                                   ov.Matcher(), ov.Adjudication())
     assert missing[0] is None and missing[2]["status"] == "not available"
 
@@ -161,10 +162,10 @@ def test_seegull_overlap_in_both_directions_and_a_country_without_a_locale(tmp_p
 def test_seegull_tuples_need_the_same_target_class_not_the_same_category(tmp_path):
     cfg = {"data": str(seegull_folder(tmp_path)), "locales": {"Mexico": "es-MX"}, "statement": "{identity} son {attribute}."}
     other_target = table([("MX-9", "Mexico", "gender", "suegras", "Mujeres son chismosas.")])
-    table_, _, _ = ov.seegull_overlaps(other_target, cfg, ["Mexico"], ["gender"], ov.Matcher(0.6, 0.8), ov.Adjudication())
+    table_, _, _ = seegull_overlaps(other_target, cfg, ["Mexico"], ["gender"], ov.Matcher(0.6, 0.8), ov.Adjudication())
     assert table_.set_index(["direction", "category"]).loc[("study_in_seegull", "overall"), "present"] == 0
     other_category = table([("MX-8", "Mexico", "age", "mujeres", "Mujeres son chismosas.")])
-    table_, _, _ = ov.seegull_overlaps(other_category, cfg, ["Mexico"], ["age"], ov.Matcher(0.6, 0.8), ov.Adjudication())
+    table_, _, _ = seegull_overlaps(other_category, cfg, ["Mexico"], ["age"], ov.Matcher(0.6, 0.8), ov.Adjudication())
     assert table_.set_index(["direction", "category"]).loc[("study_in_seegull", "overall"), "present"] == 1
 
 
@@ -174,14 +175,14 @@ def test_adjudication_of_a_seegull_tuple_overrides_and_an_unknown_one_is_refused
                  columns=["left_id", "right_id", "decision"]).to_csv(tmp_path / "adj.csv", index=False)
     adj = ov.load_adjudication(tmp_path / "adj.csv")
     ov.country_overlap(SEEGULL_VALIDATED, ["Mexico"], ["gender"], ov.Matcher(), adj)  # SeeGULL ids are not its to check
-    t, _, _ = ov.seegull_overlaps(SEEGULL_VALIDATED, cfg, ["Mexico"], ["gender", "race"], ov.Matcher(0.6, 0.8), adj)
+    t, _, _ = seegull_overlaps(SEEGULL_VALIDATED, cfg, ["Mexico"], ["gender", "race"], ov.Matcher(0.6, 0.8), adj)
     t = t.set_index(["direction", "category"])
     assert t.loc[("study_in_seegull", "gender"), "present"] == 0 and t.loc[("study_in_seegull", "race"), "present"] == 1
     pd.DataFrame([("MX-1", "seegull-es-MX-3", "present")], columns=["left_id", "right_id", "decision"]).to_csv(
         tmp_path / "adj2.csv", index=False)  # line 3 is MX-2's tuple: 1 of 3 votes, not a SeeGULL stereotype
     with pytest.raises(DataError, match=r"adj2.csv line 2, column right_id: 'seegull-es-MX-3' is not a SeeGULL "
                                         r"stereotype of es-MX"):
-        ov.seegull_overlaps(SEEGULL_VALIDATED, cfg, ["Mexico"], ["gender"], ov.Matcher(),
+        seegull_overlaps(SEEGULL_VALIDATED, cfg, ["Mexico"], ["gender"], ov.Matcher(),
                             ov.load_adjudication(tmp_path / "adj2.csv"))
 
 

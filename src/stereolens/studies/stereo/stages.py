@@ -344,6 +344,7 @@ def _threshold(scfg: dict[str, Any], sim: Any) -> tuple[float | None, dict[str, 
 def overlap(args: argparse.Namespace) -> None:
     """Tables 1-5 (between countries) and 11-12 (CrowS-Pairs, StereoSet)."""
     from stereolens.studies.stereo import overlap as ov
+    from stereolens.studies.stereo.seegull_reference import seegull_overlaps
     from stereolens.studies.stereo.similarity import JudgeSimilarity
 
     p = _params(args, ("model", "seed", "tracking"), ("language", "seed_dir", "countries", "categories", "overlap"))
@@ -368,7 +369,7 @@ def overlap(args: argparse.Namespace) -> None:
     tables, external = ov.external_overlaps(validated, {k: ocfg.get(k) for k in ("crows", "stereoset")}, cfg["countries"],
                                             cfg["categories"], matcher, adjudication)
     # the human reference of the same locales (Mexico: es-MX, Spain: es-ES), both directions; refusals before any file
-    seegull_table, seegull_matches, external["seegull_multilingual"] = ov.seegull_overlaps(
+    seegull_table, seegull_matches, external["seegull_multilingual"] = seegull_overlaps(
         validated, ocfg.get("seegull"), cfg["countries"], cfg["categories"], matcher, adjudication)
     write_csv(rep / "tables1_5_between_countries.csv", shares.assign(**decision))
     write_csv(rep / "matched_pairs.csv", pairs)
