@@ -27,7 +27,8 @@ from chromium import open_browser  # noqa: E402
 
 PARAMS = {"model": {"id": "tiny-clm", "name": "tests/tiny", "kind": "causal", "backend": "hf", "revision": None},
           "models": {"tiny-clm": {"id": "tiny-clm", "dtype": "bfloat16"}, "tiny-chat": {"id": "tiny-chat"}},
-          "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}, "crows": {}, "stereo": {}}}
+          "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}, "crows": {}, "stereo": {},
+                    "seegull": {}}}
 
 
 def _figure(stem: Path) -> None:
@@ -64,6 +65,21 @@ def site(tmp_path_factory) -> Path:
         (reports / "stereo" / model).mkdir(parents=True)
         json.dump({"model": model, "ss": 60.0, "lms": 80.0, "icat": 64.0, "ss_ci": [50.0, 70.0],
                    "provenance": {"source": {"authored": 40}}}, open(reports / "stereo" / model / "summary.json", "w"))
+    # seegull (issue 34): a locale's AUC and Spearman for the base model, with its figure; the chat model skipped
+    seegull = reports / "seegull" / "tiny-clm"
+    _figure(seegull / "figures" / "association_es-MX")
+    (seegull / "report.md").write_text("# SeeGULL\n\n**Limits.** Each tuple was judged by 3 annotators.\n")
+    json.dump({"model": "tiny-clm", "skipped": None, "by_locale": {"es-MX": {
+        "auc": 0.612, "auc_low": 0.55, "auc_high": 0.671, "auc_ci": [0.55, 0.671], "spearman": 0.204,
+        "spearman_ci": [0.1, 0.3], "n_stereotype": 100, "n_not": 100, "n_identities": 150, "n_tuples": 200}},
+        "headline": {"AUC es-MX": 0.612, "AUC es-MX low": 0.55, "AUC es-MX high": 0.671, "Spearman es-MX": 0.204},
+        "provenance": {"annotation_source": "human", "translation_status": "source", "source": {"authored": 1},
+                       "notes": ["SeeGULL Multilingual, licence CC BY 4.0; attribution: Bhutani et al. 2024."]}},
+              open(seegull / "summary.json", "w"))
+    (reports / "seegull" / "tiny-chat").mkdir(parents=True)
+    json.dump({"model": "tiny-chat", "skipped": "ILPS needs a causal or seq2seq model's log-probabilities",
+               "by_locale": {}, "provenance": {"annotation_source": "human"}},
+              open(reports / "seegull" / "tiny-chat" / "summary.json", "w"))
     build_site(sorted(PARAMS["study"]), PARAMS, reports)
     return reports
 
@@ -81,7 +97,8 @@ def browser(tmp_path_factory):
     b.close()
 
 
-PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absentstudy.html", "site/crows.html"]
+PAGES = ["index.html", "site/simstudy.html", "site/cleanstudy.html", "site/absentstudy.html", "site/crows.html",
+         "site/seegull@tiny-clm.html"]
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -99,6 +116,9 @@ def test_every_page_loads_cleanly_in_chromium(site, browser, screenshots, page):
         assert "Read with care" not in result["text"] and "0.5" in result["text"]
     if page == "site/absentstudy.html":
         assert "No report yet" in result["text"]
+    if page == "site/seegull@tiny-clm.html":
+        assert result["n_images"] == 1 and "3 annotators" in result["text"] and "CC BY 4.0" in result["text"]
+        assert "authored by the project" in result["text"]  # the authored templates raise the banner
 
 
 def test_the_browser_check_catches_a_missing_image(site, browser, tmp_path):
@@ -124,12 +144,16 @@ def test_index_opens_on_the_model_profile_with_links_that_resolve(site, browser,
     assert '<span class="prov">human</span>' in index and '<span class="prov unreviewed">authored</span>' in index
     assert "Provenance words" in text
     profile = index[index.index("Model profile"):index.index("<h2>Studies</h2>")]
-    assert profile.count("<tr><th>tiny-clm</th>") == 2 and profile.count("<tr><th>tiny-chat</th>") == 2
+    assert profile.count("<tr><th>tiny-clm</th>") == 3 and profile.count("<tr><th>tiny-chat</th>") == 3
     links = re.findall(r'href="([^"]+)"', profile)
-    assert len(links) == 2 + 2 * (1 + 3)  # the two study headings, then every cell
+    assert len(links) == 3 + 2 * (1 + 3 + 2)  # the three study headings, then every cell
     # the study headings link to the study's page, every cell to its model's page of that study
-    assert set(links) == {"site/crows.html", "site/stereo.html", *(f"site/{study}@{model}.html"
-                          for study in ("crows", "stereo") for model in ("tiny-clm", "tiny-chat"))}
+    assert set(links) == {"site/crows.html", "site/stereo.html", "site/seegull.html",
+                          *(f"site/{study}@{model}.html" for study in ("crows", "stereo", "seegull")
+                            for model in ("tiny-clm", "tiny-chat"))}
+    # the seegull column group: the AUC with its interval and Spearman per locale, the skipped model's reason
+    assert "0.612 [0.55, 0.671]\nhuman, authored" in text and "0.204 [0.1, 0.3]" in text
+    assert "n/a: skipped: ILPS needs a causal or seq2seq model's log-probabilities" in text
     for link in links:
         assert (site / link).is_file(), link
 
