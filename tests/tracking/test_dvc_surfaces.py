@@ -45,7 +45,7 @@ SUMMARIES = {
                 "cross_locale": [{"locale": "es-MX", "other_locale": "es-ES", "n_aligned": 40,
                                   "own verdict": {"estimate": 0.3}, "other locale's verdict": {"estimate": 0.1}},
                                  {"locale": "es-ES", "other_locale": "es-MX", "n_aligned": 4, "note": "too few"}],
-                "headline": {"AUC es-MX": 0.61}},
+                "headline": {"AUC es-MX": 0.61}, "locales": ["es-MX", "es-ES", "hi-IN"]},
 }
 HEADLINE_COLUMNS = {
     "crows": {"bias_score": 0.6, "ci_low": 0.55, "ci_high": 0.65},
@@ -72,6 +72,13 @@ def _stage_bodies(spec: dict):
 @pytest.mark.parametrize("study", STUDIES)
 def test_each_study_headline_is_its_few_comparable_numbers(study):
     assert HEADLINES[study](SUMMARIES[study]) == HEADLINE_COLUMNS[study]
+
+
+def test_a_skipped_seegull_model_has_the_same_headline_columns_all_null():
+    skipped = {"skipped": "ILPS needs log-probabilities", "locales": ["es-MX", "es-ES", "hi-IN"], "by_locale": {},
+               "cross_locale": [{"locale": "es-MX", "other_locale": "es-ES", "n_aligned": 0},
+                                {"locale": "es-ES", "other_locale": "es-MX", "n_aligned": 0}]}
+    assert HEADLINES["seegull"](skipped) == dict.fromkeys(HEADLINE_COLUMNS["seegull"])
 
 
 def test_about_twenty_headline_columns_across_studies():

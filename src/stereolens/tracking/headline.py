@@ -104,13 +104,14 @@ def seegull_headline(summary: Mapping[str, Any]) -> Headline:
     """Per locale: the AUC of the association for stereotype- against not-stereotype-majority tuples and Spearman
     with the vote share (the intervals stay in summary.json); per cross-locale pair, the other locale's verdict
     coefficient."""
-    locales = summary.get("by_locale")
-    if not isinstance(locales, Mapping):
+    by_locale = summary.get("by_locale")
+    if not isinstance(by_locale, Mapping):
         return {}
     found: Headline = {}
-    for locale, block in locales.items():
+    # every locale of the run, measured or not (a skipped model's are null), so the columns match across models
+    for locale in dict.fromkeys([*(summary.get("locales") or []), *by_locale]):
         for key in ("auc", "spearman"):
-            found[f"{locale}.{key}"] = _number((block or {}).get(key))
+            found[f"{locale}.{key}"] = _number((by_locale.get(locale) or {}).get(key))
     for fit in summary.get("cross_locale") or []:
         other = (fit.get("other locale's verdict") or {}) if isinstance(fit, Mapping) else {}
         found[f"{fit.get('locale')}~{fit.get('other_locale')}.other_verdict"] = _number(other.get("estimate"))

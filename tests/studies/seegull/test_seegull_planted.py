@@ -78,6 +78,12 @@ def planted_run(tmp_path_factory):
     raw.mkdir(parents=True)
     for locale, name in (("es-MX", "Spanish (es) in Mexico.csv"), ("es-ES", "Spanish (es) in Spain.csv")):
         (raw / name).write_text(seegull_file(rows[rows["locale"] == locale]), encoding="utf-8")
+    # the ingest record: every file's sha256 (re-checked when read), the licence and the attribution
+    from stereolens.io import sha256_file
+
+    (raw / "PROVENANCE.json").write_text(json.dumps({
+        "dataset": "seegull_multilingual", "license": "CC BY 4.0", "attribution": "Bhutani et al. 2024 (fixture)",
+        "upstream_commit": "589a2580", "files": [{"file": p.name, "sha256": sha256_file(p)} for p in raw.glob("*.csv")]}))
     seed = root / "data/seed/seegull"
     seed.mkdir(parents=True)
     pd.DataFrame([{"language": "es", "template_id": "son", "template": TEMPLATE, "generic": "las personas",
@@ -199,6 +205,10 @@ def test_the_report_and_the_evaluate_command_agree(planted_run, stages_done, tmp
         assert (report / name).is_file(), name
     text = (report / "report.md").read_text(encoding="utf-8")
     assert "3 annotators" in text and "dataset's authors" in text
+    # the licence and attribution of the ingest record, on the page and in the summary the site shows
+    assert "Dataset: Bhutani et al. 2024 (fixture); licence CC BY 4.0; upstream commit 589a2580." in text
+    assert (summary["dataset"]["license"], summary["dataset"]["attribution"]) == ("CC BY 4.0", "Bhutani et al. 2024 (fixture)")
+    assert any("licence CC BY 4.0; attribution: Bhutani et al. 2024 (fixture)" in n for n in summary["provenance"]["notes"])
     assert summary["provenance"]["annotation_source"] == "human" and summary["provenance"]["source"] == {"authored": 1}
     assert main(["seegull", "evaluate", "--associations", str(root / f"data/processed/seegull/{MODEL_ID}/associations.csv"),
                  "--output", str(tmp_path / "out"), "--seegull", str(root / "data/raw/seegull_multilingual"),

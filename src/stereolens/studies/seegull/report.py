@@ -174,8 +174,10 @@ def report_markdown(summary: Mapping[str, Any], table: pd.DataFrame, cross: pd.D
               "- The verdict is the majority of the three votes (two of three); tuples without one (an unsure "
               "majority, or one vote each) enter the Spearman correlation but neither AUC class.",
               "- The interval resamples identities, not tuples: the tuples of one identity share its sentences.",
-              "", f"Dataset: {summary['dataset'].get('citation', 'SeeGULL Multilingual (Bhutani et al., ACL 2024)')}; "
-              f"licence {summary['dataset'].get('license') or 'CC BY 4.0'}."]
+              "", f"Dataset: {summary['dataset'].get('attribution') or 'SeeGULL Multilingual (Bhutani et al., ACL 2024)'}; "
+              f"licence {summary['dataset'].get('license') or 'CC BY 4.0'}"
+              + (f"; upstream commit {summary['dataset']['upstream_commit']}" if summary["dataset"].get("upstream_commit")
+                 else "") + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -183,12 +185,15 @@ def evaluate(associations: pd.DataFrame, output: str | os.PathLike, *, model: st
              pairs: Sequence[Sequence[str]] | None = None, resamples: int = 1000, confidence: float = 0.95, seed: int = 0,
              offensive_cut: float = 0.0, min_aligned: int = 10, method: Mapping[str, Any] | None = None,
              templates: pd.DataFrame | None = None, dataset: Mapping[str, Any] | None = None,
-             sample: str = "every tuple of the file", skipped: str | None = None) -> dict[str, Any]:
+             sample: str = "every tuple of the file", skipped: str | None = None,
+             locales: Sequence[str] | None = None) -> dict[str, Any]:
     """Every table, figure and the summary of one associations table under ``output`` (``associations`` already
     checked; ``verdicts``: the tuples the cross-locale partners' votes come from, the associations themselves when
-    None).  Returns the summary (not yet written: the caller writes it with the report contract's check)."""
+    None; ``locales``: the run's locales, the file's when None).  Returns the summary (not yet written: the caller
+    writes it with the report contract's check)."""
     output = Path(output)
-    locales = list(dict.fromkeys(associations["locale"]))
+    measured = list(dict.fromkeys(associations["locale"]))
+    locales = list(locales) if locales is not None else measured  # the run's locales, measured or not (a skip)
     table = locale_table(associations, resamples=resamples, confidence=confidence, seed=seed,
                          offensive_cut=offensive_cut)
     pairs = locale_pairs(locales, pairs)
@@ -211,7 +216,7 @@ def evaluate(associations: pd.DataFrame, output: str | os.PathLike, *, model: st
     write_csv(output / "aligned.csv", aligned)
     write_csv(output / "templates.csv", templates)
     (output / FIGURES).mkdir(parents=True, exist_ok=True)  # a declared output, even for a skipped model
-    for locale in locales:
+    for locale in measured:
         rows = associations[associations["locale"] == locale]
         locale_figure(rows, blocks[locale], output / FIGURES / f"association_{locale}", model=model)
     if blocks:

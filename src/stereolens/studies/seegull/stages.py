@@ -146,7 +146,7 @@ def seegull_report(args: argparse.Namespace) -> None:
                        min_aligned=int(analysis["min_aligned"]),
                        method={"reduction": scoring.get("reduction"), "aggregation": scoring.get("aggregation")},
                        templates=templates.reset_index(drop=True), dataset=dataset_record(study["data"]),
-                       sample=sample_description(study), skipped=scoring.get("skipped"))
+                       sample=sample_description(study), skipped=scoring.get("skipped"), locales=study["locales"])
     write_study_summary(reports / "summary.json", summary)
     locales = list(study["locales"])
     for locale in locales:
