@@ -121,7 +121,7 @@ def test_lineage_names_every_stage_md5_param_source_and_provenance_count(repo):
     text = format_lineage(info)
     assert "toy.limit = 4" in text and "licence CC BY 4.0" in text
     # the credit CC BY asks for travels with the licence
-    assert "attribution: A. Author. 2024. The Bank." in text
+    assert "attribution: A. Author. 2024. The Bank." in text and "files: bank.csv" in text
 
 
 def test_lineage_sees_a_stale_artefact(repo, tmp_path):

@@ -216,3 +216,17 @@ def test_the_report_and_the_evaluate_command_agree(planted_run, stages_done, tmp
     again = json.loads((tmp_path / "out/summary.json").read_text(encoding="utf-8"))
     assert again["by_locale"] == summary["by_locale"] and again["cross_locale"] == summary["cross_locale"]
     assert "es-MX: AUC" in capsys.readouterr().out
+
+
+def test_every_file_the_stages_wrote_is_an_output_dvc_yaml_declares(planted_run, stages_done):
+    """What `dvc repro` caches and `dvc checkout` restores: the two stages write nothing else."""
+    root = planted_run[0]
+    stages = yaml.safe_load((Path(__file__).resolve().parents[3] / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    declared = [str(next(iter(o)) if isinstance(o, dict) else o).replace("${item}", MODEL_ID)
+                for name in ("seegull_associate", "seegull_report")
+                for o in [*stages[name]["do"].get("outs", []), *stages[name]["do"].get("metrics", [])]]
+    written = [p.relative_to(root).as_posix() for folder in ("data/processed/seegull", "reports/seegull")
+               for p in (root / folder).rglob("*") if p.is_file()]
+    assert written and all(any(w == d or w.startswith(d + "/") for d in declared) for w in written), \
+        sorted(w for w in written if not any(w == d or w.startswith(d + "/") for d in declared))
+    assert all((root / d).exists() for d in declared)
