@@ -458,6 +458,39 @@ def _cases() -> list[Case]:
              in_tmp=True),
     ]
     cases += _issue35_cases(committed, triples, instantiate)
+    # --- seegull (issue 34): a bad SeeGULL file, refused by the associate stage before any model loads, and a bad
+    # associations file given to `seegull evaluate`
+    seegull_header = ("identity,attribute,non_stereotype,stereotype,unsure,mean_offensive_score,translated_identity,"
+                      "translated_attribute_list\n")
+    seegull_rows = "afganos,terrorista,0,3,0,4,afghans,terrorist\nsuecos,ordenados,2,1,0,-1,Swedes,tidy\n"
+    mexico = "data/raw/seegull_multilingual/Spanish (es) in Mexico.csv"
+
+    def seegull_stage(files: dict[str, str]) -> dict[str, str]:
+        params = with_value(committed, "study.seegull.locales", ["es-MX"])
+        params = with_value(params, "study.seegull.analysis.cross_locale", [])
+        return {"params.yaml": yaml.safe_dump(params, allow_unicode=True), **files,
+                "data/processed/seegull/gemma3-270m/associations.csv": "locale,identity\nes-MX,earlier\n"}
+
+    associations = ("locale,identity,attribute,stereotype_votes,non_stereotype_votes,unsure_votes,association\n"
+                    "es-MX,afganos,terrorista,3,0,0,-0.5\nes-MX,suecos,ordenados,2.5,1,0,0.1\n")
+    cases += [
+        Case("SeeGULL vote that is not a whole number", ["stage", "seegull-associate"],
+             "Spanish (es) in Mexico.csv line 3, column stereotype: stereotype vote count is not a whole number in "
+             "0..3, got '2.5'",
+             seegull_stage({mexico: seegull_header + seegull_rows.replace("2,1,0,-1", "2,2.5,0,-1")}), in_tmp=True),
+        Case("SeeGULL file missing a column", ["stage", "seegull-associate"], "missing column(s) unsure",
+             seegull_stage({mexico: seegull_header.replace(",unsure,", ",") + seegull_rows.replace(",0,4,", ",4,")
+                            .replace(",0,-1,", ",-1,")}), in_tmp=True),
+        Case("SeeGULL file of an unknown locale", ["stage", "seegull-associate"],
+             "SeeGULL file 'Klingon (kl) in Mexico.csv': unknown language 'Klingon'",
+             seegull_stage({mexico: seegull_header + seegull_rows,
+                            "data/raw/seegull_multilingual/Klingon (kl) in Mexico.csv": seegull_header + seegull_rows}),
+             in_tmp=True),
+        Case("seegull evaluate: a vote that is not a whole number",
+             ["seegull", "evaluate", "--associations", "{tmp}/a.csv", "--output", "{tmp}/earlier/seegull"],
+             "a.csv line 3, column stereotype_votes: stereotype_votes count is not a whole number in 0..1000, got '2.5'",
+             {"a.csv": associations}),
+    ]
     return cases
 
 

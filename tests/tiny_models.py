@@ -68,42 +68,83 @@ def build_masked_lm(out: Path) -> Path:
     return out
 
 
-def _byte_bpe(vocab_size: int, specials: list[str]):
+def _byte_bpe(vocab_size: int, specials: list[str], extra: list[str] | None = None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(
-        corpus(),
+        corpus() + list(extra or []),
         trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
     )
     return tok
 
 
+def _bos_tokenizer(extra: list[str] | None = None):
+    """A byte-level BPE tokenizer that prepends BOS, like Gemma's (trained on the corpus plus ``extra``)."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = _byte_bpe(600, ["<pad>", "<s>", "</s>", "<unk>"], extra)
+    bos_id = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+
+
+def _llama(fast, hidden: int = 32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128, bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.pad_token_id = fast.pad_token_id
+    return model
+
+
 def build_causal_lm(out: Path, *, chat_template: bool = True) -> Path:
     """Llama-style causal LM whose tokenizer prepends BOS, like Gemma's; with a chat template (an
     instruct model's shape) or, ``chat_template=False``, without one (a base model's shape)."""
-    from tokenizers import processors
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = _byte_bpe(600, ["<pad>", "<s>", "</s>", "<unk>"])
-    bos_id = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    fast = _bos_tokenizer()
     if chat_template:
         fast.chat_template = (
             "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
         )
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=128, bos_token_id=fast.bos_token_id,
-        eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config.pad_token_id = fast.pad_token_id
+    model = _llama(fast)
+    model.save_pretrained(out)
+    fast.save_pretrained(out)
+    return out
+
+
+def build_trained_causal_lm(out: Path, sentences: list[str], *, steps: int = 300, hidden: int = 64,
+                            batch: int = 32, lr: float = 3e-3, seed: int = 0) -> Path:
+    """The Llama-style causal LM of :func:`build_causal_lm` (no chat template), trained from its seeded start
+    for ``steps`` AdamW steps on ``sentences`` (BOS + sentence + EOS, batches drawn with ``seed``): a model
+    with associations planted by its corpus.  A few hundred steps take seconds on a CPU."""
+    fast = _bos_tokenizer(sentences)
+    model = _llama(fast, hidden)
+    encoded = [fast(s)["input_ids"] + [fast.eos_token_id] for s in sentences]
+    width = max(len(e) for e in encoded)
+    ids = torch.full((len(encoded), width), fast.pad_token_id)
+    for i, e in enumerate(encoded):
+        ids[i, : len(e)] = torch.tensor(e)
+    labels = ids.masked_fill(ids == fast.pad_token_id, -100)
+    attention = (ids != fast.pad_token_id).long()
+    generator = torch.Generator().manual_seed(seed)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        rows = torch.randint(0, len(encoded), (batch,), generator=generator)
+        loss = model(input_ids=ids[rows], attention_mask=attention[rows], labels=labels[rows]).loss
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    model.eval()
     model.save_pretrained(out)
     fast.save_pretrained(out)
     return out

@@ -62,6 +62,21 @@ def number_column(
     return pa.Column(float, checks=checks, nullable=nullable, coerce=True, required=required)
 
 
+def count_column(*, minimum: int = 0, maximum: int | None = None, what: str = "count") -> pa.Column:
+    """A whole number (a count of votes, of annotators) within ``[minimum, maximum]``, read as text: ``2.5``,
+    ``two`` and a blank are refused where they stand, never rounded or coerced."""
+    def whole(series: pd.Series) -> pd.Series:
+        text = series.astype(str).str.strip()
+        ok = text.str.fullmatch(r"[+-]?\d+")
+        values = pd.to_numeric(text.where(ok), errors="coerce")
+        within = values.ge(minimum) & (values.le(maximum) if maximum is not None else True)
+        return ok & within
+
+    shown = f"{minimum}..{maximum}" if maximum is not None else f">= {minimum}"
+    return pa.Column(None, checks=pa.Check(whole, error=f"{what} is not a whole number in {shown}", ignore_na=False),
+                     nullable=True, required=True)
+
+
 def choice_column(allowed: Iterable[Any], *, what: str = "value", required: bool = True) -> pa.Column:
     allowed = list(allowed)
     shown = ", ".join(map(str, allowed))
@@ -217,6 +232,7 @@ def _duplicate_message(df: pd.DataFrame, where: str, first_line: int, keys: list
 
 __all__ = [
     "choice_column",
+    "count_column",
     "judgements_schema",
     "number_column",
     "pairs_schema",

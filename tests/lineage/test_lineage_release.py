@@ -39,7 +39,7 @@ INGEST = textwrap.dedent("""\
     out = pathlib.Path("data/raw/bank"); out.mkdir(parents=True, exist_ok=True)
     shutil.copy("data/seed/bank.csv", out / "bank.csv")
     (out / "PROVENANCE.json").write_text(json.dumps({"dataset": "bank", "license": "CC BY 4.0",
-        "upstream_commit": "0123456789abcdef0123456789abcdef01234567", "source": "mirror",
+        "attribution": "A. Author. 2024. The Bank.", "upstream_commit": "0123456789abcdef0123456789abcdef01234567", "source": "mirror",
         "files": [{"file": "bank.csv"}]}))
 """)
 
@@ -120,6 +120,8 @@ def test_lineage_names_every_stage_md5_param_source_and_provenance_count(repo):
         "source": {"human": 3, "simulated": 1}, "translation_status": {"authored": 1, "source": 3}}
     text = format_lineage(info)
     assert "toy.limit = 4" in text and "licence CC BY 4.0" in text
+    # the credit CC BY asks for travels with the licence
+    assert "attribution: A. Author. 2024. The Bank." in text and "files: bank.csv" in text
 
 
 def test_lineage_sees_a_stale_artefact(repo, tmp_path):
@@ -164,7 +166,9 @@ def test_release_with_allow_unreviewed_says_so_first_and_checksums_everything(re
     for heading in ("## Motivation", "## Composition", "## Collection process", "## Uses", "## Distribution"):
         assert heading in datasheet
     assert "*A test of the release audit.*" in datasheet
-    assert "upstream commit `0123456789abcdef0123456789abcdef01234567`, licence CC BY 4.0" in datasheet
+    assert ("upstream commit `0123456789abcdef0123456789abcdef01234567`, licence CC BY 4.0; "
+            "attribution: A. Author. 2024. The Bank.") in datasheet
+    assert json.loads((out / "SOURCES.json").read_text(encoding="utf-8"))[0]["attribution"] == "A. Author. 2024. The Bank."
     assert (out / "data/data/processed/items.csv").read_bytes() == (repo / "data/processed/items.csv").read_bytes()
     sums = dict(reversed(line.split("  ", 1)) for line in (out / "SHA256SUMS").read_text().splitlines())
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {"SHA256SUMS"}

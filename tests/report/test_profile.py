@@ -19,6 +19,8 @@ from stereolens.report.profile import (PROVENANCE_WORDS, build_profile, profile_
 CLM, CHAT = "alpha-clm", "beta-chat"
 CHAT_SKIP = "CrowS-Pairs needs sentence log-likelihoods, which a chat model does not give"
 HUMAN = {"annotation_source": "human", "translation_status": "source", "machine_generated": False}
+SEEGULL_PROV = {"annotation_source": "human", "translation_status": "source", "source": {"authored": 4}}
+SEEGULL_SKIP = "ILPS needs a causal or seq2seq model's log-probabilities; beta-chat is 'chat'"
 
 
 def _write(path: Path, obj) -> None:
@@ -120,6 +122,16 @@ def reports(tmp_path: Path) -> Path:
            {"model": CLM, "value": "accuracy", "countries": [
                {"country": "Spain", "top_heads": "L16H1 (+0.094±0.060)", "probe_test_accuracy": 0.75,
                 "pruning_instances": 2}], "provenance": {"source": "authored"}})
+    # seegull: two locales for the base model (one with no stereotype-majority tuple, so no AUC); the chat model
+    # is skipped by the study itself (ILPS needs log-probabilities)
+    _write(root / "seegull" / CLM / "summary.json",
+           {"model": CLM, "skipped": None, "provenance": SEEGULL_PROV, "by_locale": {
+               "es-MX": {"auc": 0.612, "auc_ci": [0.55, 0.671], "spearman": 0.204, "spearman_ci": [0.1, 0.3],
+                         "n_stereotype": 100, "n_not": 100, "n_identities": 150, "n_tuples": 200},
+               "hi-IN": {"auc": None, "auc_ci": [None, None], "spearman": None, "spearman_ci": [None, None],
+                         "n_stereotype": 0, "n_not": 20, "n_identities": 9, "n_tuples": 20}}})
+    _write(root / "seegull" / CHAT / "summary.json",
+           {"model": CHAT, "skipped": SEEGULL_SKIP, "by_locale": {}, "provenance": SEEGULL_PROV})
     return root
 
 
@@ -188,6 +200,18 @@ EXPECTED = {
        for study in ("leakage", "pairs", "stereo", "pcs", "heads") for model in (CLM, CHAT)
        if (model, study) != (CHAT, "heads")},
     (CHAT, "heads", "robustness"): ("n/a: study not run for this model", "", "site/heads.html"),
+    # the seegull study (issue 34) writes no robustness block yet
+    (CLM, "seegull", "robustness"): ("n/a: not computed (no robustness block in summary.json)", "",
+                                     "site/seegull.html"),
+    (CHAT, "seegull", "robustness"): (f"n/a: skipped: {SEEGULL_SKIP}", "", "site/seegull.html"),
+    (CLM, "seegull", "AUC es-MX"): ("0.612 [0.550, 0.671]", "human, authored", "site/seegull.html"),
+    (CLM, "seegull", "Spearman es-MX"): ("0.204 [0.100, 0.300]", "human, authored", "site/seegull.html"),
+    (CLM, "seegull", "AUC hi-IN"): ("n/a: undefined for this run (a verdict class has no tuple)", "human, authored",
+                                    "site/seegull.html"),
+    (CLM, "seegull", "Spearman hi-IN"): ("n/a: undefined for this run (the association or the vote share is "
+                                         "constant)", "human, authored", "site/seegull.html"),
+    **{(CHAT, "seegull", measure): (f"n/a: skipped: {SEEGULL_SKIP}", "", "site/seegull.html")
+       for measure in ("AUC es-MX", "Spearman es-MX", "AUC hi-IN", "Spearman hi-IN")},
 }
 # the n behind each value (the terminal shows it after the value)
 EXPECTED_N = {(CLM, "crows", "bias score"): 1508, (CLM, "pairs", "bias (starter, en)"): 60,
@@ -218,7 +242,7 @@ def test_every_cell_of_two_models_profile(reports):
     assert chat_crows.reason == f"skipped: {CHAT_SKIP}" and chat_crows.value is None
     # the column groups come in the profile's study order
     assert list(dict.fromkeys(study for study, _ in profile.columns())) == ["crows", "leakage", "pairs", "stereo",
-                                                                           "pcs", "heads"]
+                                                                           "pcs", "heads", "seegull"]
 
 
 def test_models_are_found_without_being_named(reports):

@@ -29,7 +29,8 @@ from chromium import open_browser  # noqa: E402
 
 PARAMS = {"model": {"id": "tiny-clm", "name": "tests/tiny", "kind": "causal", "backend": "hf", "revision": None},
           "models": {"tiny-clm": {"id": "tiny-clm", "dtype": "bfloat16"}, "tiny-chat": {"id": "tiny-chat"}},
-          "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}, "crows": {}, "stereo": {}}}
+          "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}, "crows": {}, "stereo": {},
+                    "seegull": {}}}
 
 
 def _figure(stem: Path) -> None:
@@ -108,6 +109,21 @@ def site(tmp_path_factory) -> Path:
               open(reports / "crows" / "paired.json", "w"))
     # the run's pipeline state: the pages name it by the lock's hash
     (reports.parent / "dvc.lock").write_text("schema: '2.0'\nstages:\n  crows_score@tiny-clm:\n    cmd: x\n")
+    # seegull (issue 34): a locale's AUC and Spearman for the base model, with its figure; the chat model skipped
+    seegull = reports / "seegull" / "tiny-clm"
+    _figure(seegull / "figures" / "association_es-MX")
+    (seegull / "report.md").write_text("# SeeGULL\n\n**Limits.** Each tuple was judged by 3 annotators.\n")
+    json.dump({"model": "tiny-clm", "skipped": None, "by_locale": {"es-MX": {
+        "auc": 0.612, "auc_low": 0.55, "auc_high": 0.671, "auc_ci": [0.55, 0.671], "spearman": 0.204,
+        "spearman_ci": [0.1, 0.3], "n_stereotype": 100, "n_not": 100, "n_identities": 150, "n_tuples": 200}},
+        "headline": {"AUC es-MX": 0.612, "AUC es-MX low": 0.55, "AUC es-MX high": 0.671, "Spearman es-MX": 0.204},
+        "provenance": {"annotation_source": "human", "translation_status": "source", "source": {"authored": 1},
+                       "notes": ["SeeGULL Multilingual, licence CC BY 4.0; attribution: Bhutani et al. 2024."]}},
+              open(seegull / "summary.json", "w"))
+    (reports / "seegull" / "tiny-chat").mkdir(parents=True)
+    json.dump({"model": "tiny-chat", "skipped": "ILPS needs a causal or seq2seq model's log-probabilities",
+               "by_locale": {}, "provenance": {"annotation_source": "human"}},
+              open(reports / "seegull" / "tiny-chat" / "summary.json", "w"))
     build_site(sorted(PARAMS["study"]), PARAMS, reports)
     return reports
 
@@ -148,6 +164,9 @@ def test_every_page_loads_cleanly_in_chromium(site, browser, screenshots, page):
         assert "Read with care" not in result["text"] and "0.5" in result["text"]
     if page == "site/absentstudy.html":
         assert "No report yet" in result["text"]
+    if page == "site/seegull@tiny-clm.html":
+        assert result["n_images"] == 1 and "3 annotators" in result["text"] and "CC BY 4.0" in result["text"]
+        assert "authored by the project" in result["text"]  # the authored templates raise the banner
 
 
 def test_the_browser_check_catches_a_missing_image(site, browser, tmp_path):
@@ -174,14 +193,18 @@ def test_index_opens_on_the_model_profile_with_links_that_resolve(site, browser,
     assert '<span class="prov">human</span>' in index and '<span class="prov unreviewed">authored</span>' in index
     assert "Provenance words" in text
     profile = index[index.index("Model profile"):index.index("<h2>Studies</h2>")]
-    assert profile.count("<tr><th>tiny-clm</th>") == 2 and profile.count("<tr><th>tiny-chat</th>") == 2
+    assert profile.count("<tr><th>tiny-clm</th>") == 3 and profile.count("<tr><th>tiny-chat</th>") == 3
     links = re.findall(r'href="([^"]+)"', profile)
-    assert len(links) == 2 + 2 * (2 + 4)  # the two study headings, then every cell (robustness included)
+    # the three study headings, then every cell (robustness included): crows 2, stereo 4, seegull 3 (two measures)
+    assert len(links) == 3 + 2 * (2 + 4 + 3)
     # the study headings link to the study's page, every cell to its model's page of that study, and a
     # robustness the study computed to its table
-    assert set(links) == {"site/crows.html", "site/stereo.html", "crows/tiny-clm/robustness.csv",
-                          *(f"site/{study}@{model}.html" for study in ("crows", "stereo")
+    assert set(links) == {"site/crows.html", "site/stereo.html", "site/seegull.html", "crows/tiny-clm/robustness.csv",
+                          *(f"site/{study}@{model}.html" for study in ("crows", "stereo", "seegull")
                             for model in ("tiny-clm", "tiny-chat"))}
+    # the seegull column group: the AUC with its interval and Spearman per locale, the skipped model's reason
+    assert "0.612 [0.550, 0.671]\nhuman, authored" in text and "0.204 [0.100, 0.300]" in text
+    assert "n/a: skipped: ILPS needs a causal or seq2seq model's log-probabilities" in text
     for link in links:
         assert (site / link).is_file(), link
 
@@ -279,7 +302,8 @@ def test_every_headline_number_on_the_index_equals_its_study_pages(site, browser
         assert all(f"{value}\n{label}" in text for label, value in shown), (row["page"], shown)
         compared += len(shown)
     # simstudy's two, cleanstudy's two, crows' (a value and its robustness; the skipped model's reason), stereo's
-    assert compared == 2 + 2 + 2 + 1 + 2 * 4
+    # ... and seegull's (the base model's two measures and its robustness; the skipped model's reason)
+    assert compared == 2 + 2 + 2 + 1 + 2 * 4 + 3 + 1
 
 
 def test_every_page_names_the_run(site):

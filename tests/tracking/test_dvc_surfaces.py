@@ -18,7 +18,7 @@ from stereolens.stages.kit import write_study_summary
 from stereolens.tracking.headline import HEADLINES, study_of
 
 ROOT = Path(__file__).resolve().parents[2]
-STUDIES = ("crows", "pairs", "stereo", "heads", "leakage", "pcs")
+STUDIES = ("crows", "pairs", "stereo", "heads", "leakage", "pcs", "seegull")
 
 # Small summaries shaped as each study writes them (the keys the headline functions read, beside noise that
 # must not become a column); the expected headlines are written out by hand.
@@ -40,6 +40,13 @@ SUMMARIES = {
                 "edges": [{"from": "EN", "to": "HI"}]},
     "pcs": {"pcs": None, "cap_util": float("nan"), "hud": {"overall": 0.25}, "n_excluded": 24,
             "ldi": {"ur": {"deference": 3.0}}, "headline": {"PCS": None, "judge gates": "FAILED"}},
+    "seegull": {"by_locale": {"es-MX": {"auc": 0.61, "auc_low": 0.55, "auc_high": 0.67, "spearman": 0.2, "n_not": 100},
+                              "es-ES": {"auc": 0.52, "auc_low": 0.45, "auc_high": 0.6, "spearman": None, "n_not": 100},
+                              "hi-IN": {"auc": 0.5, "auc_low": 0.43, "auc_high": 0.58, "spearman": -0.01}},
+                "cross_locale": [{"locale": "es-MX", "other_locale": "es-ES", "n_aligned": 40,
+                                  "own verdict": {"estimate": 0.3}, "other locale's verdict": {"estimate": 0.1}},
+                                 {"locale": "es-ES", "other_locale": "es-MX", "n_aligned": 4, "note": "too few"}],
+                "headline": {"AUC es-MX": 0.61}, "locales": ["es-MX", "es-ES", "hi-IN"]},
 }
 HEADLINE_COLUMNS = {
     "crows": {"bias_score": 0.6, "share_untied": 0.6, "ci_low": 0.55, "ci_high": 0.65},
@@ -49,6 +56,8 @@ HEADLINE_COLUMNS = {
               "Spain.probe_test_accuracy": 0.5, "Spain.ss_before": 50.0, "Spain.ss_all_pruned": 25.0},
     "leakage": {"n_edges": 1, "n_edges_holm": 0, "n_fits": 8},
     "pcs": {"pcs": None, "cap_util": None, "hud": 0.25, "n_excluded": 24, "judge_gates_passed": False},
+    "seegull": {"es-MX.auc": 0.61, "es-MX.spearman": 0.2, "es-ES.auc": 0.52, "es-ES.spearman": None, "hi-IN.auc": 0.5,
+                "hi-IN.spearman": -0.01, "es-MX~es-ES.other_verdict": 0.1, "es-ES~es-MX.other_verdict": None},
 }
 
 
@@ -66,9 +75,18 @@ def test_each_study_headline_is_its_few_comparable_numbers(study):
     assert HEADLINES[study](SUMMARIES[study]) == HEADLINE_COLUMNS[study]
 
 
+def test_a_skipped_seegull_model_has_the_same_headline_columns_all_null():
+    skipped = {"skipped": "ILPS needs log-probabilities", "locales": ["es-MX", "es-ES", "hi-IN"], "by_locale": {},
+               "cross_locale": [{"locale": "es-MX", "other_locale": "es-ES", "n_aligned": 0},
+                                {"locale": "es-ES", "other_locale": "es-MX", "n_aligned": 0}]}
+    assert HEADLINES["seegull"](skipped) == dict.fromkeys(HEADLINE_COLUMNS["seegull"])
+
+
 def test_about_twenty_headline_columns_across_studies():
     columns = sum(len(HEADLINES[study](SUMMARIES[study])) for study in STUDIES)
-    assert columns == 24  # two heads countries and two starter languages, as in the default run
+    # two heads countries and two starter languages (24), and seegull's three locales with two cross-locale pairs
+    # (8), as in the default run
+    assert columns == 24 + 8
 
 
 def test_the_headline_file_sits_beside_a_study_summary_in_either_layout(tmp_path):
@@ -112,7 +130,7 @@ def test_every_plot_names_its_columns_and_reads_a_stage_output():
 def test_dvc_shows_the_headline_columns_and_draws_every_plot_from_its_sources(tmp_path):
     """`dvc metrics show --json` and `dvc plots show --json` on a project holding the repository's dvc.yaml,
     each study's headline written by write_study_summary and each plot source holding exactly the plot's x
-    and y columns: DVC reads 23 metric columns and draws every plot with its x and y fields."""
+    and y columns: DVC reads every non-null headline column and draws every plot with its x and y fields."""
     for name in ("dvc.yaml", "params.yaml"):
         (tmp_path / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
     subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True,

@@ -19,7 +19,7 @@ from stereolens.errors import ConfigError
 # the enumerated model fields: typed here so a wrong value is refused at compose time, not recorded in dvc.lock
 from stereolens.models.base import DTYPES, REDUCED_PRECISION_POLICIES
 
-STUDIES = ("crows", "heads", "leakage", "pairs", "pcs", "stereo")
+STUDIES = ("crows", "heads", "leakage", "pairs", "pcs", "seegull", "stereo")
 
 
 # --- building blocks (JSON Schema fragments) -------------------------------------------------------------------

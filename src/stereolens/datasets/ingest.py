@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,8 @@ class DatasetSpec:
     commit: str
     files: tuple[FileSpec, ...]
     description: str = ""
+    # the citation the licence asks for (CC BY: "appropriate credit"), carried with the licence
+    attribution: str = ""
 
 
 def load_registry(path: str | os.PathLike) -> dict[str, DatasetSpec]:
@@ -58,10 +61,17 @@ def load_registry(path: str | os.PathLike) -> dict[str, DatasetSpec]:
                 commit=entry["commit"],
                 files=files,
                 description=entry.get("description", ""),
+                attribution=entry.get("attribution", ""),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise DataError(f"dataset registry {path}: entry {name!r} is malformed (missing {exc})") from exc
     return registry
+
+
+def upstream_url(spec: DatasetSpec, fspec: FileSpec) -> str:
+    """The pinned download address of one file: its upstream path percent-encoded (SeeGULL's file names hold
+    spaces and parentheses, ``dataset/stereotypes/Spanish (es) in Mexico.csv``), the folders kept."""
+    return f"{spec.base_url}/{urllib.parse.quote(fspec.upstream, safe='/')}"
 
 
 def _fetch(spec: DatasetSpec, fspec: FileSpec, dest: Path, mirror: Path | None) -> str:
@@ -72,7 +82,7 @@ def _fetch(spec: DatasetSpec, fspec: FileSpec, dest: Path, mirror: Path | None) 
         shutil.copyfile(src, dest)
         # relative, so the provenance record (and its DVC hash) does not depend on where the mirror lives
         return f"mirror:{spec.name}/{fspec.name}"
-    url = f"{spec.base_url}/{fspec.upstream}"
+    url = upstream_url(spec, fspec)
     try:
         with urllib.request.urlopen(url, timeout=60) as resp, open(dest, "wb") as out:
             shutil.copyfileobj(resp, out)
@@ -108,6 +118,7 @@ def ingest_dataset(spec: DatasetSpec, output_dir: str | os.PathLike, *, mirror: 
             {
                 "dataset": spec.name,
                 "license": spec.license,
+                "attribution": spec.attribution,
                 "upstream_commit": spec.commit,
                 "source": "mirror" if mirror_path else "upstream",
                 "files": provenance,

@@ -238,7 +238,9 @@ def build_datasheet(spec: ReleaseSpec, *, problems: pd.DataFrame, gates: list[di
     recorded["composition"] += [f"- `{f['path']}`: {f['bytes']} bytes" + (f", {f['rows']} rows" if f.get("rows") is not None else "")
                                 + (f"; provenance {f['provenance']}" if f.get("provenance") else "") for f in files]
     recorded["collection"] += [f"- ingested `{r.get('dataset')}` ({r.get('source')}): upstream commit "
-                               f"`{r.get('upstream_commit')}`, licence {r.get('license')}" for r in ingested.values()]
+                               f"`{r.get('upstream_commit')}`, licence {r.get('license')}"
+                               + (f"; attribution: {r['attribution']}" if r.get("attribution") else "")
+                               for r in ingested.values()]
     recorded["collection"] += [f"- model `{m.get('id')}` ({m.get('kind')}, {m.get('backend')}), revision "
                                f"{m.get('revision')}, weights md5 {m.get('weights_md5')}" for m in models.values()
                                if m.get("kind")]

@@ -264,6 +264,10 @@ def format_lineage(info: dict[str, Any]) -> str:
         for rec in info["ingested"]:
             lines.append(f"  {rec.get('dataset')}: licence {rec.get('license')}, upstream commit "
                          f"{rec.get('upstream_commit')}, {len(rec.get('files', []))} file(s) by sha256 ({rec['record']})")
+            if rec.get("attribution"):  # the credit the licence asks for (records written before it have none)
+                lines.append(f"    attribution: {rec['attribution']}")
+            if rec.get("files"):
+                lines.append("    files: " + ", ".join(str(f.get("file")) for f in rec["files"]))
     lines.append("models:")
     for m in info["models"]:
         lines.append(f"  {m['stage']}: {m.get('id')} name={m.get('name')} revision={m.get('revision')} "

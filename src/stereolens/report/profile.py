@@ -37,7 +37,7 @@ from stereolens.report.contract import EDGES, GATES, check_against, check_study_
 from stereolens.report.markdown import MISSING, format_cell, format_estimate, format_n
 from stereolens.report.words import measure_name
 
-PROFILE_STUDIES = ("crows", "leakage", "pairs", "stereo", "pcs", "heads")
+PROFILE_STUDIES = ("crows", "leakage", "pairs", "stereo", "pcs", "heads", "seegull")
 # what each provenance word under a value means (shown under the profile)
 PROVENANCE_WORDS = {
     "human": "written or judged by people (published datasets and surveys)",
@@ -396,11 +396,30 @@ def heads_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
     return cells
 
 
+def seegull_cells(summary: Mapping[str, Any], folder: Path) -> list[Cell]:
+    """Per locale, the AUC of the model's association for the tuples its annotators called stereotypes against
+    those they called not stereotypes (0.5: no agreement), then Spearman with the stereotype vote share."""
+    cells = []
+    for locale, block in (summary.get("by_locale") or {}).items():
+        low, high = _interval(block, "auc")
+        counts = (f"{format_cell(block.get('n_stereotype'))} stereotype vs {format_cell(block.get('n_not'))} "
+                  f"not-stereotype majority tuples, {format_cell(block.get('n_identities'))} identities; "
+                  "3 annotators per tuple")
+        cells.append(Cell("seegull", f"AUC {locale}", block.get("auc"), low, high, detail=counts,
+                          reason="" if block.get("auc") is not None else _undefined("a verdict class has no tuple")))
+        low, high = _interval(block, "spearman")
+        cells.append(Cell("seegull", f"Spearman {locale}", block.get("spearman"), low, high,
+                          detail=f"with the stereotype vote share, {format_cell(block.get('n_tuples'))} tuples",
+                          reason="" if block.get("spearman") is not None
+                          else _undefined("the association or the vote share is constant")))
+    return cells
+
+
 def _study_cells(study: str, summary: Mapping[str, Any], folder: Path, model: str) -> list[Cell]:
     if study == "stereo":
         return stereo_cells(summary, folder, model)
     reader = {"crows": crows_cells, "leakage": leakage_cells, "pairs": pairs_cells, "pcs": pcs_cells,
-              "heads": heads_cells}[study]
+              "heads": heads_cells, "seegull": seegull_cells}[study]
     return reader(summary, folder)
 
 

@@ -101,6 +101,24 @@ def pcs_headline(summary: Mapping[str, Any]) -> Headline:
             "judge_gates_passed": {"passed": True, "FAILED": False}.get(str(gates))}
 
 
+def seegull_headline(summary: Mapping[str, Any]) -> Headline:
+    """Per locale: the AUC of the association for stereotype- against not-stereotype-majority tuples and Spearman
+    with the vote share (the intervals stay in summary.json); per cross-locale pair, the other locale's verdict
+    coefficient."""
+    by_locale = summary.get("by_locale")
+    if not isinstance(by_locale, Mapping):
+        return {}
+    found: Headline = {}
+    # every locale of the run, measured or not (a skipped model's are null), so the columns match across models
+    for locale in dict.fromkeys([*(summary.get("locales") or []), *by_locale]):
+        for key in ("auc", "spearman"):
+            found[f"{locale}.{key}"] = _number((by_locale.get(locale) or {}).get(key))
+    for fit in summary.get("cross_locale") or []:
+        other = (fit.get("other locale's verdict") or {}) if isinstance(fit, Mapping) else {}
+        found[f"{fit.get('locale')}~{fit.get('other_locale')}.other_verdict"] = _number(other.get("estimate"))
+    return found
+
+
 HEADLINES: dict[str, Callable[[Mapping[str, Any]], Headline]] = {
     "crows": crows_headline,
     "pairs": pairs_headline,
@@ -108,6 +126,7 @@ HEADLINES: dict[str, Callable[[Mapping[str, Any]], Headline]] = {
     "heads": heads_headline,
     "leakage": leakage_headline,
     "pcs": pcs_headline,
+    "seegull": seegull_headline,
 }
 
 

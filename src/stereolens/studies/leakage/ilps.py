@@ -1,6 +1,8 @@
 """ILPS association scores (Kurita et al.): log P(trait | group template) minus log P(trait | generic
 template), for causal LMs (the trait's token log-probabilities, ``sum`` by default) and seq2seq LMs
-(span corruption; ``mean``, the leakage code's mT5 loss, by default)."""
+(span corruption; ``mean``, the leakage code's mT5 loss, by default).  The item scores are the scoring
+engine's (:mod:`stereolens.scoring.ilps`, shared with the seegull study); this module builds the leakage
+items and aggregates them into group x trait matrices."""
 
 from __future__ import annotations
 
@@ -10,8 +12,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from stereolens.errors import ConfigError
-from stereolens.scoring.continuations import causal_continuation_logprobs, is_hf_model, split_context
-from stereolens.scoring.shared_context import shared_context_logprobs
+from stereolens.scoring.ilps import causal_word_logprobs, group_follows_word, seq2seq_word_logprobs
 from stereolens.studies.leakage.items import (AssociationItem, TemplateAggregation, aggregate_scores, build_items,
                                               template_rows)
 from stereolens.studies.leakage.lexicon import Lexicon, select_groups
@@ -22,14 +23,9 @@ def ilps_causal_item_scores(
     cache: Any | None = None, batch_tokens: int | None = None, shared_context: bool = True,
 ) -> list[float]:
     """log P(trait word | sentence up to the slot) of every item (the suffix is not scored)."""
-    pairs = [split_context(it.prefix, it.trait_word) for it in items]
-    if shared_context:
-        scored = shared_context_logprobs(model, [p[0] for p in pairs], [p[1] for p in pairs], cache=cache)
-    else:
-        scored = causal_continuation_logprobs(
-            model, [p[0] for p in pairs], [p[1] for p in pairs], cache=cache, batch_tokens=batch_tokens
-        )
-    return [lp / n if reduction == "mean" else lp for lp, n in scored]
+    return causal_word_logprobs(model, [it.prefix for it in items], [it.trait_word for it in items],
+                                reduction=reduction, cache=cache, batch_tokens=batch_tokens,
+                                shared_context=shared_context)
 
 
 def ilps_seq2seq_item_scores(
@@ -40,20 +36,9 @@ def ilps_seq2seq_item_scores(
 
     ``mean`` is minus the model's loss on the target (the leakage code's mT5 score, EOS included).
     """
-    inputs = [it.prefix + sentinel_in + it.suffix for it in items]
-    targets = [f"{sentinel_in} {it.trait_word} {sentinel_out}" for it in items]
-    if is_hf_model(model):
-        from stereolens.scoring import score_seq2seq
-
-        cache = cache if cache is not None else getattr(model, "cache", None)
-        scores = score_seq2seq(model, None, inputs, targets, cache=cache)
-        pairs = [(s.logprob, s.n_tokens) for s in scores]
-    else:
-        from stereolens.models.base import LoglikelihoodRequest
-
-        res = model.loglikelihood([LoglikelihoodRequest(i, t) for i, t in zip(inputs, targets)])
-        pairs = [(r.logprob, r.n_tokens) for r in res]
-    return [lp / n if reduction == "mean" else lp for lp, n in pairs]
+    return seq2seq_word_logprobs(model, [it.prefix for it in items], [it.trait_word for it in items],
+                                 [it.suffix for it in items], reduction=reduction, sentinel_in=sentinel_in,
+                                 sentinel_out=sentinel_out, cache=cache)
 
 
 def check_causal_templates(lex: Lexicon, language: str, template_ids: Sequence[str] | None) -> None:
@@ -62,7 +47,7 @@ def check_causal_templates(lex: Lexicon, language: str, template_ids: Sequence[s
     rows = template_rows(lex, language, template_ids)
     for row in rows.itertuples(index=False):
         t = str(row.template)
-        if "{group}" in t and "{trait}" in t and t.index("{group}") > t.index("{trait}"):
+        if group_follows_word(t, "{group}", "{trait}"):
             raise ConfigError(
                 f"templates.csv {language}/{row.template_id} ({t!r}): {{group}} comes after {{trait}}, so causal "
                 "ILPS (log P(trait | text before it)) cannot see the group; use a template with the group first "

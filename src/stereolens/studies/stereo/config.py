@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from stereolens.config.schema import GENERATOR, boolean, either, fraction, integer, list_of, number, one_of, section, text
+from stereolens.config.schema import (GENERATOR, boolean, either, fraction, integer, list_of, mapping_of, number, one_of,
+                                      section, text)
 from stereolens.errors import ConfigError
 
 # the same tuples as prompts.MODES, retrieval.EXTRACTION_METHODS and similarity.METHODS (tests/studies/stereo pin
@@ -34,7 +35,8 @@ SCHEMA = section(
                                        threads=integer(1, null=True), threshold=either(fraction(), one_of(["calibrated"])),
                                        batch_size=integer(1), max_tokens=integer(1)),
                     target_threshold=fraction(),
-                    calibration=section(scenarios=text(), n_crows=integer(1), seed=integer(0))),
+                    calibration=section(scenarios=text(), n_crows=integer(1), seed=integer(0)),
+                    seegull=section(data=text(null=True), locales=mapping_of(text()), statement=text())),
     # bootstrap 0: point estimates without intervals, as `stereo evaluate --resamples 0`
     # generative_pass: also score with StereoSet's generative score (causal LMs), a robustness variant (issue 32)
     evaluation=section(score=one_of(("mean", "sum")), include_starter=boolean(), bootstrap=integer(0),

@@ -16,6 +16,17 @@ score, ties broken by the ids, the same whichever country is first), so the
 shared count of A and B is the same number in A's table and in B's; the
 shares divide it by each country's own validated count.  Against an external
 dataset, a stereotype is present when it matches any external item.
+
+SeeGULL Multilingual (Bhutani et al. 2024) is the external reference made by people of the same
+locale: each country with a SeeGULL locale (Mexico: es-MX, Spain: es-ES) is compared with the tuples
+that locale's annotators called stereotypes (two or three of three votes), by the same decision.  A
+tuple carries its target group (the identity), so the target-class check applies as between
+countries; it carries no category (every identity is a nationality or a region), so the category is
+not matched.  Both directions are reported: the share of the country's validated stereotypes that
+SeeGULL's annotators also recorded, and the share of SeeGULL's stereotypes the retrieval found (the
+recall of retrieval-to-saturation against an independent human collection).  That comparison is
+:mod:`stereolens.studies.stereo.seegull_reference`, kept apart so that the calibration set, which reads
+this module's CrowS-Pairs categories, does not depend on the SeeGULL reader.
 """
 
 from __future__ import annotations
@@ -33,9 +44,10 @@ from stereolens.io import read_csv_checked
 from stereolens.studies.stereo.similarity import LexicalSimilarity, SimilarityModel
 from stereolens.studies.stereo.text import normalise, similarity
 
-# the external datasets' item ids (in tables and adjudication files): crows-<row>, stereoset-<sentence id>
-CROWS_PREFIX, STEREOSET_PREFIX = "crows-", "stereoset-"
-EXTERNAL_PREFIXES = (CROWS_PREFIX, STEREOSET_PREFIX)
+# the external datasets' item ids (in tables and adjudication files): crows-<row>, stereoset-<sentence id>,
+# seegull-<locale>-<line of its file>
+CROWS_PREFIX, STEREOSET_PREFIX, SEEGULL_PREFIX = "crows-", "stereoset-", "seegull-"
+EXTERNAL_PREFIXES = (CROWS_PREFIX, STEREOSET_PREFIX, SEEGULL_PREFIX)
 CROWS_CATEGORIES = {"race-color": "race", "religion": "religion", "gender": "gender",
                     "sexual-orientation": "sexual_orientation", "age": "age"}
 STEREOSET_CATEGORIES = {"race": "race", "religion": "religion", "gender": "gender"}
@@ -107,7 +119,7 @@ def load_adjudication(path: str | Path | None) -> Adjudication:
 
 
 def decide_pairs(matcher: Matcher, pairs: Sequence[tuple[Any, Any]], adjudication: dict, *,
-                 target_required: bool) -> list[tuple[bool, float, str]]:
+                 target_required: bool, category_required: bool = True) -> list[tuple[bool, float, str]]:
     """(present, score, decided_by) per pair: class check, normalised match, the similarity model (batched), adjudication."""
     out: list[tuple[bool, float, str] | None] = [None] * len(pairs)
     pending = []
@@ -116,7 +128,8 @@ def decide_pairs(matcher: Matcher, pairs: Sequence[tuple[Any, Any]], adjudicatio
         if key in adjudication:
             present = adjudication[key]
             out[i] = (present, 1.0 if present else 0.0, "adjudicated")
-        elif a.category != b.category or not matcher.same_target_class(a.target, b.target, required=target_required):
+        elif ((category_required and a.category != b.category)
+              or not matcher.same_target_class(a.target, b.target, required=target_required)):
             out[i] = (False, 0.0, "other class")
         elif normalise(a.stereotype) == normalise(b.stereotype):
             out[i] = (True, 1.0, "normalised")
@@ -156,7 +169,7 @@ def country_overlap(validated: pd.DataFrame, countries: Sequence[str], categorie
     if isinstance(adjudication, Adjudication):
         adjudication.refuse_unknown(set(validated["stereotype_id"].astype(str)),
                                     checked=lambda i: not i.startswith(EXTERNAL_PREFIXES),
-                                    known_as="a validated stereotype nor a CrowS-Pairs or StereoSet item ("
+                                    known_as="a validated stereotype nor a CrowS-Pairs, StereoSet or SeeGULL item ("
                                              + " or ".join(f"{prefix}..." for prefix in EXTERNAL_PREFIXES) + ")")
     pairs, rows = [], []
     shared: dict[tuple, int] = {}

@@ -158,10 +158,37 @@ def _overlap_section(reports: Path, ovl: dict[str, Any]) -> list[str]:
         t = pd.read_csv(bc)
         lines.append(markdown_table(t[t["category"] == "overall"][["country", "other", "shared", "n_country", "share"]], digits=2))
     for name, info in (ovl.get("external") or {}).items():
+        if name == "seegull_multilingual":
+            lines += _seegull_lines(reports, info)
+            continue
         extra = f": {info.get('present')} of {info.get('n')} validated stereotypes present" if info.get("status") == "computed" else ""
         lines.append(f"- {name}: {info.get('status')}{extra}" + (" (CrowS-Pairs is English: a lexical similarity finds "
                                                                    "cross-language matches only through the adjudication file)"
                                                                    if name == "crows_pairs" and sim.get("method") == "lexical" else ""))
+    return lines
+
+
+def _seegull_lines(reports: Path, info: dict[str, Any]) -> list[str]:
+    """The SeeGULL Multilingual reference: both directions per country, the countries without a locale, the
+    licence and attribution, and the limits of the human verdicts."""
+    if info.get("status") != "computed":
+        return [f"- seegull_multilingual: {info.get('status')} ({info.get('path')})"]
+    lines = ["", "**SeeGULL Multilingual, the locale's own annotators** (each country against the tuples its "
+             "locale's annotators called stereotypes, 2 or 3 of 3 votes; same \"present\" decision as above, the "
+             "target class required, no category). Directions: "
+             + "; ".join(f"`{d}`: {text}" for d, text in (info.get("directions") or {}).items()) + ".", ""]
+    table = reports / "overlap" / "table_seegull.csv"
+    if table.exists():
+        t = pd.read_csv(table)
+        shown = t[t["category"] == "overall"][["direction", "country", "locale", "present", "n", "share", "status"]]
+        lines.append(markdown_table(shown, digits=3))
+    if info.get("without_locale"):
+        lines.append(f"No SeeGULL locale for: {', '.join(info['without_locale'])} (said so in the table).")
+    lines += ["", f"Limits: 3 annotators per tuple; the tuple is read as a sentence with `{info.get('statement')}` "
+                  "(ours) for the similarity model. Dataset: SeeGULL Multilingual, licence "
+                  f"{info.get('license') or 'CC BY 4.0'}"
+                  + (f"; attribution: {info['attribution']}" if info.get("attribution") else "")
+                  + (f"; upstream commit {info['upstream_commit']}" if info.get("upstream_commit") else "") + ".", ""]
     return lines
 
 

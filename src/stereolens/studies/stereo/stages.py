@@ -363,6 +363,7 @@ def _threshold(scfg: dict[str, Any], sim: Any) -> tuple[float | None, dict[str, 
 def overlap(args: argparse.Namespace) -> None:
     """Tables 1-5 (between countries) and 11-12 (CrowS-Pairs, StereoSet)."""
     from stereolens.studies.stereo import overlap as ov
+    from stereolens.studies.stereo.seegull_reference import seegull_overlaps
     from stereolens.studies.stereo.similarity import JudgeSimilarity
 
     p = _params(args, ("model", "seed", "tracking"), ("language", "seed_dir", "countries", "categories", "overlap"))
@@ -386,10 +387,16 @@ def overlap(args: argparse.Namespace) -> None:
     # the second, and a refusal leaves the earlier tables as they were
     tables, external = ov.external_overlaps(validated, {k: ocfg.get(k) for k in ("crows", "stereoset")}, cfg["countries"],
                                             cfg["categories"], matcher, adjudication)
+    # the human reference of the same locales (Mexico: es-MX, Spain: es-ES), both directions; refusals before any file
+    seegull_table, seegull_matches, external["seegull_multilingual"] = seegull_overlaps(
+        validated, ocfg.get("seegull"), cfg["countries"], cfg["categories"], matcher, adjudication)
     write_csv(rep / "tables1_5_between_countries.csv", shares.assign(**decision))
     write_csv(rep / "matched_pairs.csv", pairs)
     for name, table in tables.items():
         write_csv(rep / f"table_{name}.csv", table.assign(**decision))
+    if seegull_table is not None:
+        write_csv(rep / "table_seegull.csv", seegull_table.assign(**decision))
+        write_csv(rep / "seegull_matches.csv", seegull_matches)
     summary_method = ov.method_description(matcher, method, adjudication_path=ocfg.get("adjudication"),
                                            n_adjudicated=len(adjudication))
     summary_method["calibration"] = calibration
@@ -401,8 +408,13 @@ def overlap(args: argparse.Namespace) -> None:
     with _run(p, "overlap", model=described.get("model") if method != "lexical" else None,
               tags={"similarity_method": method, **_cache_use(sim)}) as run:
         run.log_artifact(rep / "tables1_5_between_countries.csv")
+    seegull = external["seegull_multilingual"]
     print(f"stereo-overlap: {len(pairs)} shared pairs between countries ({method}); CrowS-Pairs {external['crows_pairs']['status']}, "
-          f"StereoSet {external['stereoset']['status']} in {time.perf_counter() - started:.0f}s"
+          f"StereoSet {external['stereoset']['status']}, SeeGULL {seegull['status']}"
+          + "".join(f" ({c}: {e['study_in_seegull']['present']} of {e['study_in_seegull']['n']} present, "
+                    f"{e['seegull_in_study']['present']} of {e['seegull_in_study']['n']} found)"
+                    for c, e in (seegull.get("by_country") or {}).items())
+          + f" in {time.perf_counter() - started:.0f}s"
           + "".join(f", {key.replace('_', ' ')} {n}" for key, n in _cache_use(sim).items()))
 
 
