@@ -941,8 +941,14 @@ def test_nan_scores_are_refused_by_the_report_stage(tmp_path, monkeypatch, capsy
 RAW_CROWS = "data/raw/crows_pairs/crows_pairs_anonymized.csv"
 
 
+# A tiny model scores 3,000 pairs in under 7 s on CI's machine, so a stop sent after the first cached answer could
+# arrive after the stage had finished (CI, 2026-11-28); 40,000 leave it a minute or more still to score.
+MANY_PAIRS = 40_000
+
+
 def _many_pairs(n: int) -> str:
-    """CrowS-Pairs rows enough for a tiny model to take minutes (each pair differs, so none is a cache hit)."""
+    """CrowS-Pairs rows, each pair different so none is a cache hit; ``MANY_PAIRS`` keep a tiny model scoring
+    long after a stop is sent."""
     return pd.DataFrame({"sent_more": [f"The doctors number {i} were kind and smart." for i in range(n)],
                          "sent_less": [f"The nurses number {i} were kind and smart." for i in range(n)],
                          "stereo_antistereo": "stereo", "bias_type": "gender"}).to_csv()
@@ -977,7 +983,7 @@ def test_a_signal_stops_a_scoring_stage_within_seconds_and_its_outputs_are_intac
     to score on to the end and exit 0), is stopped by SIGINT or SIGTERM within seconds: exit 128 + the signal, one
     line, the earlier outputs byte-identical."""
     files = crows_stage({"id": "tiny", "name": str(tiny_causal_lm_dir), "kind": "causal"})
-    files[RAW_CROWS] = _many_pairs(3000)
+    files[RAW_CROWS] = _many_pairs(MANY_PAIRS)
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
@@ -1040,7 +1046,7 @@ def test_stopping_dvc_repro_stops_its_stage_and_the_guard_puts_the_outputs_back(
         subprocess.run(command, cwd=tmp_path, env=env, check=True, capture_output=True)
     earlier = _digest(tmp_path / "data/processed")
     assert earlier, "the first run wrote nothing"
-    (tmp_path / RAW_CROWS).write_text(_many_pairs(3000), encoding="utf-8")
+    (tmp_path / RAW_CROWS).write_text(_many_pairs(MANY_PAIRS), encoding="utf-8")
     for how in ("SIGINT to the process group", "SIGTERM to DVC"):
         cached = _cache_entries(tmp_path / "cache")
         dvc = subprocess.Popen([sys.executable, "-m", "dvc", "repro"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
