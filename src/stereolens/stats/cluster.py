@@ -18,9 +18,9 @@ Too few clusters make any cluster-resampled interval unreliable (the resamples t
 handful of distinct values); below ``MIN_CLUSTERS`` no interval is given (ours: a common rule
 of thumb, stated wherever the interval is shown).
 
-Two entry points (to be folded into one; both are scipy's BCa over clusters):
-``cluster_ratio_interval`` for a ratio of sums (crows, pairs, stereo) and ``cluster_bootstrap_interval``
-for a pooled mean (pcs), whose clusters are ordered by name and which takes scipy's other interval methods.
+One entry point for every study: ``cluster_ratio_interval`` (crows, pairs and stereo give a share of untied
+pairs; pcs a pooled mean of its cells, with denominators of 1).  ``stats.ranking`` resamples clusters too, for
+statistics that are not sums over items (an AUC, a rank correlation).
 """
 
 from __future__ import annotations
@@ -86,36 +86,3 @@ def cluster_ratio_interval(numerators, denominators, clusters, *, confidence: fl
                               method="BCa", vectorized=True, random_state=np.random.default_rng(seed))
     return ClusterInterval(estimate, float(res.confidence_interval.low), float(res.confidence_interval.high),
                            n_clusters)
-
-
-
-def cluster_bootstrap_interval(values, clusters, *, confidence: float = 0.95, n_resamples: int = 2000,
-                               seed: int = 0, method: str = "BCa") -> tuple[float, float]:
-    """Interval of the mean of ``values`` resampling whole ``clusters`` (one label per value).
-
-    Clusters that all hold the same mean give no spread to resample: the interval collapses to the
-    estimate, as ``bca_interval`` does for a constant sample.  A single cluster says nothing about
-    how clusters vary, and no value says nothing at all: (NaN, NaN)."""
-    values = np.asarray(values, dtype=float)
-    labels = pd.Series(np.asarray(clusters)).astype(str).to_numpy()
-    if values.shape != labels.shape:
-        raise ValueError(f"one cluster label per value: {values.shape} values, {labels.shape} labels")
-    if values.size == 0:
-        return math.nan, math.nan
-    grouped = pd.DataFrame({"value": values, "cluster": labels}).groupby("cluster", sort=True)["value"]
-    sums, counts = grouped.sum().to_numpy(float), grouped.count().to_numpy(float)
-    estimate = float(sums.sum() / counts.sum())
-    means = sums / counts
-    if len(sums) < 2:
-        return math.nan, math.nan
-    if np.all(means == means[0]):
-        return estimate, estimate
-
-    def pooled_mean(s, n, axis=-1):
-        return np.sum(s, axis=axis) / np.sum(n, axis=axis)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # BCa warns on near-degenerate resamples; the interval is still reported
-        res = stats.bootstrap((sums, counts), pooled_mean, paired=True, vectorized=True, n_resamples=n_resamples,
-                              confidence_level=confidence, method=method, random_state=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -20,7 +20,7 @@ from stereolens.cli import main
 from stereolens.io import write_csv, write_json
 from stereolens.report.profile import pcs_cells
 from stereolens.stats.bias import bca_interval
-from stereolens.stats.cluster import cluster_bootstrap_interval
+from stereolens.stats.cluster import cluster_ratio_interval
 from stereolens.stats.power import minimum_detectable_rate
 from stereolens.studies.pcs import analysis as pcs
 from stereolens.studies.pcs.outputs import write_analysis
@@ -171,8 +171,9 @@ def test_pcs_interval_resamples_whole_scenarios_and_the_decision_uses_it():
     assert s["pcs_n_cells"] == 24 and s["pcs_n_scenarios"] == 8
     cells = result.cells.loc[~result.cells["excluded"]]
     assert (s["pcs_ci_low"], s["pcs_ci_high"]) == pytest.approx(bca_interval(cells["pcs"].to_numpy(), seed=0))
-    assert (s["pcs_ci_low_cluster"], s["pcs_ci_high_cluster"]) == pytest.approx(
-        cluster_bootstrap_interval(cells["pcs"].to_numpy(), ("m|" + cells["scenario_id"]).to_numpy(), seed=0))
+    values = cells["pcs"].to_numpy()
+    scenario = cluster_ratio_interval(values, np.ones_like(values), ("m|" + cells["scenario_id"]).to_numpy(), seed=0)
+    assert (s["pcs_ci_low_cluster"], s["pcs_ci_high_cluster"]) == pytest.approx((scenario.low, scenario.high))
     # independent: scipy's BCa over the 8 scenario means (equal clusters), same draws, to BCa's rounding of ties
     direct = stats.bootstrap((np.array(list(SCENARIO_RATIOS.values())),), np.mean, n_resamples=2000, method="BCa",
                              random_state=np.random.default_rng(0)).confidence_interval

@@ -688,8 +688,8 @@ BOOTSTRAP_RESAMPLES = 2000
 PCS_INTERVAL_LEGEND = (
     "95% intervals of PCS: `ci_low_cluster` / `ci_high_cluster` resample whole scenarios (cluster bootstrap, BCa: "
     "the features of one scenario are scored on the same responses and its languages translate one text, so they "
-    "are not independent); `ci_low` / `ci_high` resample scenario-feature cells as if they were. The decision "
-    "uses the scenario (cluster) interval.")
+    "are not independent; with fewer than 5 scenarios no such interval is given); `ci_low` / `ci_high` resample "
+    "scenario-feature cells as if they were. The decision uses the scenario (cluster) interval.")
 
 
 def headline_pcs(tri: pd.DataFrame, min_gain: float) -> tuple[float, str]:
@@ -724,12 +724,13 @@ def pcs_clusters(cells: pd.DataFrame) -> pd.Series:
     return cells["model"].astype(str) + "|" + cells["scenario_id"].astype(str)
 
 
-def pcs_decision(value: float, low: float, high: float, n_units: int) -> str:
-    """Where PCS lies against 0 (no implicit adaptation) and 1 (as much as the explicit prompt), by its interval."""
+def pcs_decision(value: float, low: float, high: float, n_units: int, *, min_units: int = 2) -> str:
+    """Where PCS lies against 0 (no implicit adaptation) and 1 (as much as the explicit prompt), by its interval
+    (none below ``min_units`` resampling units: 2 cells, or ``stats.cluster.MIN_CLUSTERS`` scenarios)."""
     if math.isnan(value):
         return "undefined"
-    if n_units < 2 or math.isnan(low) or math.isnan(high):
-        return "cannot be decided (fewer than 2 units to resample)"
+    if n_units < min_units or math.isnan(low) or math.isnan(high):
+        return f"cannot be decided (fewer than {min_units} units to resample)"
     if high < 0:
         return "below 0 (reverse adaptation)"
     if low > 1:
@@ -747,7 +748,7 @@ def pcs_estimate(tri: pd.DataFrame, min_gain: float, *, seed: int = 0,
     """The headline PCS of ``tri`` (cells with ``pcs`` and ``excluded``: :func:`add_pcs`) with both intervals and
     the decision the scenario interval gives (``decision``) and the one the cell interval would give."""
     from stereolens.stats.bias import bca_interval
-    from stereolens.stats.cluster import cluster_bootstrap_interval
+    from stereolens.stats.cluster import MIN_CLUSTERS, cluster_ratio_interval
 
     value, note = headline_pcs(tri, min_gain)
     included = tri.loc[~tri["excluded"]]
@@ -759,9 +760,12 @@ def pcs_estimate(tri: pd.DataFrame, min_gain: float, *, seed: int = 0,
         values = included["pcs"].to_numpy(float)
         if len(values) >= 2:
             out["ci_low"], out["ci_high"] = bca_interval(values, n_resamples=n_resamples, seed=seed)
-        out["ci_low_cluster"], out["ci_high_cluster"] = cluster_bootstrap_interval(
-            values, clusters.to_numpy(), n_resamples=n_resamples, seed=seed)
-    out["decision"] = pcs_decision(value, out["ci_low_cluster"], out["ci_high_cluster"], out["n_scenarios"])
+        # a pooled mean is the ratio of sums with one in every denominator
+        scenario = cluster_ratio_interval(values, np.ones_like(values), clusters.to_numpy(), n_resamples=n_resamples,
+                                          seed=seed)
+        out["ci_low_cluster"], out["ci_high_cluster"] = scenario.low, scenario.high
+    out["decision"] = pcs_decision(value, out["ci_low_cluster"], out["ci_high_cluster"], out["n_scenarios"],
+                                   min_units=MIN_CLUSTERS)
     out["decision_cells"] = pcs_decision(value, out["ci_low"], out["ci_high"], out["n_cells"])
     return out
 
