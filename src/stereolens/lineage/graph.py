@@ -79,6 +79,31 @@ def load_stages(root: str | os.PathLike = ".") -> list[StageRecord]:
     return records
 
 
+def declared_stages(root: str | os.PathLike = ".") -> list[tuple[str, str, list[str]]]:
+    """Every stage of ``root``'s ``dvc.yaml`` as declared: name, command and dep paths, ``foreach`` expanded by
+    DVC's own resolver.  Without the lock: parsing a 300 kB ``dvc.lock`` took 2 s of every stage's start, and a
+    stage that only asks what it reads needs no md5 (:func:`load_stages` gives those)."""
+    from dvc.dvcfile import ProjectFile
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    root = Path(root).resolve()
+    if not (root / "dvc.yaml").exists():
+        raise ConfigError(f"{root / 'dvc.yaml'} not found: run lineage from the repository root")
+    try:
+        repo = Repo(str(root))
+    except DvcException as exc:
+        raise ConfigError(f"{root}: not a DVC repository ({exc})") from exc
+    try:
+        resolved = ProjectFile(repo, str(root / "dvc.yaml")).resolver.resolve().get("stages", {})
+    finally:
+        repo.close()
+    # a dep is a path, or a one-key mapping of the path to its options
+    return [(name, stage["cmd"], [_norm(next(iter(dep)) if isinstance(dep, dict) else dep)
+                                  for dep in stage.get("deps") or []])
+            for name, stage in resolved.items() if stage.get("cmd")]
+
+
 def _md5(entry) -> str | None:
     info = getattr(entry, "hash_info", None)
     return str(info.value) if info and info.value else None

@@ -416,13 +416,13 @@ def _stage_deps(root: str, _dvc_yaml_mtime: int) -> tuple[tuple[Any, tuple[str, 
     from dvc.exceptions import DvcException
 
     from stereolens.errors import ConfigError
-    from stereolens.lineage.graph import load_stages
+    from stereolens.lineage.graph import declared_stages
 
     try:
-        records = load_stages(root)
+        stages = declared_stages(root)
     except (ConfigError, DvcException):
         return ()  # not a DVC project, or a dvc.yaml DVC itself cannot read: no stage to take inputs from
-    return tuple((record.cmd, tuple(dep.path for dep in record.deps)) for record in records)
+    return tuple((cmd, tuple(deps)) for _, cmd, deps in stages)
 
 
 def computed_precision(model_cfg: Mapping[str, Any]) -> str:
