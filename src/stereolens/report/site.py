@@ -40,7 +40,7 @@ h1{font-size:1.6em}h2{border-bottom:1px solid #d5d9e0;padding-bottom:4px;margin-
 .card .v{font-size:1.4em;font-weight:600}.card .k{color:#5b6474;font-size:.85em}
 table{border-collapse:collapse;background:#fff;font-size:.85em;margin:6px 0;max-width:100%}
 td,th{border:1px solid #d5d9e0;padding:3px 7px;text-align:left;overflow-wrap:break-word}
-.scroll{overflow-x:auto;max-width:100%}figure{background:#fff;border:1px solid #d5d9e0;padding:8px;margin:10px 0}figure img{max-width:100%}
+.scroll{overflow-x:auto;max-width:100%}figure{background:#fff;border:1px solid #d5d9e0;padding:8px;margin:10px 0}figure img,main img{max-width:100%;height:auto}
 pre{background:#fff;border:1px solid #d5d9e0;padding:8px;white-space:pre-wrap;font-size:.8em}
 .prov,.n{color:#5b6474;font-size:.8em}tr.differ td{background:#fff6e5}.prov.unreviewed{color:#8a5a00}.ok{color:#176f2c;font-weight:600}.bad{color:#b3261e;font-weight:600}.muted{color:#5b6474}
 """
