@@ -178,3 +178,28 @@ def test_a_server_that_does_not_answer_is_one_line_and_no_output_is_lost(server,
             assert len(err.splitlines()) == 1 and dead in err, (command, err)
     finally:
         _set_tracking_uri(root, url)
+
+
+def test_the_printed_run_link_opens_the_run_in_the_model_training_layout(server, project, tmp_path):
+    """The link a stage prints, opened in a browser that has never chosen a layout: the run's page with the
+    model-training sidebar (Runs, Models, Model registry) and its metric; MLflow's own link to the same run
+    (no workflowType) opens the GenAI sidebar (Observability, Evaluation runs) in this MLflow: when that stops,
+    MLflow reads the experiment's kind again and the workaround can go."""
+    url, _ = server
+    _, printed = project
+    _, experiment, runs = _runs(url)
+    link = next(line.split(": ", 1)[1] for line in printed["crows-report"].splitlines()
+                if line.startswith(f"MLflow run {CROWS_REPORT}: "))
+    plain = f"{url}/#/experiments/{experiment.experiment_id}/runs/{runs[CROWS_REPORT].info.run_id}"
+    texts = {}
+    for name, address in (("ours", link), ("plain", plain)):
+        browser = open_browser(tmp_path / f"browser-{name}")  # a first visit: no layout remembered
+        try:
+            texts[name] = browser.text_when(address, lambda t: "bias_score" in t and "Model registry" in t
+                                            or "Evaluation runs" in t, timeout=90, screenshot=tmp_path / f"{name}.png")
+        finally:
+            browser.close()
+    ours = texts["ours"]
+    assert CROWS_REPORT in ours and "bias_score" in ours and "Model registry" in ours, ours[:2000]
+    assert "Evaluation runs" not in ours and "Observability" not in ours, ours[:2000]
+    assert "Evaluation runs" in texts["plain"], texts["plain"][:2000]
