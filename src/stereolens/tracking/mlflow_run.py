@@ -19,7 +19,10 @@ The experiment is tagged ``mlflow.experimentKind = custom_model_development`` (h
 MLflow 3 records an experiment of model runs rather than GenAI traces, and what the
 tracking API and older UIs read); MLflow 3.17's UI chooses its view from a
 ``workflowType`` in the address or the browser's local storage instead, never from the
-store, so :func:`experiment_url` is the address that opens the runs table.
+store, so :func:`experiment_url` is the address that opens the runs table, and :func:`run_url` the one that
+opens a run's page in the same layout: with a tracking server (``tracking_uri: http://HOST:PORT``) a stage prints
+that link for each run, in place of MLflow's own (which open the GenAI layout).  A server keeps a new
+experiment's artifacts in its own artifact root (:func:`_artifact_location`).
 ``annotation_source`` is a tag wherever annotations feed the result (human / llm_panel / simulated).
 
 Comparable runs by construction: every stage that logs declares its run schema once
