@@ -182,3 +182,28 @@ class Browser:
         finally:
             ws.close()
         return {"overflow": max(0, found["document"] - found["window"]), "window": found["window"], "wide": found["wide"]}
+
+    def evaluate_when(self, url: str, expression: str, ready, timeout: float = 60.0) -> tuple:
+        """Open ``url``; once ``ready(value)`` holds for the value of the JavaScript ``expression`` (or
+        ``timeout`` runs out), return ``(value, requested)``: that value and the URL of every request the page
+        made (every one, answered or not: a page meant to work offline must make none to the network)."""
+        ws = self._open_tab(timeout)
+        requested: list[str] = []
+
+        def on_event(message: dict) -> None:
+            if message.get("method") == "Network.requestWillBeSent":
+                requested.append(message["params"]["request"]["url"])
+
+        send = self._sender(ws, on_event)
+        try:
+            send("Network.enable")
+            send("Page.navigate", url=url)
+            deadline, value = time.time() + timeout, None
+            while time.time() < deadline:
+                time.sleep(0.5)
+                value = send("Runtime.evaluate", returnByValue=True, expression=expression)["result"]["result"].get("value")
+                if ready(value):
+                    break
+        finally:
+            ws.close()
+        return value, requested

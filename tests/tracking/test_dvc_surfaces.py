@@ -90,9 +90,12 @@ def test_about_twenty_headline_columns_across_studies():
 
 
 def test_the_headline_file_sits_beside_a_study_summary_in_either_layout(tmp_path):
-    for where in ("reports/crows", "reports/crows/gemma3-270m"):
+    # under the study and, in the per-model layout, the model: DVC's column names (crows.gemma3-270m.bias_score)
+    # are then unique without the file's path in front
+    for where, record in (("reports/crows", {"crows": HEADLINE_COLUMNS["crows"]}),
+                          ("reports/crows/gemma3-270m", {"crows": {"gemma3-270m": HEADLINE_COLUMNS["crows"]}})):
         write_study_summary(tmp_path / where / "summary.json", SUMMARIES["crows"])
-        assert json.loads((tmp_path / where / "headline.json").read_text()) == HEADLINE_COLUMNS["crows"]
+        assert json.loads((tmp_path / where / "headline.json").read_text()) == record
     # the pairs report's per-set summaries are not a study's top-level one: no headline beside them
     write_study_summary(tmp_path / "reports/pairs/starter/summary.json", {"runs": [], "definition": "x"})
     assert not (tmp_path / "reports/pairs/starter/headline.json").exists()
@@ -127,6 +130,32 @@ def test_every_plot_names_its_columns_and_reads_a_stage_output():
             assert any(p.match(source) for p in patterns), (name, source)
 
 
+def write_headlines(root: Path) -> dict[str, dict]:
+    """Each study's summary (SUMMARIES) for every model of params.yaml's run, written by write_study_summary
+    under ``root``; returns {headline.json path: its headline numbers}."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    written = {}
+    for study in STUDIES:
+        for model in ([params["model"]["id"]] if study == "heads" else params["model_ids"]):
+            path = root / "reports" / study / model / "summary.json"
+            write_study_summary(path, SUMMARIES[study])
+            written[f"reports/{study}/{model}/headline.json"] = json.loads(path.with_name("headline.json").read_text())[study][model]
+    return written
+
+
+def write_plot_sources(root: Path) -> dict[str, dict]:
+    """Every plot source of dvc.yaml under ``root``, holding exactly the plot's x and y columns (two rows);
+    returns {plot name: its dvc.yaml definition}."""
+    plots = {name: body for entry in _dvc_yaml()["plots"] for name, body in entry.items()}
+    for body in plots.values():
+        for source, y in body["y"].items():
+            columns = [body["x"], *([y] if isinstance(y, str) else y)]
+            path = root / source
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame([dict.fromkeys(columns, 1), dict.fromkeys(columns, 2)]).to_csv(path, index=False)
+    return plots
+
+
 def test_dvc_shows_the_headline_columns_and_draws_every_plot_from_its_sources(tmp_path):
     """`dvc metrics show --json` and `dvc plots show --json` on a project holding the repository's dvc.yaml,
     each study's headline written by write_study_summary and each plot source holding exactly the plot's x
@@ -135,26 +164,14 @@ def test_dvc_shows_the_headline_columns_and_draws_every_plot_from_its_sources(tm
         (tmp_path / name).write_text((ROOT / name).read_text(encoding="utf-8"), encoding="utf-8")
     subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True,
                    env={**os.environ, "DVC_NO_ANALYTICS": "1"})
-    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    written = {}
-    for study in STUDIES:
-        for model in ([params["model"]["id"]] if study == "heads" else params["model_ids"]):
-            path = tmp_path / "reports" / study / model / "summary.json"
-            write_study_summary(path, SUMMARIES[study])
-            written[f"reports/{study}/{model}/headline.json"] = json.loads(path.with_name("headline.json").read_text())
-    plots = {name: body for entry in _dvc_yaml()["plots"] for name, body in entry.items()}
-    for body in plots.values():
-        for source, y in body["y"].items():
-            columns = [body["x"], *([y] if isinstance(y, str) else y)]
-            path = tmp_path / source
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pd.DataFrame([dict.fromkeys(columns, 1), dict.fromkeys(columns, 2)]).to_csv(path, index=False)
+    written = write_headlines(tmp_path)
+    plots = write_plot_sources(tmp_path)
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     shown = json.loads(subprocess.run([sys.executable, "-m", "dvc", "metrics", "show", "--json"], cwd=tmp_path,
                                       env=env, check=True, capture_output=True, text=True).stdout)
     files = shown[""]["data"]
     # DVC leaves null values out (a quantity the run could not define shows as '-')
-    assert sum(len(f["data"]) for f in files.values()) == sum(
+    assert sum(_leaves(f["data"]) for f in files.values()) == sum(
         sum(v is not None for v in headline.values()) for headline in written.values())
     assert set(files) == set(written)
     drawn = json.loads(subprocess.run([sys.executable, "-m", "dvc", "plots", "show", "--json"], cwd=tmp_path,
@@ -167,6 +184,11 @@ def test_dvc_shows_the_headline_columns_and_draws_every_plot_from_its_sources(tm
         values = rendered["content"]["data"]["values"]
         assert len(values) == 2 * len(body["y"]) * max(1, *(len(y) if isinstance(y, list) else 1
                                                              for y in body["y"].values())), name
+
+
+def _leaves(tree) -> int:
+    """How many values a (nested) metrics mapping holds."""
+    return sum(_leaves(v) for v in tree.values()) if isinstance(tree, dict) else 1
 
 
 def _default_run_plot_sources() -> list[tuple[str, str, list[str]]]:

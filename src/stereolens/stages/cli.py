@@ -39,6 +39,11 @@ def _run_stage(name: str, func, args: argparse.Namespace) -> int:
     from stereolens.tracking.mlflow_run import invoked_stage
 
     def run() -> int:
+        from stereolens.tracking.store import check_stage_server
+
+        # a tracking server that does not answer is refused before the stage writes anything (under DVC, the
+        # guard then puts back the outputs DVC removed), not after it replaced its outputs
+        check_stage_server(args.params)
         with invoked_stage(name, vars(args)):
             return func(args) or 0
 

@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=_compare)
 
     ui = subparsers.add_parser("ui", help="serve the MLflow UI for the project's runs on loopback and print the "
-                                          "address of the experiment's runs table")
+                                          "address of the experiment's runs table (for a tracking server: only "
+                                          "print that address on the server)")
     _store_options(ui)
     ui.add_argument("--port", type=int, default=5000)
     ui.set_defaults(func=_ui)
@@ -36,18 +37,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _store_options(parser: argparse.ArgumentParser) -> None:
     """Which MLflow store and experiment a command reads: the same two options for every command here."""
-    parser.add_argument("--tracking-uri", default=None, help="default: sqlite:///mlruns/mlflow.db")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="an MLflow store or tracking server (http://HOST:PORT); default: params.yaml's "
+                             "tracking.tracking_uri, else sqlite:///mlruns/mlflow.db")
     parser.add_argument("--experiment", default="stereolens")
 
 
 def _compare(args: argparse.Namespace) -> int:
     from stereolens.report.markdown import format_cell  # the report's one number formatter
     from stereolens.tracking.compare import DEFAULT_TRACKING_URI, compare_runs, models_side_by_side
+    from stereolens.tracking.store import configured_tracking_uri
 
     if args.paired:
         return _compare_paired(args)
     table = compare_runs(args.study, metric=args.metric, stage=args.stage,
-                         tracking_uri=args.tracking_uri or DEFAULT_TRACKING_URI, experiment=args.experiment,
+                         tracking_uri=args.tracking_uri or configured_tracking_uri(default=DEFAULT_TRACKING_URI),
+                         experiment=args.experiment,
                          all_runs=args.all)
     if args.by_model:
         table = models_side_by_side(table)
@@ -89,10 +94,15 @@ def _compare_paired(args: argparse.Namespace) -> int:
 def _ui(args: argparse.Namespace) -> int:
     from stereolens.tracking.compare import DEFAULT_TRACKING_URI
     from stereolens.tracking.mlflow_run import experiment_url
-    from stereolens.tracking.store import open_experiment
+    from stereolens.tracking.store import configured_tracking_uri, is_server_uri, open_experiment
     from stereolens.tracking.ui import check_port, mlflow_server
 
-    uri = args.tracking_uri or DEFAULT_TRACKING_URI
+    uri = args.tracking_uri or configured_tracking_uri(default=DEFAULT_TRACKING_URI)
+    if is_server_uri(uri):
+        # the runs are on a tracking server, which serves its own UI: nothing to start, only the address to open
+        _, found = open_experiment(uri, args.experiment)  # refuses a server that does not answer, in one line
+        print(f"MLflow UI: {experiment_url(uri, found.experiment_id)}", flush=True)
+        return 0
     check_port(args.port)  # before a server starts: uvicorn would only say so in a traceback half a minute later
     _, found = open_experiment(uri, args.experiment)  # refuses a store that does not exist, creating none
     # a plain `kill` (SIGTERM) must stop the server too: leave through the context manager, not around it

@@ -139,6 +139,21 @@ def study_of(summary_path: str | os.PathLike) -> str | None:
     return parts[index + 1] if index + 2 < len(parts) else None
 
 
+def headline_record(summary_path: str | os.PathLike, headline: Headline) -> dict[str, Any]:
+    """The headline as ``headline.json`` holds it: under the study and, in the per-model layout
+    (``reports/<study>/<model>/``), the model, so that DVC names its columns ``crows.gemma3-270m.bias_score``.
+
+    DVC prefixes a metric name that more than one file holds with the file's whole path
+    (``reports/crows/gemma3-270m/headline.json:bias_score``, 51 characters): with every model writing the same
+    keys, ``dvc exp show`` had room for three or four columns at 200 characters.  Names unique by
+    construction keep a study's columns short and let ``--keep '^crows\\.'`` pick a study."""
+    folder, study = Path(summary_path).parent, study_of(summary_path)
+    record: dict[str, Any] = dict(headline)
+    if folder.name != study:
+        record = {folder.name: record}
+    return {study: record}
+
+
 def write_headline(summary_path: str | os.PathLike, summary: Mapping[str, Any]) -> Path | None:
     """Write ``headline.json`` beside ``summary_path`` when the summary is a study's top-level one."""
     from stereolens.io import write_json
@@ -147,4 +162,4 @@ def write_headline(summary_path: str | os.PathLike, summary: Mapping[str, Any]) 
     headline = pick(summary) if pick else {}
     if not headline:
         return None
-    return write_json(Path(summary_path).with_name(HEADLINE_FILE), headline)
+    return write_json(Path(summary_path).with_name(HEADLINE_FILE), headline_record(summary_path, headline))

@@ -19,7 +19,10 @@ The experiment is tagged ``mlflow.experimentKind = custom_model_development`` (h
 MLflow 3 records an experiment of model runs rather than GenAI traces, and what the
 tracking API and older UIs read); MLflow 3.17's UI chooses its view from a
 ``workflowType`` in the address or the browser's local storage instead, never from the
-store, so :func:`experiment_url` is the address that opens the runs table.
+store, so :func:`experiment_url` is the address that opens the runs table, and :func:`run_url` the one that
+opens a run's page in the same layout: with a tracking server (``tracking_uri: http://HOST:PORT``) a stage prints
+that link for each run, in place of MLflow's own (which open the GenAI layout).  A server keeps a new
+experiment's artifacts in its own artifact root (:func:`_artifact_location`).
 ``annotation_source`` is a tag wherever annotations feed the result (human / llm_panel / simulated).
 
 Comparable runs by construction: every stage that logs declares its run schema once
@@ -297,6 +300,10 @@ class StageRun:
 def _configure(mlflow, tracking_cfg: Mapping[str, Any]) -> str:
     uri = tracking_cfg.get("tracking_uri") or "sqlite:///mlruns/mlflow.db"
     if not uri.startswith("sqlite:///"):
+        from stereolens.tracking.store import check_server_answers, is_server_uri
+
+        if is_server_uri(uri):
+            check_server_answers(uri)  # one line naming the server, not two minutes of retries and a traceback
         return _configure_store(mlflow, uri, tracking_cfg)
     from filelock import FileLock
 
@@ -316,8 +323,7 @@ def _configure_store(mlflow, uri: str, tracking_cfg: Mapping[str, Any]) -> str:
     experiment_name = tracking_cfg.get("experiment") or "stereolens"
     experiment = mlflow.get_experiment_by_name(experiment_name)
     if experiment is None:
-        artifacts = tracking_cfg.get("artifact_location")
-        location = project_path(artifacts).resolve().as_uri() if artifacts else None
+        location = _artifact_location(uri, tracking_cfg.get("artifact_location"))
         try:
             experiment_id = mlflow.create_experiment(experiment_name, artifact_location=location)
         except mlflow.exceptions.MlflowException:
@@ -328,6 +334,21 @@ def _configure_store(mlflow, uri: str, tracking_cfg: Mapping[str, Any]) -> str:
     if (experiment and experiment.tags or {}).get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
         mlflow.MlflowClient().set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return experiment_id
+
+
+def _artifact_location(uri: str, artifacts: str | None) -> str | None:
+    """Where a new experiment keeps its artifacts: ``artifact_location`` as a folder of the project for a local
+    store; for a tracking server, the server's own artifact root (``None``: with ``mlflow server
+    --serve-artifacts``, the default, the client uploads through the server), unless the location is itself a
+    remote URI (``s3://...``).  A local folder of this machine would keep a shared server's artifacts where
+    no one else can read them."""
+    from stereolens.tracking.store import is_server_uri
+
+    if not artifacts:
+        return None
+    if is_server_uri(uri):
+        return artifacts if "://" in artifacts and not artifacts.startswith("file://") else None
+    return project_path(artifacts).resolve().as_uri()
 
 
 def experiment_url(server_url: str, experiment_id: str, search: str | None = None) -> str:
@@ -344,6 +365,16 @@ def experiment_url(server_url: str, experiment_id: str, search: str | None = Non
 
     query = {"workflowType": "machine_learning", **({"searchFilter": search} if search else {})}
     return f"{server_url.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query, quote_via=quote)}"
+
+
+def run_url(server_url: str, experiment_id: str, run_id: str) -> str:
+    """The address at which an MLflow server's UI opens one run's page in the model-training layout.
+
+    The page reads ``workflowType`` as the experiment page does (:func:`experiment_url`): the link MLflow
+    prints itself (``#/experiments/<id>/runs/<run id>``, no ``workflowType``) opens it in the GenAI layout in
+    a browser that has not chosen **Model training**."""
+    return (f"{server_url.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+            "?workflowType=machine_learning")
 
 
 SQLITE_BUSY_TIMEOUT_S = 120
@@ -475,6 +506,9 @@ def stage_run(
         handle.check_complete()
         return
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # MLflow prints its own run and experiment links for a tracking server, which open the GenAI layout; the
+    # run's link is printed below instead (run_url)
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     import mlflow
 
     experiment_id = _configure(mlflow, tracking_cfg)
@@ -490,7 +524,8 @@ def stage_run(
         "dvc_experiment": os.environ.get("DVC_EXP_NAME"),
         **(tags or {}),
     }
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name(study, stage, model, language, variant)):
+    name = run_name(study, stage, model, language, variant)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=name) as started:
         handle = StageRun(mlflow, schema, names)
         handle.set_tags(all_tags)
         handle.log_params(params or {})
@@ -505,3 +540,8 @@ def stage_run(
             handle.log_dataset(path, name=path)
         yield handle
         handle.check_complete()
+    from stereolens.tracking.store import is_server_uri
+
+    uri = mlflow.get_tracking_uri()
+    if is_server_uri(uri):
+        print(f"MLflow run {name}: {run_url(uri, experiment_id, started.info.run_id)}", flush=True)

@@ -40,18 +40,22 @@ def check_port(port: int, host: str = "127.0.0.1", option: str = "--port") -> No
             raise ConfigError(f"{option} {port}: {why} on {host} (choose another {option})") from None
 
 
-def server_command(tracking_uri: str, host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri,
+def server_command(tracking_uri: str, host: str, port: int, artifacts_destination: str | None = None) -> list[str]:
+    """``mlflow server`` on ``tracking_uri``; with ``artifacts_destination``, as a team's server: it keeps the
+    artifacts there and clients upload and download them through it (``--serve-artifacts``)."""
+    served = ["--serve-artifacts", "--artifacts-destination", artifacts_destination] if artifacts_destination else []
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri, *served,
             "--host", host, "--port", str(port), "--workers", "1"]
 
 
 @contextlib.contextmanager
 def mlflow_server(tracking_uri: str, *, host: str = "127.0.0.1", port: int | None = None,
-                  timeout_s: float = 120.0) -> Iterator[str]:
+                  timeout_s: float = 120.0, artifacts_destination: str | None = None) -> Iterator[str]:
     """Run an MLflow server on ``tracking_uri`` until the block ends; yields its base URL once it answers."""
     port = port or free_port(host)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    process = subprocess.Popen(server_command(tracking_uri, host, port), env=env, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen(server_command(tracking_uri, host, port, artifacts_destination), env=env,
+                               stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
     url = f"http://{host}:{port}"
     try:
