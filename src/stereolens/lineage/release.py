@@ -5,8 +5,9 @@ What a study releases is declared, not coded: ``conf/study/<STUDY>/release/defau
 editing a declaration makes no measuring stage stale)::
 
       title: Human stereotype matrices (Cao et al. 2024 survey)
-      dataset: [data/processed/leakage/human]        # files or folders released as they are
-      items:                                         # the id columns that name an item of a table
+      dataset: [data/processed/leakage/human]        # files or folders released as they are (globs:
+                                                     # data/interim/pcs/*/scores.csv, one per model)
+      items:                                         # the id columns that name an item of a table (path: a glob too)
         - {path: data/seed/pcs/scenarios.csv, id: [scenario_id, language]}
       gates: [reports/leakage/quality/leakage__*.json]  # gate reports (globs) that DVC stages declare as outputs;
                                                      # a failed or missing one blocks it, an undeclared file is ignored
@@ -17,27 +18,37 @@ Every CSV in the dataset is audited through its provenance columns (``source``,
 ``annotation_source``, ``translation_status``), and every JSON through the same keys;
 the licence and upstream commit come from the ingest stage's ``PROVENANCE.json``,
 the lineage from DVC and MLflow (:mod:`stereolens.lineage.trace`).
+
+Every pattern of ``dataset`` and ``items`` must match at least one path: a declaration naming a
+layout the pipeline no longer writes is refused in one line, not released half.  ``FETCH.json``
+records where an auditor elsewhere gets the same bytes: the git revision and repository URL, the
+default DVC remote, each released path with the md5 that revision's ``dvc.lock`` records for it,
+and the ``dvc get`` / ``dvc import`` commands; a path whose released bytes that revision does not
+record (a rerun's uncommitted ``dvc.lock``, an edited seed file) is marked, with a warning.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import fnmatch
 import glob
 import json
 import os
 import shutil
+import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from stereolens.errors import ConfigError, DataError, StereolensError
+from stereolens.errors import ConfigError, StereolensError
 from stereolens.io import sha256_file, write_json, write_text
-from stereolens.lineage.graph import load_stages, producer
+from stereolens.lineage.graph import contains, load_stages, producer
 from stereolens.lineage.provenance import files_under, is_unreviewed, unreviewed_rows
 from stereolens.lineage.trace import trace
+from stereolens.report.identity import git_commit
 
 DATASHEET_SECTIONS = (
     ("motivation", "Motivation"),
@@ -88,6 +99,127 @@ def _expand(patterns: list[str], root: Path) -> list[Path]:
         matches = sorted(Path(p) for p in glob.glob(str(root / pattern)))
         found += [m for m in matches if m not in found]
     return found
+
+
+def _relative(path: Path, root: Path) -> str:
+    return os.path.relpath(path, root).replace(os.sep, "/")
+
+
+def resolve(spec: ReleaseSpec, root: Path) -> ReleaseSpec:
+    """``spec`` with every ``dataset`` and ``items`` pattern expanded to the paths it matches under ``root``.
+
+    Globs let one declaration cover every model of a per-model layout (``data/interim/pcs/*/scores.csv``);
+    a pattern that matches nothing is refused, naming it: the study has not run, or the declaration
+    names a layout the pipeline no longer writes."""
+    dataset: list[str] = []
+    for pattern in spec.dataset:
+        matches = [_relative(m, root) for m in _expand([pattern], root)]
+        if not matches:
+            raise ConfigError(f"release.{spec.study}.dataset: {pattern} not found: run the study first "
+                              "(`dvc repro`), then release it, or correct the pattern (it matches no path; "
+                              "dvc.yaml's outs say where the study writes)")
+        dataset += [m for m in matches if m not in dataset]
+    items: dict[str, list[str]] = {}
+    for pattern, columns in spec.items.items():
+        matches = [_relative(m, root) for m in _expand([pattern], root)]
+        if not matches:
+            raise ConfigError(f"release.{spec.study}.items: {pattern} not found: run the study first "
+                              "(`dvc repro`), or correct the pattern (it matches no path; dvc.yaml's outs say "
+                              "where the study writes)")
+        for match in matches:
+            items.setdefault(match, columns)
+    return replace(spec, dataset=dataset, items=items)
+
+
+def _git_lines(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _default_remote(root: Path) -> dict[str, str] | None:
+    """The default DVC remote (name and URL) as this workspace's config has it, ``config.local`` included."""
+    from dvc.repo import Repo
+
+    repo = Repo(str(root))
+    try:
+        name = repo.config["core"].get("remote")
+        section = repo.config.get("remote", {}).get(name) if name else None
+        return {"name": name, "url": str(section["url"])} if section else None
+    finally:
+        repo.close()
+
+
+def _locked_outs(lock_text: str | None) -> dict[str, str]:
+    """out path -> md5 of every stage output a ``dvc.lock`` text records."""
+    import yaml
+
+    try:
+        content = yaml.safe_load(lock_text or "") or {}
+    except yaml.YAMLError:
+        return {}
+    return {str(out["path"]): str(out.get("md5")) for stage in (content.get("stages") or {}).values()
+            for out in (stage.get("outs") or []) if isinstance(out, dict) and "path" in out}
+
+
+def fetch_record(paths: list[str], root: Path) -> dict[str, Any]:
+    """Where an auditor elsewhere gets the exact bytes of ``paths``: revision, repository, DVC remote, commands.
+
+    A path is ``at_revision`` when the revision checked out records the bytes released: a git-tracked file
+    unchanged since that commit, or a stage output whose md5 in the workspace's ``dvc.lock`` equals the one in
+    the revision's ``dvc.lock`` and whose stage DVC reports unchanged.  Otherwise ``dvc get`` at that revision
+    gives other bytes (say, a rerun's outputs whose ``dvc.lock`` is not committed)."""
+    from dvc.repo import Repo
+
+    revision, _ = git_commit(root)
+    repository = _git_lines(root, "remote", "get-url", "origin") if revision else None
+    remote = _default_remote(root)
+    committed = _locked_outs(_git_lines(root, "show", f"{revision}:dvc.lock") if revision else None)
+    stages = load_stages(root)
+    repo = Repo(str(root))
+    entries = []
+    try:
+        for path in paths:
+            produced = producer(stages, path)
+            entry: dict[str, Any] = {"path": path}
+            if produced is None:
+                entry["tracked_by"] = "git"
+                entry["at_revision"] = bool(revision) and _git_lines(
+                    root, "status", "--porcelain", "--untracked-files=all", "--", path) == "" and \
+                    bool(_git_lines(root, "ls-files", "--", path))
+            else:
+                stage, out = produced
+                entry.update({"tracked_by": "dvc", "stage": stage.name, "output": out.path, "md5": out.md5})
+                # only the outputs count: a stage stale because its code changed still holds the recorded bytes
+                changed = repo.status(targets=[f"{root / 'dvc.yaml'}:{stage.name}"])
+                outs_changed = any(isinstance(item, dict) and "changed outs" in item
+                                   for items in changed.values() for item in items)
+                entry["at_revision"] = bool(revision) and committed.get(out.path) == out.md5 and not outs_changed
+            entries.append(entry)
+    finally:
+        repo.close()
+    source = repository or str(root)
+    rev = f" --rev {revision}" if revision else ""
+    return {"revision": revision, "repository": repository, "dvc_remote": remote, "paths": entries,
+            "get": [f"dvc get {source} {e['path']}{rev} -o {e['path']}" for e in entries],
+            "import": [f"dvc import {source} {e['path']}{rev} -o {e['path']}" for e in entries]}
+
+
+def _fetch_warnings(study: str, record: dict[str, Any]) -> list[str]:
+    warnings = []
+    if not record["revision"]:
+        warnings.append(f"release {study}: not a git work tree: FETCH.json names no revision to fetch from")
+    stale = [e["path"] for e in record["paths"] if not e["at_revision"]]
+    if record["revision"] and stale:
+        warnings.append(f"release {study}: {', '.join(stale)}: the released bytes are not what revision "
+                        f"{record['revision'][:12]} records (commit dvc.lock and the data, then `dvc push`, and "
+                        "release again, or an auditor's `dvc get` gives other bytes)")
+    if any(e["tracked_by"] == "dvc" for e in record["paths"]) and not record["dvc_remote"]:
+        warnings.append(f"release {study}: no default DVC remote: FETCH.json names none, so `dvc get` elsewhere "
+                        "finds no DVC-tracked bytes (`dvc remote add -d ...`, docs/running.md)")
+    return warnings
 
 
 def _gate_passed(report: dict[str, Any]) -> bool | None:
@@ -160,9 +292,7 @@ def _check_item_ids(spec: ReleaseSpec, root: Path) -> None:
 
 def audit(spec: ReleaseSpec, root: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Every flagged item (file, row, item id, reason) and every gate with its result."""
-    missing = [p for p in spec.dataset if not (root / p).exists()]
-    if missing:
-        raise DataError(f"release {spec.study}: dataset path(s) {missing} not found: run `dvc repro` first")
+    spec = resolve(spec, root)
     problems = []
     for path in spec.dataset:
         for table in files_under(root / path, ".csv"):
@@ -219,7 +349,8 @@ def _summary_counts(problems: pd.DataFrame) -> str:
 
 
 def build_datasheet(spec: ReleaseSpec, *, problems: pd.DataFrame, gates: list[dict[str, Any]],
-                    lineages: dict[str, dict[str, Any]], files: list[dict[str, Any]], unreviewed: bool) -> str:
+                    lineages: dict[str, dict[str, Any]], files: list[dict[str, Any]], unreviewed: bool,
+                    fetch: dict[str, Any] | None = None) -> str:
     """Gebru et al.'s "Datasheets for Datasets" sections, filled from what the pipeline recorded."""
     lines = []
     if unreviewed:
@@ -255,6 +386,16 @@ def build_datasheet(spec: ReleaseSpec, *, problems: pd.DataFrame, gates: list[di
     licences = sorted({str(r.get("license")) for r in ingested.values()})
     recorded["distribution"].append("- licences of ingested sources: " + (", ".join(licences) or "none ingested"))
     recorded["distribution"].append("- every file's sha256 is in SHA256SUMS")
+    if fetch:
+        remote = fetch["dvc_remote"]
+        recorded["distribution"].append(
+            f"- fetch the same bytes elsewhere: git revision `{fetch['revision'] or 'none (not a git work tree)'}` of "
+            f"`{fetch['repository'] or 'this repository (no origin URL)'}`, DVC remote "
+            + (f"`{remote['name']}` at `{remote['url']}`" if remote else "none configured")
+            + "; `dvc get` and `dvc import` commands per path in FETCH.json")
+        recorded["distribution"] += [f"- `{e['path']}`: " + ("recorded by that revision" if e["at_revision"] else
+                                     "NOT what that revision records (an uncommitted rerun or edit)")
+                                     for e in fetch["paths"]]
     for key, heading in DATASHEET_SECTIONS:
         lines += [f"## {heading}", ""]
         if spec.datasheet.get(key):
@@ -284,10 +425,7 @@ def release(study: str, block: Any, output: str | os.PathLike, *, allow_unreview
     spec = ReleaseSpec.from_config(study, block)
     output = Path(output)
     _check_output_folder(output)
-    missing = [path for path in spec.dataset if not (root / path).exists()]
-    if missing:
-        raise ConfigError(f"release {study}: {', '.join(missing)} not found: run the study first "
-                          f"(`dvc repro`), then release it")
+    spec = resolve(spec, root)
     _check_item_ids(spec, root)
     absent = [pattern for pattern in spec.agreement if not _expand([pattern], root)]
     if absent:
@@ -319,14 +457,18 @@ def release(study: str, block: Any, output: str | os.PathLike, *, allow_unreview
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dest)
     ingested = list({rec["record"]: rec for info in lineages.values() for rec in info["ingested"]}.values())
+    fetch = fetch_record(spec.dataset, root)
+    for warning in _fetch_warnings(study, fetch):
+        print(f"warning: {warning}", file=sys.stderr)
+    write_json(output / "FETCH.json", fetch)
     write_json(output / "SOURCES.json", ingested)
     write_json(output / "LINEAGE.json", lineages)
     write_json(output / "GATES.json", gates)
     if len(problems):
         problems.to_csv(output / "AUDIT.csv", index=False)
     write_text(output / "DATASHEET.md", build_datasheet(spec, problems=problems, gates=gates, lineages=lineages,
-                                                        files=files, unreviewed=bool(len(problems))))
+                                                        files=files, unreviewed=bool(len(problems)), fetch=fetch))
     sums = [f"{sha256_file(f)}  {f.relative_to(output).as_posix()}" for f in sorted(output.rglob("*")) if f.is_file()]
     write_text(output / "SHA256SUMS", "\n".join(sums) + "\n")
     return {"study": study, "output": str(output), "files": len(files), "flagged": int(len(problems)),
-            "gates": gates}
+            "gates": gates, "fetch": fetch}
