@@ -1,0 +1,190 @@
+"""Decision-exact reduced precision: score in bfloat16, rescore in float32 what the rounding could decide.
+
+A study's decision compares scores within a group: a CrowS pair (stereotypical against
+anti-stereotypical sentence), a minimal pair with its control, a StereoSet triple (the order of its
+three candidates).  A half-precision model moves each score by a rounding error; a decision can
+only change where two scores of a group are closer than their two errors together.  So
+(:func:`verify_decisions`):
+
+1. every group is scored with the half-precision model;
+2. a fixed random sample of :data:`CALIBRATION_GROUPS` groups is scored again in float32, and the
+   largest error per scored token on it, ``rate = max |half - float32| / n_tokens`` over the sample's
+   items, is the error model; an item's score then carries at most ``SAFETY * rate * n_tokens`` nats
+   (``SAFETY * rate`` for a per-token mean);
+3. every other group in which two scores are within the sum of their bounds (at the bound included)
+   is rescored in float32, all of its items, and those float32 scores replace the half-precision ones.
+
+Every group's decision then equals float32's as long as no item's error exceeds its bound: the
+calibration sample's largest error times :data:`SAFETY`.  ``benchmarks/precision.py --calibrate``
+measures, on a whole data set, how far the sample's rate sits below the set's largest (the margin
+SAFETY leaves), and the verify method of the same benchmark checks every decision against float32.
+docs/methods.md ("Decision-exact reduced precision") derives the bound.
+
+Scores rescored (and the calibration sample) are float32's exactly: the same engine, the same
+model weights loaded in float32 (:meth:`stereolens.models.hf.HFModel.float32_reference`), the same
+cache entries a float32 run writes.  Each item is labelled with the precision its score came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stereolens.errors import ConfigError
+from stereolens.scoring.types import SentenceScore
+
+# groups scored in both precisions at the start of a run, to measure the half-precision error
+CALIBRATION_GROUPS = 64
+# the bound is this many times the largest per-token error seen in the calibration sample
+SAFETY = 3.0
+# the sample is drawn with this seed, so a rerun rescores the same groups
+CALIBRATION_SEED = 0
+EXACT_LABEL = "fp32"
+LABELS = {"bfloat16": "bf16", "float16": "fp16", "float32": EXACT_LABEL}
+
+# scores the members of each of the given groups with the given model: one list of scores per group
+GroupScorer = Callable[[Any, list[int]], list[list[SentenceScore]]]
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """The largest error a half-precision score can carry: ``safety * rate`` per scored token."""
+
+    rate: float  # largest |half - float32| per scored token on the calibration sample (nats)
+    safety: float
+    calibration_items: int
+
+    def bound(self, n_tokens: int, *, mean: bool = False) -> float:
+        """The bound on one item's error: for its summed log-probability, or for its per-token ``mean``."""
+        return self.safety * self.rate * (1 if mean else n_tokens)
+
+
+def error_rate(half: Sequence[SentenceScore], exact: Sequence[SentenceScore]) -> float:
+    """The largest ``|half - exact| / n_tokens`` over items scored both ways (items with no token: none)."""
+    rates = [abs(a.logprob - b.logprob) / b.n_tokens for a, b in zip(half, exact, strict=True) if b.n_tokens]
+    return max(rates, default=0.0)
+
+
+def near_boundary(values: Sequence[Sequence[float]], bounds: Sequence[Sequence[float]]) -> list[int]:
+    """The groups whose decision the error could change: two members whose values differ by at most the sum
+    of their bounds (a difference exactly at the bound counts)."""
+    near = []
+    for g, (vals, bnds) in enumerate(zip(values, bounds, strict=True)):
+        if any(abs(vals[i] - vals[j]) <= bnds[i] + bnds[j]
+               for i in range(len(vals)) for j in range(i + 1, len(vals))):
+            near.append(g)
+    return near
+
+
+def calibration_sample(n_groups: int, size: int = CALIBRATION_GROUPS, seed: int = CALIBRATION_SEED) -> list[int]:
+    """The groups scored in both precisions: ``size`` drawn without replacement with ``seed`` (all when fewer)."""
+    if n_groups <= size:
+        return list(range(n_groups))
+    return sorted(int(g) for g in np.random.default_rng(seed).choice(n_groups, size=size, replace=False))
+
+
+@dataclass(frozen=True)
+class Verified:
+    """Each group's scores (float32's where rescored), each group's precision label, and how it went."""
+
+    scores: list[list[SentenceScore]]
+    precision: list[str]
+    error_model: ErrorModel
+    calibration: list[int]
+    rescored: list[int]  # groups rescored for being near the boundary (the calibration sample not included)
+    fast_label: str
+
+    def summary(self) -> dict[str, Any]:
+        """What a study's summary says about the mode: how many groups carry float32 scores, and why."""
+        exact = sum(1 for p in self.precision if p == EXACT_LABEL)
+        return {
+            "mode": f"{self.fast_label}, decisions verified in {EXACT_LABEL}",
+            "groups": len(self.precision),
+            "groups_fp32": exact,
+            "groups_rescored_near_boundary": len(self.rescored),
+            "calibration_groups": len(self.calibration),
+            "error_rate_per_token": self.error_model.rate,
+            "safety_factor": self.error_model.safety,
+        }
+
+
+def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *,
+                     value: Callable[[SentenceScore], float] | None = None, mean: bool = False,
+                     fast_label: str = "bf16", calibration_groups: int = CALIBRATION_GROUPS,
+                     safety: float = SAFETY) -> Verified:
+    """Score ``n_groups`` groups with ``fast`` and rescore with ``exact`` those whose decision the error could change.
+
+    ``score(model, groups)`` scores the members of the listed groups with one of the two models.
+    ``value`` is what a decision compares (default: the summed log-probability); ``mean`` says it is a
+    per-token mean, whose bound does not grow with the token count.
+    """
+    if n_groups == 0:
+        return Verified([], [], ErrorModel(0.0, safety, 0), [], [], fast_label)
+    value = value or (lambda s: s.logprob)
+    scores = score(fast, list(range(n_groups)))
+    calibration = calibration_sample(n_groups, calibration_groups)
+    exact_calibration = score(exact, calibration)
+    model = ErrorModel(
+        error_rate([s for g in calibration for s in scores[g]], [s for part in exact_calibration for s in part]),
+        safety, sum(len(part) for part in exact_calibration))
+    precision = [fast_label] * n_groups
+    for g, part in zip(calibration, exact_calibration):
+        scores[g], precision[g] = part, EXACT_LABEL
+    rest = [g for g in range(n_groups) if precision[g] != EXACT_LABEL]
+    near = [rest[k] for k in near_boundary([[value(s) for s in scores[g]] for g in rest],
+                                           [[model.bound(s.n_tokens, mean=mean) for s in scores[g]] for g in rest])]
+    for g, part in zip(near, score(exact, near) if near else []):
+        scores[g], precision[g] = part, EXACT_LABEL
+    return Verified(scores, precision, model, calibration, near, fast_label)
+
+
+# ---------------------------------------------------------------- the two models of a backend
+
+
+def verifying_models(lm: Any) -> tuple[Any, Any, str] | None:
+    """``(fast, exact, fast_label)`` when ``lm`` is configured with ``model.verify`` and computes in half precision;
+    None when it scores in one precision (no ``verify``, or a dtype that fell back to float32)."""
+    spec = getattr(lm, "spec", None)
+    if spec is None or getattr(spec, "verify", None) is None:
+        return None
+    dtype = str(spec.dtype or "float32")
+    if dtype == "float32":
+        return None  # nothing to verify: the model already computes in float32
+    reference = getattr(lm, "float32_reference", None)
+    if reference is None:
+        raise ConfigError(f"model.verify={spec.verify} needs a model scored in this process (executor.kind=local), "
+                          f"not {type(lm).__name__}")
+    return lm, reference(), LABELS.get(dtype, dtype)
+
+
+def precision_mode(dtype: str | None, verify: str | None) -> str:
+    """The name of a run's precision: its dtype, with ``+verify-fp32`` when half-precision decisions are verified."""
+    dtype = str(dtype or "float32")
+    return f"{dtype}+verify-{verify}" if verify and dtype != "float32" else dtype
+
+
+def verified_pairs(lm: Any, pairs: Any, metric: str, **options: Any) -> tuple[Any, Verified]:
+    """:func:`stereolens.scoring.score_pairs` of ``pairs`` under a verifying backend: the scored table with a
+    ``precision`` column per pair, and the :class:`Verified` record.  The pair's decision is which of its two
+    sentences scores higher."""
+    from stereolens.scoring.engine import score_pairs
+
+    fast, exact, label = verifying_models(lm)
+
+    def score(model: Any, groups: list[int]) -> list[list[SentenceScore]]:
+        part = score_pairs(model, None, pairs.iloc[groups], metric, **options)
+        return [[SentenceScore(float(a), int(na), bool(ta)), SentenceScore(float(b), int(nb), bool(tb))]
+                for a, na, ta, b, nb, tb in zip(part["score_stereo"], part["n_tokens_stereo"], part["truncated_stereo"],
+                                                part["score_anti"], part["n_tokens_anti"], part["truncated_anti"])]
+
+    verified = verify_decisions(score, fast, exact, len(pairs), fast_label=label)
+    out = pairs.copy()
+    for k, name in enumerate(("stereo", "anti")):
+        out[f"score_{name}"] = [g[k].logprob for g in verified.scores]
+        out[f"n_tokens_{name}"] = [g[k].n_tokens for g in verified.scores]
+        out[f"truncated_{name}"] = [g[k].truncated for g in verified.scores]
+    out["precision"] = verified.precision
+    return out, verified
