@@ -17,8 +17,9 @@ from stereolens.models.cache import ResponseCache
 from stereolens.models.registry import load_local, spec_from_config
 from stereolens.scoring import score_pairs
 from stereolens.scoring.types import SentenceScore
-from stereolens.scoring.verified import (ErrorModel, calibration_sample, error_rate, near_boundary, precision_mode,
-                                         verified_pairs, verify_decisions, verifying_models)
+from stereolens.models.hardware import precision_mode
+from stereolens.scoring.verified import (ErrorModel, calibration_sample, error_rate, near_boundary, verified_pairs,
+                                         verify_decisions, verifying_models)
 
 # pairs built to sit inside any bound: identical sentences (margin exactly 0) ...
 TIES = [(f"{s.capitalize()} are {t}.",) * 2 for s in SUBJECTS for t in TRAITS[:3]]
@@ -39,6 +40,8 @@ def test_a_difference_exactly_at_the_bound_is_rescored_and_one_above_it_is_not()
     bounds = [[model.bound(3), model.bound(3)], [1.5, 1.5], [0.125, 0.125, 0.125]]
     # group 2: its first two members are far apart, its first and third within 0.25 = 0.125 + 0.125
     assert near_boundary(values, bounds) == [0, 2]
+    # the rounding slack widens the rule: group 1 is within 1.5 + 1.5 + 0.001
+    assert near_boundary(values, bounds, 1e-3) == [0, 1, 2]
 
 
 def test_error_rate_is_the_largest_error_per_token():
@@ -62,7 +65,7 @@ def test_verify_decisions_rescores_exactly_the_near_groups():
         shift = 0.0 if model == "exact" else -0.1
         return [[SentenceScore(v + shift * n, n, False) for v, n in zip(exact_scores[g], n_tokens[g])] for g in groups]
 
-    got = verify_decisions(score, "fast", "exact", 4, calibration_groups=1, safety=2.0)
+    got = verify_decisions(score, "fast", "exact", 4, calibration_groups=1, safety=2.0, views=("sum",), slack=0.0)
     # the sample (seed 0) is pair 3; the fast scores are 0.1 nats per token off, so each item's bound is
     # 2 x 0.1 x n_tokens: pair 0 differs by 0.2 <= 0.4 + 0.4, pair 2 ties, pair 1 differs by 10 > 0.8 + 0.8
     assert got.calibration == [3] and got.error_model.rate == pytest.approx(0.1)
@@ -70,6 +73,10 @@ def test_verify_decisions_rescores_exactly_the_near_groups():
     assert got.precision == ["fp32", "bf16", "fp32", "fp32"]
     assert [s.logprob for s in got.scores[2]] == [-5.0, -5.0]
     assert [s.logprob for s in got.scores[1]] == pytest.approx([-20.4, -30.4])
+    # a group far apart in sums but level in per-token means: only the mean view finds it
+    exact_scores[1], n_tokens[1] = [-10.0, -100.0], [2, 20]  # sums 90 apart (> 0.4 + 4.0), means both -5
+    assert verify_decisions(score, "fast", "exact", 4, calibration_groups=1, safety=2.0, views=("sum",), slack=0.0).rescored == [0, 2]
+    assert verify_decisions(score, "fast", "exact", 4, calibration_groups=1, safety=2.0, slack=0.0).rescored == [0, 1, 2]
     assert got.summary()["groups_fp32"] == 3 and got.summary()["groups_rescored_near_boundary"] == 2
 
 
@@ -120,3 +127,12 @@ def test_a_float32_model_or_no_verify_scores_in_one_precision(backends, tiny_cau
     assert verifying_models(full) is None
     assert precision_mode("bfloat16", "fp32") == "bfloat16+verify-fp32"
     assert precision_mode("float32", "fp32") == "float32" and precision_mode(None, None) == "float32"
+
+
+def test_the_mlflow_precision_param_names_the_verify_mode():
+    from stereolens.tracking.mlflow_run import computed_precision
+
+    cfg = {"dtype": "bfloat16", "verify": "fp32", "reduced_precision": "emulate"}
+    assert computed_precision(cfg) == "bfloat16+verify-fp32"
+    assert computed_precision({**cfg, "verify": None}) == "bfloat16"
+    assert computed_precision({"dtype": None}) == "float32"  # the default run: unchanged

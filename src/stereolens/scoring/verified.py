@@ -11,8 +11,9 @@ only change where two scores of a group are closer than their two errors togethe
    largest error per scored token on it, ``rate = max |half - float32| / n_tokens`` over the sample's
    items, is the error model; an item's score then carries at most ``SAFETY * rate * n_tokens`` nats
    (``SAFETY * rate`` for a per-token mean);
-3. every other group in which two scores are within the sum of their bounds (at the bound included)
-   is rescored in float32, all of its items, and those float32 scores replace the half-precision ones.
+3. every other group in which two scores (summed, or per-token means: :data:`VIEWS`) are within the sum
+   of their bounds (at the bound included) is rescored in float32, all of its items, and those float32
+   scores replace the half-precision ones.
 
 Every group's decision then equals float32's as long as no item's error exceeds its bound: the
 calibration sample's largest error times :data:`SAFETY`.  ``benchmarks/precision.py --calibrate``
@@ -40,6 +41,9 @@ from stereolens.scoring.types import SentenceScore
 CALIBRATION_GROUPS = 64
 # the bound is this many times the largest per-token error seen in the calibration sample
 SAFETY = 3.0
+# added to every bound: CrowS-Pairs' metric.py compares scores rounded to 3 decimals, and two scores
+# whose margin exceeds 0.001 in both precisions round to the same order in both
+ROUNDING_SLACK = 1e-3
 # the sample is drawn with this seed, so a rerun rescores the same groups
 CALIBRATION_SEED = 0
 EXACT_LABEL = "fp32"
@@ -68,12 +72,13 @@ def error_rate(half: Sequence[SentenceScore], exact: Sequence[SentenceScore]) ->
     return max(rates, default=0.0)
 
 
-def near_boundary(values: Sequence[Sequence[float]], bounds: Sequence[Sequence[float]]) -> list[int]:
+def near_boundary(values: Sequence[Sequence[float]], bounds: Sequence[Sequence[float]], slack: float = 0.0
+                  ) -> list[int]:
     """The groups whose decision the error could change: two members whose values differ by at most the sum
-    of their bounds (a difference exactly at the bound counts)."""
+    of their bounds plus ``slack`` (a difference exactly at that sum counts)."""
     near = []
     for g, (vals, bnds) in enumerate(zip(values, bounds, strict=True)):
-        if any(abs(vals[i] - vals[j]) <= bnds[i] + bnds[j]
+        if any(abs(vals[i] - vals[j]) <= bnds[i] + bnds[j] + slack
                for i in range(len(vals)) for j in range(i + 1, len(vals))):
             near.append(g)
     return near
@@ -111,19 +116,27 @@ class Verified:
         }
 
 
-def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *,
-                     value: Callable[[SentenceScore], float] | None = None, mean: bool = False,
+# what a decision may compare: a group's summed log-probabilities, or their per-token means (CrowS-Pairs'
+# length-controlled view, the pairs study's decoder means, StereoSet's mean score)
+VIEWS = ("sum", "mean")
+
+
+def _view(s: SentenceScore, view: str) -> float:
+    return s.logprob if view == "sum" else s.logprob / s.n_tokens if s.n_tokens else 0.0
+
+
+def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *, views: Sequence[str] = VIEWS,
                      fast_label: str = "bf16", calibration_groups: int = CALIBRATION_GROUPS,
-                     safety: float = SAFETY) -> Verified:
+                     safety: float = SAFETY, slack: float = ROUNDING_SLACK) -> Verified:
     """Score ``n_groups`` groups with ``fast`` and rescore with ``exact`` those whose decision the error could change.
 
-    ``score(model, groups)`` scores the members of the listed groups with one of the two models.
-    ``value`` is what a decision compares (default: the summed log-probability); ``mean`` says it is a
-    per-token mean, whose bound does not grow with the token count.
+    ``score(model, groups)`` scores the members of the listed groups with one of the two models.  A group
+    is near the boundary when it is so in any of ``views`` (:data:`VIEWS`): by default both the sums and
+    the per-token means of its members are protected, whichever a study's decisions compare; ``slack``
+    (:data:`ROUNDING_SLACK`) widens every bound so that decisions on rounded scores are protected too.
     """
     if n_groups == 0:
         return Verified([], [], ErrorModel(0.0, safety, 0), [], [], fast_label)
-    value = value or (lambda s: s.logprob)
     scores = score(fast, list(range(n_groups)))
     calibration = calibration_sample(n_groups, calibration_groups)
     exact_calibration = score(exact, calibration)
@@ -134,11 +147,17 @@ def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *
     for g, part in zip(calibration, exact_calibration):
         scores[g], precision[g] = part, EXACT_LABEL
     rest = [g for g in range(n_groups) if precision[g] != EXACT_LABEL]
-    near = [rest[k] for k in near_boundary([[value(s) for s in scores[g]] for g in rest],
-                                           [[model.bound(s.n_tokens, mean=mean) for s in scores[g]] for g in rest])]
-    for g, part in zip(near, score(exact, near) if near else []):
+    near: set[int] = set()
+    for view in views:
+        if view not in VIEWS:
+            raise ValueError(f"unknown decision view {view!r} (known: {', '.join(VIEWS)})")
+        values = [[_view(s, view) for s in scores[g]] for g in rest]
+        bounds = [[model.bound(s.n_tokens, mean=view == "mean") for s in scores[g]] for g in rest]
+        near.update(rest[k] for k in near_boundary(values, bounds, slack))
+    rescored = sorted(near)
+    for g, part in zip(rescored, score(exact, rescored) if rescored else []):
         scores[g], precision[g] = part, EXACT_LABEL
-    return Verified(scores, precision, model, calibration, near, fast_label)
+    return Verified(scores, precision, model, calibration, rescored, fast_label)
 
 
 # ---------------------------------------------------------------- the two models of a backend
@@ -158,12 +177,6 @@ def verifying_models(lm: Any) -> tuple[Any, Any, str] | None:
         raise ConfigError(f"model.verify={spec.verify} needs a model scored in this process (executor.kind=local), "
                           f"not {type(lm).__name__}")
     return lm, reference(), LABELS.get(dtype, dtype)
-
-
-def precision_mode(dtype: str | None, verify: str | None) -> str:
-    """The name of a run's precision: its dtype, with ``+verify-fp32`` when half-precision decisions are verified."""
-    dtype = str(dtype or "float32")
-    return f"{dtype}+verify-{verify}" if verify and dtype != "float32" else dtype
 
 
 def verified_pairs(lm: Any, pairs: Any, metric: str, **options: Any) -> tuple[Any, Verified]:
@@ -188,3 +201,18 @@ def verified_pairs(lm: Any, pairs: Any, metric: str, **options: Any) -> tuple[An
         out[f"truncated_{name}"] = [g[k].truncated for g in verified.scores]
     out["precision"] = verified.precision
     return out, verified
+
+
+def precision_lines(block: dict[str, Any] | None, what: str) -> list[str]:
+    """The report paragraph of a study scored under ``model.verify`` (``block``: :meth:`Verified.summary`),
+    ``what`` naming its groups ("pairs", "instances"); nothing for a run in one precision."""
+    if not block:
+        return []
+    return [
+        f"Precision ({block['mode']}, our choice: `model.verify`): every {what[:-1]} was scored in "
+        f"{block['mode'].split(',')[0]}; {block['groups_fp32']} of {block['groups']} {what} carry float32 scores "
+        f"({block['calibration_groups']} measured the {block['mode'].split(',')[0]} error, "
+        f"{block['groups_rescored_near_boundary']} were within its bound of a decision: "
+        f"{block['safety_factor']:g} x {block['error_rate_per_token']:.3g} nats per token), the rest are labelled "
+        f"{block['mode'].split(',')[0]} in the `precision` column. Every decision is float32's "
+        "(docs/methods.md, \"Decision-exact reduced precision\").", ""]
