@@ -136,3 +136,41 @@ def test_the_mlflow_precision_param_names_the_verify_mode():
     assert computed_precision(cfg) == "bfloat16+verify-fp32"
     assert computed_precision({**cfg, "verify": None}) == "bfloat16"
     assert computed_precision({"dtype": None}) == "float32"  # the default run: unchanged
+
+
+def test_the_pairs_study_verifies_a_pair_with_its_control(backends):
+    from stereolens.studies.pairs.evaluation import score_set
+
+    half, full = backends["causal"]
+    rows = TIES + ORDINARY
+    part = _pairs(rows).assign(sent_control=[a if k % 3 == 0 else None for k, (a, _) in enumerate(rows)])
+    # a control identical to its stereotypical sentence ties it: that group must be rescored
+    got = score_set(half, part, "causal", batch_tokens=8192, truncate=False)
+    want = score_set(full, part, "causal", batch_tokens=8192, truncate=False)
+    assert (got["precision"].iloc[::3] == "fp32").all() and (got["precision"] == "bf16").any()
+    assert (got["score_stereo"] > got["score_anti"]).tolist() == (want["score_stereo"] > want["score_anti"]).tolist()
+    has = part["sent_control"].notna()
+    assert (got.loc[has, "score_stereo"] > got.loc[has, "score_control"]).tolist() == \
+        (want.loc[has, "score_stereo"] > want.loc[has, "score_control"]).tolist()
+    assert got["score_control"].isna().tolist() == want["score_control"].isna().tolist()
+
+
+@pytest.mark.parametrize("score", ["mean", "sum"])
+def test_stereoset_triples_keep_float32_candidate_order(backends, score):
+    from stereolens.studies.stereo.evaluation import score_instances
+
+    half, full = backends["causal"]
+    # more instances than the calibration sample (64), so that some stay in bfloat16
+    contexts = [f"The {s} were here." for s in SUBJECTS for _ in TRAITS]
+    triples = [(f"They are {TRAITS[k]}.", f"They are {TRAITS[(k + 1) % 12]}.", f"They were {TRAITS[(k + 5) % 12]}.")
+               for k in range(len(TRAITS)) for _ in SUBJECTS][: len(contexts)]
+    instances = pd.DataFrame({"id": [f"i{k}" for k in range(len(contexts))], "context": contexts,
+                              "sent_stereo": [a for a, _, _ in triples], "sent_anti": [b for _, b, _ in triples],
+                              "sent_unrelated": [c for _, _, c in triples]})
+    instances.loc[0, "sent_anti"] = instances.loc[0, "sent_stereo"]  # a tie: rescored
+    got = score_instances(half, "causal", instances, score=score)
+    want = score_instances(full, "causal", instances, score=score)
+    assert got.loc[0, "precision"] == "fp32" and got.attrs["precision"]["groups"] == len(instances) == 120
+    assert (got["precision"] == "bf16").any()
+    cols = ["score_stereo", "score_anti", "score_unrelated"]
+    assert (got[cols].to_numpy().argsort(axis=1) == want[cols].to_numpy().argsort(axis=1)).all()

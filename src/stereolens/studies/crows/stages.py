@@ -119,8 +119,9 @@ def crows_report(args: argparse.Namespace) -> None:
     table, legend = bias_by_type(scores, reference_resamples=resamples)
     length = length_control(scores, reference_resamples=resamples)
     scoring = json.loads(scoring_path.read_text(encoding="utf-8")) if scoring_path.exists() else {}
+    skipped = scoring.get("skipped")
     summary = crows_summary(table, legend, length, model=model, metric=metric, dataset=study["dataset"],
-                            skipped=scoring.get("skipped"))
+                            skipped=skipped)
     if "precision" in scoring:  # model.verify: how many pairs carry float32 scores
         summary["precision"] = scoring["precision"]
     lengths = length_table(length, table.iloc[0].to_dict())
