@@ -174,3 +174,17 @@ def test_stereoset_triples_keep_float32_candidate_order(backends, score):
     assert (got["precision"] == "bf16").any()
     cols = ["score_stereo", "score_anti", "score_unrelated"]
     assert (got[cols].to_numpy().argsort(axis=1) == want[cols].to_numpy().argsort(axis=1)).all()
+
+
+def test_the_fast_pass_is_half_precision_throughout_and_cached_apart(backends, tiny_causal_lm_dir):
+    from stereolens.scoring.access import split_head
+    from stereolens.scoring.engine import _base_payload
+
+    half, _ = backends["causal"]
+    fast, exact, _ = verifying_models(half)
+    probe = fast.tokenizer("Women are kind.")["input_ids"]
+    assert split_head(fast.model, "causal", probe).projection.widen is False  # the normaliser in bfloat16 too
+    assert split_head(exact.model, "causal", probe).projection.weight.dtype == torch.float32
+    # its cache entries are not those of a bfloat16 model with the float32 normaliser (the default bfloat16 run)
+    params = _base_payload(ResponseCache(enabled=False), fast.model, "x", "causal", {})["params"]
+    assert params["normaliser"] == "bfloat16"
