@@ -18,8 +18,8 @@ from stereolens.models.registry import load_local, spec_from_config
 from stereolens.scoring import score_pairs
 from stereolens.scoring.types import SentenceScore
 from stereolens.models.hardware import precision_mode
-from stereolens.scoring.verified import (ErrorModel, calibration_sample, error_rate, near_boundary, verified_pairs,
-                                         verify_decisions, verifying_models)
+from stereolens.scoring.verified import (ErrorModel, calibration_sample, error_rate, margin_error_rate, near_boundary,
+                                         verified_pairs, verify_decisions, verifying_models)
 
 # pairs built to sit inside any bound: identical sentences (margin exactly 0) ...
 TIES = [(f"{s.capitalize()} are {t}.",) * 2 for s in SUBJECTS for t in TRAITS[:3]]
@@ -33,8 +33,8 @@ def _pairs(rows) -> pd.DataFrame:
 
 
 def test_a_difference_exactly_at_the_bound_is_rescored_and_one_above_it_is_not():
-    model = ErrorModel(rate=0.25, safety=2.0, calibration_items=4)
-    assert model.bound(3) == 1.5 and model.bound(3, mean=True) == 0.5  # 2 x 0.25 x 3 tokens; a mean: 2 x 0.25
+    model = ErrorModel(rate=0.25, mean_rate=0.5, safety=2.0, calibration_items=4)
+    assert model.bound(3) == 1.5 and model.bound(3, mean=True) == 0.5  # 2 x 0.25 x 3 tokens; a mean: 2 x 0.5 / 2
     # group 0: |1.0 - 4.0| = 3.0 = 1.5 + 1.5 exactly (binary fractions: no rounding); group 1 just above
     values = [[1.0, 4.0], [1.0, 4.0 + 2 ** -20], [0.0, 10.0, 0.25]]
     bounds = [[model.bound(3), model.bound(3)], [1.5, 1.5], [0.125, 0.125, 0.125]]
@@ -50,6 +50,18 @@ def test_error_rate_is_the_largest_error_per_token():
     assert error_rate(half, exact) == 0.125  # max(0.5/5, 0.25/2); the tokenless item counts for nothing
 
 
+def test_the_margin_error_rate_is_taken_over_every_two_members_of_a_group():
+    exact = [[SentenceScore(-10.0, 5, False), SentenceScore(-3.0, 3, False), SentenceScore(-4.0, 2, False)]]
+    # errors -0.5, +0.25, -0.5: margins 0-1 off by 0.75 (/8 tokens), 0-2 by 0 (/7), 1-2 by 0.75 (/5 = 0.15)
+    half = [[SentenceScore(-10.5, 5, False), SentenceScore(-2.75, 3, False), SentenceScore(-4.5, 2, False)]]
+    assert margin_error_rate(half, exact) == pytest.approx(0.15)
+    # means: -2 vs -2.1, -1 vs -0.91667, -2 vs -2.25: mean margins 0-1 off by 0.18333, 0-2 by 0.15, 1-2 by 0.33333
+    assert margin_error_rate(half, exact, mean=True) == pytest.approx(1 / 3)
+    # errors that move both members alike leave the margin alone
+    same = [[SentenceScore(-10.5, 5, False), SentenceScore(-3.5, 3, False)]]
+    assert margin_error_rate(same, [exact[0][:2]]) == 0.0
+
+
 def test_the_calibration_sample_is_fixed_and_covers_small_sets():
     assert calibration_sample(10, 64) == list(range(10))
     first = calibration_sample(1000, 64)
@@ -62,17 +74,19 @@ def test_verify_decisions_rescores_exactly_the_near_groups():
     n_tokens = [[2, 2], [4, 4], [1, 1], [2, 2]]
 
     def score(model, groups):
-        shift = 0.0 if model == "exact" else -0.1
-        return [[SentenceScore(v + shift * n, n, False) for v, n in zip(exact_scores[g], n_tokens[g])] for g in groups]
+        # the fast "model" moves a group's first member up and its second down by 0.1 nats per token
+        shift = 0.0 if model == "exact" else 0.1
+        return [[SentenceScore(v + sign * shift * n, n, False)
+                 for v, n, sign in zip(exact_scores[g], n_tokens[g], (1, -1))] for g in groups]
 
     got = verify_decisions(score, "fast", "exact", 4, calibration_groups=1, safety=2.0, views=("sum",), slack=0.0)
-    # the sample (seed 0) is pair 3; the fast scores are 0.1 nats per token off, so each item's bound is
+    # the sample (seed 0) is pair 3, whose margin is 0.1 x (2 + 2) off: rate 0.1, so each item's bound is
     # 2 x 0.1 x n_tokens: pair 0 differs by 0.2 <= 0.4 + 0.4, pair 2 ties, pair 1 differs by 10 > 0.8 + 0.8
     assert got.calibration == [3] and got.error_model.rate == pytest.approx(0.1)
     assert got.rescored == [0, 2]
     assert got.precision == ["fp32", "bf16", "fp32", "fp32"]
     assert [s.logprob for s in got.scores[2]] == [-5.0, -5.0]
-    assert [s.logprob for s in got.scores[1]] == pytest.approx([-20.4, -30.4])
+    assert [s.logprob for s in got.scores[1]] == pytest.approx([-19.6, -30.4])
     # a group far apart in sums but level in per-token means: only the mean view finds it
     exact_scores[1], n_tokens[1] = [-10.0, -100.0], [2, 20]  # sums 90 apart (> 0.4 + 4.0), means both -5
     assert verify_decisions(score, "fast", "exact", 4, calibration_groups=1, safety=2.0, views=("sum",), slack=0.0).rescored == [0, 2]
@@ -111,9 +125,11 @@ def test_verified_pairs_give_float32_decisions_and_float32_scores_where_rescored
     assert wins(got) == wins(reference)
     exact_rows = got["precision"] == "fp32"
     # the float32 engine on the same pairs, scored together as the mode rescored them: the same numbers, bit for bit
+    # (the float32 reference model itself: a second load's memoised body/head split, verified on another probe,
+    # may take another exact path, equal to the engine's batch invariance below)
     rescored = sorted(verified.calibration + verified.rescored)
-    alone = score_pairs(full, None, pairs.iloc[verified.calibration], metric)
-    together = score_pairs(full, None, pairs.iloc[verified.rescored], metric) if verified.rescored else alone.head(0)
+    alone = score_pairs(exact, None, pairs.iloc[verified.calibration], metric)
+    together = score_pairs(exact, None, pairs.iloc[verified.rescored], metric) if verified.rescored else alone.head(0)
     for col in ("score_stereo", "score_anti", "n_tokens_stereo", "n_tokens_anti"):
         assert got[col].iloc[verified.calibration].tolist() == alone[col].tolist()
         assert got[col].iloc[verified.rescored].tolist() == together[col].tolist()

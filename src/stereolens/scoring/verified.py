@@ -2,23 +2,23 @@
 
 A study's decision compares scores within a group: a CrowS pair (stereotypical against
 anti-stereotypical sentence), a minimal pair with its control, a StereoSet triple (the order of its
-three candidates).  A half-precision model moves each score by a rounding error; a decision can
-only change where two scores of a group are closer than their two errors together.  So
-(:func:`verify_decisions`):
+three candidates).  A half-precision model moves each score by a rounding error; a decision changes
+only where the margin between two scores of a group moves across zero.  So (:func:`verify_decisions`):
 
 1. every group is scored with the half-precision model;
-2. a fixed random sample of :data:`CALIBRATION_GROUPS` groups is scored again in float32, and the
-   largest error per scored token on it, ``rate = max |half - float32| / n_tokens`` over the sample's
-   items, is the error model; an item's score then carries at most ``SAFETY * rate * n_tokens`` nats
-   (``SAFETY * rate`` for a per-token mean);
-3. every other group in which two scores (summed, or per-token means: :data:`VIEWS`) are within the sum
-   of their bounds (at the bound included) is rescored in float32, all of its items, and those float32
-   scores replace the half-precision ones.
+2. a fixed random sample of :data:`CALIBRATION_GROUPS` groups is scored again in float32; the largest
+   margin error on it per scored token of the two compared items,
+   ``rate = max |(half_i - half_j) - (float32_i - float32_j)| / (n_i + n_j)``, is the error model of
+   summed scores (and the largest margin error of per-token means, ``mean_rate``, that of means);
+3. every other group with two members whose margin is at most ``SAFETY * rate * (n_i + n_j)``
+   (``SAFETY * mean_rate`` for means: :data:`VIEWS`), plus :data:`ROUNDING_SLACK`, is rescored in float32,
+   all of its members, and those float32 scores replace the half-precision ones.
 
-Every group's decision then equals float32's as long as no item's error exceeds its bound: the
-calibration sample's largest error times :data:`SAFETY`.  ``benchmarks/precision.py --calibrate``
-measures, on a whole data set, how far the sample's rate sits below the set's largest (the margin
-SAFETY leaves), and the verify method of the same benchmark checks every decision against float32.
+Every decision then equals float32's as long as no margin's error exceeds ``SAFETY`` times the
+sample's largest.  The margin, not each score, is calibrated: the two sentences of a pair share most
+of their tokens and most of their rounding, so a margin errs far less than its two scores.
+``benchmarks/precision.py`` (method ``bf16_verify_fp32``) checks every decision of CrowS-Pairs against
+float32 and reports how far the sample's rate sits below the whole set's (the margin SAFETY leaves);
 docs/methods.md ("Decision-exact reduced precision") derives the bound.
 
 Scores rescored (and the calibration sample) are float32's exactly: the same engine, the same
@@ -53,21 +53,48 @@ LABELS = {"bfloat16": "bf16", "float16": "fp16", "float32": EXACT_LABEL}
 GroupScorer = Callable[[Any, list[int]], list[list[SentenceScore]]]
 
 
+def _view(s: SentenceScore, view: str) -> float:
+    return s.logprob if view == "sum" else s.logprob / s.n_tokens if s.n_tokens else 0.0
+
+
 @dataclass(frozen=True)
 class ErrorModel:
-    """The largest error a half-precision score can carry: ``safety * rate`` per scored token."""
+    """How far half precision can move a decision: the largest margin error seen on the calibration sample,
+    per scored token of the two compared items (``rate``, summed scores) or outright (``mean_rate``, per-token
+    means), each times ``safety``."""
 
-    rate: float  # largest |half - float32| per scored token on the calibration sample (nats)
+    rate: float  # largest |half margin - float32 margin| / (n_i + n_j) over the sample's pairs of members (nats)
+    mean_rate: float  # largest |half - float32| difference of two members' per-token means (nats)
     safety: float
     calibration_items: int
 
     def bound(self, n_tokens: int, *, mean: bool = False) -> float:
-        """The bound on one item's error: for its summed log-probability, or for its per-token ``mean``."""
-        return self.safety * self.rate * (1 if mean else n_tokens)
+        """One item's share of a margin's bound: a margin between items i and j is protected up to
+        ``bound(n_i) + bound(n_j)`` (``safety * rate * (n_i + n_j)``; for means ``safety * mean_rate``)."""
+        return self.safety * (self.mean_rate / 2 if mean else self.rate * n_tokens)
+
+
+def margin_error_rate(half: Sequence[Sequence[SentenceScore]], exact: Sequence[Sequence[SentenceScore]], *,
+                      mean: bool = False) -> float:
+    """The largest margin error over groups scored both ways: for every two members i, j of a group,
+    ``|(half_i - half_j) - (exact_i - exact_j)|`` divided by ``n_i + n_j`` (of summed scores) or, with
+    ``mean``, of their per-token means, undivided.  Members with no scored token count for nothing."""
+    worst = 0.0
+    for fast_group, exact_group in zip(half, exact, strict=True):
+        for i in range(len(exact_group)):
+            for j in range(i + 1, len(exact_group)):
+                a, b = exact_group[i], exact_group[j]
+                if not (a.n_tokens and b.n_tokens):
+                    continue
+                view = "mean" if mean else "sum"
+                error = abs((_view(fast_group[i], view) - _view(fast_group[j], view)) - (_view(a, view) - _view(b, view)))
+                worst = max(worst, error if mean else error / (a.n_tokens + b.n_tokens))
+    return worst
 
 
 def error_rate(half: Sequence[SentenceScore], exact: Sequence[SentenceScore]) -> float:
-    """The largest ``|half - exact| / n_tokens`` over items scored both ways (items with no token: none)."""
+    """The largest ``|half - exact| / n_tokens`` over single items scored both ways (items with no token: none):
+    what a margin error could reach if the two members' errors did not correlate (benchmarks/precision.py)."""
     rates = [abs(a.logprob - b.logprob) / b.n_tokens for a, b in zip(half, exact, strict=True) if b.n_tokens]
     return max(rates, default=0.0)
 
@@ -112,6 +139,7 @@ class Verified:
             "groups_rescored_near_boundary": len(self.rescored),
             "calibration_groups": len(self.calibration),
             "error_rate_per_token": self.error_model.rate,
+            "error_of_mean_margins": self.error_model.mean_rate,
             "safety_factor": self.error_model.safety,
         }
 
@@ -119,10 +147,6 @@ class Verified:
 # what a decision may compare: a group's summed log-probabilities, or their per-token means (CrowS-Pairs'
 # length-controlled view, the pairs study's decoder means, StereoSet's mean score)
 VIEWS = ("sum", "mean")
-
-
-def _view(s: SentenceScore, view: str) -> float:
-    return s.logprob if view == "sum" else s.logprob / s.n_tokens if s.n_tokens else 0.0
 
 
 def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *, views: Sequence[str] = VIEWS,
@@ -136,13 +160,13 @@ def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *
     (:data:`ROUNDING_SLACK`) widens every bound so that decisions on rounded scores are protected too.
     """
     if n_groups == 0:
-        return Verified([], [], ErrorModel(0.0, safety, 0), [], [], fast_label)
+        return Verified([], [], ErrorModel(0.0, 0.0, safety, 0), [], [], fast_label)
     scores = score(fast, list(range(n_groups)))
     calibration = calibration_sample(n_groups, calibration_groups)
     exact_calibration = score(exact, calibration)
-    model = ErrorModel(
-        error_rate([s for g in calibration for s in scores[g]], [s for part in exact_calibration for s in part]),
-        safety, sum(len(part) for part in exact_calibration))
+    sampled = [scores[g] for g in calibration]
+    model = ErrorModel(margin_error_rate(sampled, exact_calibration), margin_error_rate(sampled, exact_calibration, mean=True),
+                       safety, sum(len(part) for part in exact_calibration))
     precision = [fast_label] * n_groups
     for g, part in zip(calibration, exact_calibration):
         scores[g], precision[g] = part, EXACT_LABEL
