@@ -4,7 +4,8 @@ Scores the first ``--pairs`` CrowS-Pairs pairs (both sentences) once untimed (wa
 cProfile, and prints the breakdown by stage of the engine: encoding (tokenisation), scheduling
 (batching plan and input tensors), the network body (the transformer's forward up to the last hidden
 states), the vocabulary projection (target logits and the blockwise logsumexp), and what is left
-(Python overhead of the engine, result handling), then the main thread's 15 most expensive functions.
+(Python overhead of the engine, result handling), then the main thread's 15 most expensive functions; writes ``benchmarks/out/profile.json``
+(``--record``: the tracked ``benchmarks/results/profile.json``).  It compares nothing: one method, timed.
 
     python benchmarks/profile_scoring.py --model /work/coldrun/models/gemma3-270m --metric causal --pairs 100
     python benchmarks/profile_scoring.py --model /tmp/stereolens-bench-pll/bert-base-random-119547 \
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, crows_pairs  # noqa: E402
+from _common import REPO, add_output_arguments, crows_pairs, machine, model_record, output_path  # noqa: E402
 
 def instrument() -> dict[str, float]:
     """Wrap the engine's own functions, by stage, with timers; returns the seconds per stage as they add up.
@@ -41,7 +42,7 @@ def instrument() -> dict[str, float]:
                                     (masked, "pll_item")],
         "scheduling and input tensors": [(causal, "plan_batches"), (causal, "longest_first"), (causal, "_inputs"),
                                          (masked, "plan_batches"), (masked, "longest_first"), (masked, "_copies")],
-        "network body (forward)": [(access.BodyHead, "rows")],
+        "network body (forward)": [(access.BodyHead, "rows"), (access.BodyHead, "body")],
         "vocabulary projection": [(projection.VocabProjection, "logsumexp"), (projection.VocabProjection, "target_logits"),
                                   (projection.VocabProjection, "prepare")],
     }
@@ -74,7 +75,9 @@ def main() -> int:
     p.add_argument("--metric", default="causal")
     p.add_argument("--pairs", type=int, default=100)
     p.add_argument("--batch-tokens", type=int, default=8192)
+    add_output_arguments(p, "profile.json")
     args = p.parse_args()
+    args.output = output_path(args, "profile.json")
     sys.path.insert(0, str(REPO / "src"))
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
@@ -104,6 +107,13 @@ def main() -> int:
     print(f"  {'the rest (engine, Python)':30s} {rest:7.2f} s  {rest / wall:6.1%} (negative: stages overlapped on workers)")
     # the main thread's own functions (the workers' are in the stages above)
     pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+    from stereolens.io import write_json
+
+    write_json(args.output, {"benchmark": "the engine's time by stage (benchmarks/profile_scoring.py)",
+                             "machine": machine(), "date": time.strftime("%Y-%m-%d"), "model": model_record(args.model),
+                             "metric": args.metric, "sentences": len(sents), "seconds_bare": bare,
+                             "seconds_instrumented": wall, "stages_seconds": parts, "rest_seconds": rest})
+    print(f"wrote {args.output}")
     return 0
 
 
