@@ -203,6 +203,25 @@ def verifying_models(lm: Any) -> tuple[Any, Any, str] | None:
     return lm, reference(), LABELS.get(dtype, dtype)
 
 
+def pair_members(scored: Any) -> list[list[SentenceScore]]:
+    """The two scores of each row of a :func:`stereolens.scoring.score_pairs` table, stereo then anti."""
+    return [[SentenceScore(float(a), int(na), bool(ta)), SentenceScore(float(b), int(nb), bool(tb))]
+            for a, na, ta, b, nb, tb in zip(scored["score_stereo"], scored["n_tokens_stereo"], scored["truncated_stereo"],
+                                            scored["score_anti"], scored["n_tokens_anti"], scored["truncated_anti"])]
+
+
+def with_pair_scores(pairs: Any, verified: Verified) -> Any:
+    """A copy of ``pairs`` with the verified scores of each group's first two members as ``score_stereo``,
+    ``score_anti`` (and their ``n_tokens_*``, ``truncated_*``) and the ``precision`` column."""
+    out = pairs.copy()
+    for k, name in enumerate(("stereo", "anti")):
+        out[f"score_{name}"] = [g[k].logprob for g in verified.scores]
+        out[f"n_tokens_{name}"] = [g[k].n_tokens for g in verified.scores]
+        out[f"truncated_{name}"] = [g[k].truncated for g in verified.scores]
+    out["precision"] = verified.precision
+    return out
+
+
 def verified_pairs(lm: Any, pairs: Any, metric: str, **options: Any) -> tuple[Any, Verified]:
     """:func:`stereolens.scoring.score_pairs` of ``pairs`` under a verifying backend: the scored table with a
     ``precision`` column per pair, and the :class:`Verified` record.  The pair's decision is which of its two
@@ -210,21 +229,10 @@ def verified_pairs(lm: Any, pairs: Any, metric: str, **options: Any) -> tuple[An
     from stereolens.scoring.engine import score_pairs
 
     fast, exact, label = verifying_models(lm)
-
-    def score(model: Any, groups: list[int]) -> list[list[SentenceScore]]:
-        part = score_pairs(model, None, pairs.iloc[groups], metric, **options)
-        return [[SentenceScore(float(a), int(na), bool(ta)), SentenceScore(float(b), int(nb), bool(tb))]
-                for a, na, ta, b, nb, tb in zip(part["score_stereo"], part["n_tokens_stereo"], part["truncated_stereo"],
-                                                part["score_anti"], part["n_tokens_anti"], part["truncated_anti"])]
-
-    verified = verify_decisions(score, fast, exact, len(pairs), fast_label=label)
-    out = pairs.copy()
-    for k, name in enumerate(("stereo", "anti")):
-        out[f"score_{name}"] = [g[k].logprob for g in verified.scores]
-        out[f"n_tokens_{name}"] = [g[k].n_tokens for g in verified.scores]
-        out[f"truncated_{name}"] = [g[k].truncated for g in verified.scores]
-    out["precision"] = verified.precision
-    return out, verified
+    verified = verify_decisions(lambda model, groups: pair_members(score_pairs(model, None, pairs.iloc[groups], metric,
+                                                                               **options)),
+                                fast, exact, len(pairs), fast_label=label)
+    return with_pair_scores(pairs, verified), verified
 
 
 def precision_lines(block: dict[str, Any] | None, what: str) -> list[str]:

@@ -11,7 +11,8 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked
-from stereolens.scoring.verified import EXACT_LABEL, verified_pairs, verify_decisions, verifying_models
+from stereolens.scoring.verified import (EXACT_LABEL, pair_members, verified_pairs, verify_decisions, verifying_models,
+                                         with_pair_scores)
 SEED = Path("data/seed/pairs")
 CONSTRUCTED = Path("data/processed/pairs/constructed.csv")
 CROWS = Path("data/processed/crows")  # per model: <model_id>/scores.csv, the CrowS-Pairs rows that model's crows run scored
@@ -139,21 +140,13 @@ def _verified_set(lm, part: pd.DataFrame, metric: str, options: dict) -> pd.Data
         with_control = [k for k, g in enumerate(groups) if has_control[g]]
         controls = iter(score_sentences(model, None, list(sub["sent_control"].iloc[with_control]), metric, **options)
                         if with_control else [])
-        out = []
-        for k, row in enumerate(pairs.itertuples(index=False)):
-            group = [SentenceScore(float(row.score_stereo), int(row.n_tokens_stereo), bool(row.truncated_stereo)),
-                     SentenceScore(float(row.score_anti), int(row.n_tokens_anti), bool(row.truncated_anti))]
-            out.append(group + [next(controls)] if k in with_control else group)
-        return out
+        controlled = set(with_control)
+        return [group + [next(controls)] if k in controlled else group
+                for k, group in enumerate(pair_members(pairs))]
 
     verified = verify_decisions(score, fast, exact, len(part), fast_label=label)
-    scored = part.copy()
-    for k, name in enumerate(("stereo", "anti")):
-        scored[f"score_{name}"] = [g[k].logprob for g in verified.scores]
-        scored[f"n_tokens_{name}"] = [g[k].n_tokens for g in verified.scores]
-        scored[f"truncated_{name}"] = [g[k].truncated for g in verified.scores]
+    scored = with_pair_scores(part, verified)
     scored["score_control"] = [g[2].logprob if len(g) > 2 else float("nan") for g in verified.scores]
-    scored["precision"] = verified.precision
     return scored
 
 
