@@ -53,7 +53,7 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
     from stereolens.scoring.access import split_head
     from stereolens.scoring.projection import float32_normaliser
     from stereolens.scoring.types import SentenceScore
-    from stereolens.scoring.verified import calibration_sample, error_rate, verify_decisions
+    from stereolens.scoring.verified import calibration_sample, error_rate, margin_error_rate, verify_decisions
 
     auto = AutoModelForCausalLM if kind == "causal" else AutoModelForMaskedLM
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -111,7 +111,8 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
             per_variant[name].update({
                 "share_rescored": sum(p == "fp32" for p in v.precision) / len(pairs),
                 "rescored_near_boundary": len(v.rescored), "calibration_pairs": len(v.calibration),
-                "error_rate_per_token": v.error_model.rate, "safety_factor": v.error_model.safety})
+                "error_rate_per_token": v.error_model.rate, "safety_factor": v.error_model.safety,
+                "last_call_seconds": dict(zip(("bf16_pass", "fp32_calibration", "fp32_rescoring"), v.seconds))})
     if "bf16" in scores:
         # the error model checked on the whole set: the calibration sample's largest per-token error against the
         # set's; the safety factor must exceed their ratio for no score to leave its bound
@@ -119,24 +120,35 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
         exact = [SentenceScore(a, n, False) for a, n in zip(scores["float32"], n_tokens["float32"])]
         sample = [i for g in calibration_sample(len(pairs)) for i in (2 * g, 2 * g + 1)]
         set_rate, sample_rate = error_rate(full_set, exact), error_rate([full_set[i] for i in sample], [exact[i] for i in sample])
+        # what the mode calibrates: the margin error per token of the pair, on the sample and on the whole set
+        half_groups = [full_set[2 * g: 2 * g + 2] for g in range(len(pairs))]
+        exact_groups = [exact[2 * g: 2 * g + 2] for g in range(len(pairs))]
+        drawn = calibration_sample(len(pairs))
+        set_margin = margin_error_rate(half_groups, exact_groups)
+        sample_margin = margin_error_rate([half_groups[g] for g in drawn], [exact_groups[g] for g in drawn])
         per_variant["error_model"] = {
+            "set_margin_rate_per_token": set_margin, "sample_margin_rate_per_token": sample_margin,
+            "set_over_sample_margin": set_margin / sample_margin if sample_margin else None,
             "set_rate_per_token": set_rate, "sample_rate_per_token": sample_rate,
             "set_over_sample": set_rate / sample_rate if sample_rate else None,
-            # the smallest factor on the sample's rate under which every flipped bf16 pair would have been rescored
+            # the smallest factor on the sample's margin rate under which every flipped bf16 pair would have been rescored
             "factor_needed_for_bf16_flips": max(
-                [abs(scores["bf16"][2 * i] - scores["bf16"][2 * i + 1]) / (sample_rate * (
+                [abs(scores["bf16"][2 * i] - scores["bf16"][2 * i + 1]) / (sample_margin * (
                     n_tokens["float32"][2 * i] + n_tokens["float32"][2 * i + 1])) for i in range(len(pairs))
-                 if decisions["bf16"][i] != decisions["float32"][i]] or [0.0]) if sample_rate else None}
+                 if decisions["bf16"][i] != decisions["float32"][i]] or [0.0]) if sample_margin else None}
     print(f"{kind} ({metric}): {describe(timed, 'float32')}")
     for name, v in per_variant.items():
         if name == "error_model":
+            print(f"  margin error per token: sample {v['sample_margin_rate_per_token']:.3g}, whole set "
+                  f"{v['set_margin_rate_per_token']:.3g} (ratio {v['set_over_sample_margin'] or float('nan'):.2f}: "
+                  f"the safety factor must exceed it)")
             print(f"  error model: sample rate {v['sample_rate_per_token']:.3g}, whole set {v['set_rate_per_token']:.3g} "
                   f"nats/token (ratio {v['set_over_sample'] or float('nan'):.2f}); factor needed for bf16's flips "
                   f"{v['factor_needed_for_bf16_flips'] or 0:.2f}")
             continue
         if "share_rescored" in v:
             print(f"  {name}: {v['share_rescored']:.1%} of pairs in float32 (rate {v['error_rate_per_token']:.3g} x "
-                  f"{v['safety_factor']:g})")
+                  f"{v['safety_factor']:g}); last call's passes: {v['last_call_seconds']}")
         print(f"  {name}: {v['speedup_over_float32']:.2f}x float32's speed, largest score difference "
               f"{v['max_abs_score_difference']:.3g} nats, {v['flipped_decisions']} of {len(pairs)} decisions flipped")
     return {"model": model_record(model_dir), "metric": metric, "pairs": len(pairs), "sentences": len(sents),

@@ -28,6 +28,7 @@ cache entries a float32 run writes.  Each item is labelled with the precision it
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,6 +129,8 @@ class Verified:
     calibration: list[int]
     rescored: list[int]  # groups rescored for being near the boundary (the calibration sample not included)
     fast_label: str
+    # wall seconds of the three passes (fast, calibration, rescoring): how a run went, not what it scored
+    seconds: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def summary(self) -> dict[str, Any]:
         """What a study's summary says about the mode: how many groups carry float32 scores, and why."""
@@ -161,9 +164,12 @@ def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *
     """
     if n_groups == 0:
         return Verified([], [], ErrorModel(0.0, 0.0, safety, 0), [], [], fast_label)
+    t0 = time.perf_counter()
     scores = score(fast, list(range(n_groups)))
+    t1 = time.perf_counter()
     calibration = calibration_sample(n_groups, calibration_groups)
     exact_calibration = score(exact, calibration)
+    t2 = time.perf_counter()
     sampled = [scores[g] for g in calibration]
     model = ErrorModel(margin_error_rate(sampled, exact_calibration), margin_error_rate(sampled, exact_calibration, mean=True),
                        safety, sum(len(part) for part in exact_calibration))
@@ -181,7 +187,8 @@ def verify_decisions(score: GroupScorer, fast: Any, exact: Any, n_groups: int, *
     rescored = sorted(near)
     for g, part in zip(rescored, score(exact, rescored) if rescored else []):
         scores[g], precision[g] = part, EXACT_LABEL
-    return Verified(scores, precision, model, calibration, rescored, fast_label)
+    return Verified(scores, precision, model, calibration, rescored, fast_label,
+                    (t1 - t0, t2 - t1, time.perf_counter() - t2))
 
 
 # ---------------------------------------------------------------- the two models of a backend
