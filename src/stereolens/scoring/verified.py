@@ -253,5 +253,6 @@ def precision_lines(block: dict[str, Any] | None, what: str) -> list[str]:
         f"({block['calibration_groups']} measured the {block['mode'].split(',')[0]} error, "
         f"{block['groups_rescored_near_boundary']} were within its bound of a decision: "
         f"{block['safety_factor']:g} x {block['error_rate_per_token']:.3g} nats per token), the rest are labelled "
-        f"{block['mode'].split(',')[0]} in the `precision` column. Every decision is float32's "
+        f"{block['mode'].split(',')[0]} in the `precision` column. Every decision is float32's wherever no margin "
+        "errs by more than the safety factor times the sample's largest error "
         "(docs/methods.md, \"Decision-exact reduced precision\").", ""]
