@@ -204,3 +204,20 @@ def test_the_fast_pass_is_half_precision_throughout_and_cached_apart(backends, t
     # its cache entries are not those of a bfloat16 model with the float32 normaliser (the default bfloat16 run)
     params = _base_payload(ResponseCache(enabled=False), fast.model, "x", "causal", {})["params"]
     assert params["normaliser"] == "bfloat16"
+
+
+def test_the_crows_slice_labels_each_pair_and_its_report_says_how_many_were_rescored(backends):
+    from stereolens.scoring.verified import precision_lines
+    from stereolens.studies.crows.scoring import score_crows
+
+    half, full = backends["causal"]
+    pairs = _pairs(TIES + ORDINARY)
+    got = score_crows(half, pairs, "engine", "causal", batch_tokens=8192, truncate=False)
+    want = score_crows(full, pairs, "engine", "causal", batch_tokens=8192, truncate=False)
+    assert "precision" not in want.columns and not want.attrs  # the default run: unchanged
+    block = got.attrs["precision"]
+    assert block["groups"] == len(pairs) and block["groups_fp32"] == (got["precision"] == "fp32").sum()
+    assert (got["score_stereo"] > got["score_anti"]).tolist() == (want["score_stereo"] > want["score_anti"]).tolist()
+    text = " ".join(precision_lines(block, "pairs"))
+    assert f"{block['groups_fp32']} of {len(pairs)} pairs carry float32 scores" in text
+    assert precision_lines(None, "pairs") == []
