@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from chromium import open_browser  # noqa: E402
 
 PARAMS = {"model": {"id": "tiny-clm", "name": "tests/tiny", "kind": "causal", "backend": "hf", "revision": None},
-          "models": {"tiny-clm": {"id": "tiny-clm", "dtype": "bfloat16"}, "tiny-chat": {"id": "tiny-chat"}},
+          "models": {"tiny-clm": {"id": "tiny-clm", "dtype": "bfloat16", "verify": "fp32"}, "tiny-chat": {"id": "tiny-chat"}},
           "study": {"simstudy": {"n": 3}, "cleanstudy": {"n": 1}, "absentstudy": {}, "crows": {}, "stereo": {},
                     "seegull": {}}}
 
@@ -255,8 +255,9 @@ def test_index_lists_every_study_with_its_warnings(site):
 
 def test_each_model_page_states_the_precision_its_model_computed_in(site):
     # the opt-in reduced precision changes scores: a page must say which one its numbers come from
-    row = re.compile(r"<tr><th>precision</th><td>([a-z0-9]+)</td></tr>")
-    assert row.findall((site / "site" / "stereo@tiny-clm.html").read_text(encoding="utf-8")) == ["bfloat16"]
+    row = re.compile(r"<tr><th>precision</th><td>([a-z0-9+-]+)</td></tr>")
+    # model.verify: bfloat16 scores, the near-boundary decisions rescored in float32 (scoring/verified.py)
+    assert row.findall((site / "site" / "stereo@tiny-clm.html").read_text(encoding="utf-8")) == ["bfloat16+verify-fp32"]
     assert row.findall((site / "site" / "stereo@tiny-chat.html").read_text(encoding="utf-8")) == ["float32"]
 
 

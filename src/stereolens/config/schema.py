@@ -17,7 +17,7 @@ from typing import Any
 
 from stereolens.errors import ConfigError
 # the enumerated model fields: typed here so a wrong value is refused at compose time, not recorded in dvc.lock
-from stereolens.models.base import DTYPES, REDUCED_PRECISION_POLICIES
+from stereolens.models.base import DTYPES, REDUCED_PRECISION_POLICIES, VERIFY_PRECISIONS
 
 STUDIES = ("crows", "heads", "leakage", "pairs", "pcs", "seegull", "stereo")
 
@@ -74,7 +74,7 @@ def section(null: bool = False, **properties: Mapping[str, Any]) -> dict[str, An
 MODEL_KINDS = ("masked", "causal", "seq2seq", "chat", "completion")
 MODEL = section(
     id=text(null=True), name=text(), kind=one_of(MODEL_KINDS), backend=text(null=True), dtype=one_of(DTYPES, null=True),
-    reduced_precision=one_of(REDUCED_PRECISION_POLICIES, null=True),
+    reduced_precision=one_of(REDUCED_PRECISION_POLICIES, null=True), verify=one_of(VERIFY_PRECISIONS, null=True),
     device=text(null=True), batch_size=integer(1, null=True),
     revision=text(null=True), max_retries=integer(0, null=True), retry_base_s=number(0, null=True),
     timeout_s=number(above=0, null=True), max_concurrency=integer(1, null=True), base_url=text(null=True),

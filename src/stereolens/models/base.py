@@ -23,6 +23,9 @@ ModelKind = Literal["masked", "causal", "seq2seq", "chat", "completion"]
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 # ``model.reduced_precision``: what to do when the device has no native kernels for a half-precision dtype
 REDUCED_PRECISION_POLICIES = ("fall_back", "refuse", "emulate")
+# ``model.verify``: the precision that rescores the near-boundary decisions of a half-precision model
+# (scoring/verified.py); null scores everything in ``model.dtype``
+VERIFY_PRECISIONS = ("fp32",)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ class ModelSpec:
     # bfloat16 / float16 without native kernels run emulated, up to hundreds of times slower than float32:
     # "fall_back" scores in float32 and says so, "refuse" stops, "emulate" runs it anyway (models/hardware.py)
     reduced_precision: str = "fall_back"
+    # "fp32": score in ``dtype``, then rescore in float32 every decision the half-precision error could flip
+    # (stereolens.scoring.verified); None: no rescoring
+    verify: str | None = None
     device: str = "cpu"
     base_url: str | None = None  # OpenAI-compatible endpoint; else OPENAI_BASE_URL
     max_concurrency: int = 4

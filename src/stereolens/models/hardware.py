@@ -109,3 +109,10 @@ def resolve_dtype(spec, *, flags: frozenset[str] | None = None):
     print(f"model.dtype={spec.dtype} for {spec.label!r}: {why}; scoring in float32 "
           "(model.reduced_precision=fall_back)", file=sys.stderr)
     return dataclasses.replace(spec, dtype=dtype)
+
+
+def precision_mode(dtype: str | None, verify: str | None) -> str:
+    """The name of the precision a run scores in: its dtype, with ``+verify-fp32`` when a half-precision
+    model's near-boundary decisions are rescored in float32 (``model.verify``, stereolens.scoring.verified)."""
+    dtype = str(dtype or "float32")
+    return f"{dtype}+verify-{verify}" if verify and dtype != "float32" else dtype

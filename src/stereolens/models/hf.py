@@ -9,6 +9,7 @@ at the length of the encoded context.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -177,6 +178,12 @@ class HFModel(LanguageModel):
         except (RuntimeError, AssertionError, ValueError) as exc:  # e.g. "cuda" on a CPU-only torch
             raise ModelLoadError(f"cannot move model {spec.name!r} to device {spec.device!r}: {first_line(exc)}") from exc
         self.model.eval()
+        if spec.verify and spec.dtype in ("bfloat16", "float16"):
+            from stereolens.scoring.access import HALF_NORMALISER_ATTR
+
+            # model.verify: this model is the fast pass, half precision throughout (normaliser included);
+            # every decision its error could change is rescored by float32_reference
+            setattr(self.model, HALF_NORMALISER_ATTR, True)
         self._identity: str | None = None
 
     @classmethod
@@ -193,6 +200,31 @@ class HFModel(LanguageModel):
         self.tokenizer = tokenizer
         self._identity = identity
         return self
+
+    def float32_reference(self) -> HFModel:
+        """This model with its weights loaded in float32 (itself when it already computes in float32), loaded
+        on first use and kept: what ``model.verify=fp32`` rescores near-boundary decisions with
+        (:mod:`stereolens.scoring.verified`).  Same identity and cache; its cache entries are float32's (the
+        engine keys scores by the dtype of the weights)."""
+        import torch
+        import transformers
+
+        if next(self.model.parameters()).dtype == torch.float32:
+            return self
+        reference = getattr(self, "_float32_reference", None)
+        if reference is None:
+            auto = getattr(transformers, self.auto_class)
+            kwargs: dict[str, Any] = {"revision": self.spec.revision} if self.spec.revision else {}
+            try:
+                # from the checkpoint, not an upcast of the half-precision weights: those are already rounded
+                full = auto.from_pretrained(self.spec.name, dtype=torch.float32, **kwargs).to(self.device)
+            except Exception as exc:  # as in __init__: transformers raises many kinds here
+                raise ModelLoadError(f"cannot load {self.spec.kind} model {self.spec.name!r} in float32 for "
+                                     f"model.verify: {_load_reason(self.spec, exc)}") from exc
+            spec = dataclasses.replace(self.spec, dtype="float32", verify=None)
+            reference = type(self).from_loaded(full, self.tokenizer, spec, identity=self.identity, cache=self.cache)
+            self._float32_reference = reference
+        return reference
 
     @property
     def identity(self) -> str:

@@ -16,7 +16,8 @@ import importlib
 from typing import Any, get_args
 
 from stereolens.errors import ConfigError
-from stereolens.models.base import DTYPES, REDUCED_PRECISION_POLICIES, LanguageModel, ModelKind, ModelSpec
+from stereolens.models.base import (DTYPES, REDUCED_PRECISION_POLICIES, VERIFY_PRECISIONS, LanguageModel, ModelKind,
+                                    ModelSpec)
 from stereolens.models.cache import ResponseCache
 
 # (backend, kind) -> "module:Class"; strings so that importing the registry imports no backend
@@ -70,7 +71,7 @@ def spec_from_config(cfg: dict[str, Any]) -> ModelSpec:
                 raise ConfigError(f"model.{key} must be positive, got {value!r}")
         elif key in ("extra", "source") and value is not None and not isinstance(value, dict):
             raise ConfigError(f"model.{key} must be a mapping, got {value!r}")
-        elif key in ("name", "revision", "dtype", "device", "base_url", "id", "reduced_precision") and value is not None:
+        elif key in ("name", "revision", "dtype", "device", "base_url", "id", "reduced_precision", "verify") and value is not None:
             value = str(value)
         values[key] = value
     values["backend"] = backend
@@ -79,6 +80,8 @@ def spec_from_config(cfg: dict[str, Any]) -> ModelSpec:
     if values.get("reduced_precision", "fall_back") not in REDUCED_PRECISION_POLICIES:
         raise ConfigError(f"model.reduced_precision={values['reduced_precision']!r} is not one of "
                           f"{', '.join(REDUCED_PRECISION_POLICIES)}")
+    if values.get("verify") not in (None, *VERIFY_PRECISIONS):
+        raise ConfigError(f"model.verify={values['verify']!r} is not one of {', '.join(VERIFY_PRECISIONS)} (or null)")
     return ModelSpec(**values)
 
 

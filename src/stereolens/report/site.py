@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from stereolens.io import write_text
+from stereolens.models.hardware import precision_mode
 from stereolens.report.contract import StudyReport, model_folders, read_study_report, rendered_meta
 from stereolens.report.identity import RunIdentity, run_identity
 from stereolens.report.markdown import MISSING, format_estimate, format_value, settings
@@ -174,7 +175,8 @@ def study_page(report: StudyReport, studies: list[str], params: dict[str, Any], 
                          for k in ("id", "name", "kind", "backend", "revision") if k in model)
     if model:
         # the numeric precision the model computed in: float32 unless the opt-in reduced precision was set
-        model_rows += f"<tr><th>precision</th><td>{_fmt(model.get('dtype') or 'float32')}</td></tr>"
+        # with model.verify: the half-precision dtype, its near-boundary decisions rescored in float32
+        model_rows += f"<tr><th>precision</th><td>{_fmt(precision_mode(model.get('dtype'), model.get('verify')))}</td></tr>"
     if summary.get("model") is not None:
         model_rows += f"<tr><th>model in summary</th><td>{_fmt(summary['model'])}</td></tr>"
     config = (params.get("study") or {}).get(report.name)

@@ -110,6 +110,11 @@ def _causal_head(model: torch.nn.Module) -> HeadFn | None:
     return lambda h: torch.tanh(out(h) / cap) * cap
 
 
+# set (True) on a half-precision model whose vocabulary normaliser stays in its own dtype: the fast pass of
+# model.verify (stereolens.scoring.verified), where speed matters and every close decision is rescored in float32
+HALF_NORMALISER_ATTR = "_stereolens_half_normaliser"
+
+
 def _vocab_projection(model: torch.nn.Module, kind: str, head: HeadFn | None) -> VocabProjection | None:
     """The head as ``pre(rows) @ W.T + b`` (then soft-capping for causal models), or None.
 
@@ -127,7 +132,8 @@ def _vocab_projection(model: torch.nn.Module, kind: str, head: HeadFn | None) ->
     else:
         # whatever the head does before its vocabulary matrix (BERT's dense + GELU + LayerNorm) runs as the model's own code
         projection = VocabProjection(out.weight, out.bias, _input_of(out, head))
-    return float32_normaliser(projection)
+    # under model.verify the fast pass is half precision throughout: its near-boundary decisions are rescored
+    return projection if getattr(model, HALF_NORMALISER_ATTR, False) else float32_normaliser(projection)
 
 
 def _input_of(module: torch.nn.Module, fn: HeadFn) -> HeadFn:

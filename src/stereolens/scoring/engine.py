@@ -22,7 +22,7 @@ from stereolens.errors import ConfigError, DataError
 from stereolens.scoring import causal as _causal
 from stereolens.scoring import masked as _masked
 from stereolens.scoring import seq2seq as _seq2seq
-from stereolens.scoring.access import max_length, model_identity, split_head, split_seq2seq, unwrap
+from stereolens.scoring.access import HALF_NORMALISER_ATTR, max_length, model_identity, split_head, split_seq2seq, unwrap
 from stereolens.scoring.encoding import adds_bos, check_text, encode_causal, encode_masked, item_error, too_long
 from stereolens.scoring.types import METRICS, SentenceScore
 
@@ -113,8 +113,8 @@ def _base_payload(
     precision = {"dtype": dtype}
     if dtype != "float32":
         # a half-precision model's normaliser runs in float32 (projection.float32_normaliser):
-        # scores cached before it did are not these scores
-        precision["normaliser"] = "float32"
+        # scores cached before it did are not these scores; the fast pass of model.verify keeps it in its dtype
+        precision["normaliser"] = dtype if getattr(model, HALF_NORMALISER_ATTR, False) else "float32"
     return {
         "kind": CACHE_NAMESPACE, "model": identity or model_identity(model), "metric": metric,
         "params": {**params, **precision},

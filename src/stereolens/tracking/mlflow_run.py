@@ -465,12 +465,13 @@ def _stage_deps(root: str, _dvc_yaml_mtime: int) -> tuple[tuple[Any, tuple[str, 
 
 def computed_precision(model_cfg: Mapping[str, Any]) -> str:
     """The dtype a configured model computes in here: ``model.dtype`` (float32 unless the opt-in reduced
-    precision is set), or float32 where this device lacks it and ``model.reduced_precision`` falls back."""
-    from stereolens.models.hardware import effective_dtype
+    precision is set), or float32 where this device lacks it and ``model.reduced_precision`` falls back;
+    ``bfloat16+verify-fp32`` where ``model.verify`` rescores near-boundary decisions in float32."""
+    from stereolens.models.hardware import effective_dtype, precision_mode
 
     dtype, _ = effective_dtype(model_cfg.get("dtype"), str(model_cfg.get("device") or "cpu"),
                                str(model_cfg.get("reduced_precision") or "fall_back"))
-    return str(dtype or "float32")
+    return precision_mode(dtype, model_cfg.get("verify"))
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import pandas as pd
 
 from stereolens.report.markdown import format_cell, format_estimate, markdown_table, significance_mark
 from stereolens.stats.power import undetected_lines
+from stereolens.scoring.verified import precision_lines
 from stereolens.studies.crows.analysis import LENGTH_COLUMNS, REFERENCE_SCRIPT_DECIMALS, ROUNDED_SCORE
 
 # the bias-by-type columns the page shows (the CSV beside it has every column)
@@ -63,6 +64,7 @@ def report_markdown(summary: Mapping[str, Any], table: pd.DataFrame, length: pd.
         *undetected_lines(table, table["group"], in_family=table["group"] != "all"),
         "![bias by type](bias_by_type.png)", "",
     ]
+    lines += precision_lines(summary.get("precision"), "pairs")
     control = summary.get("beyond_reference", {}).get("length_control", {})
     lines += ["## Length control (ours, beyond the reference)", "", str(control.get("note", "")), ""]
     if control.get("available"):

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from stereolens.errors import ConfigError
+from stereolens.scoring.verified import verified_pairs, verifying_models
 from stereolens.scoring.types import MASKED_METRICS, alternative_columns
 
 
@@ -38,16 +39,28 @@ def score_crows(lm, pairs: pd.DataFrame, route: str, metric: str, *, batch_token
     """``pairs`` with ``score_stereo, score_anti`` and their token counts, by the engine (a local
     or executor-backed model) or by the model layer's log-likelihoods (``route="loglikelihood"``).
     Each of ``alternatives`` (masked-LM metrics, engine route only) is a second pass whose scores are
-    kept beside the headline's (:func:`alternative_columns`) for the robustness table."""
+    kept beside the headline's (:func:`alternative_columns`) for the robustness table.  Under ``model.verify``
+    each pair carries a ``precision`` column (``fp32`` where rescored) and ``attrs["precision"]`` says how many
+    pairs were rescored (:func:`stereolens.scoring.verified.verified_pairs`)."""
     if route == "engine":
         from stereolens.scoring import score_pairs
 
         # the backend itself (not its network): an executor-backed model shards the pairs
         options = dict(batch_tokens=batch_tokens, truncate=truncate, cache=lm.cache, identity=lm.identity,
                        progress=True)
-        scored = score_pairs(lm, None, pairs, metric, **options)
+        if verifying_models(lm) is not None:
+            # model.verify: half-precision scores, float32 wherever a pair's decision could flip (scoring/verified.py)
+            scored, verified = verified_pairs(lm, pairs, metric, **options)
+            scored.attrs["precision"] = verified.summary()
+        else:
+            scored = score_pairs(lm, None, pairs, metric, **options)
         for other in alternatives:
-            again = score_pairs(lm, None, pairs, other, **options)
+            if "precision" in scored.attrs:
+                again, verified = verified_pairs(lm, pairs, other, **options)
+                scored[f"precision_{other}"] = again["precision"].to_numpy()
+                scored.attrs["precision_" + other] = verified.summary()
+            else:
+                again = score_pairs(lm, None, pairs, other, **options)
             stereo_col, anti_col = alternative_columns(other)
             scored[stereo_col], scored[anti_col] = again["score_stereo"].to_numpy(), again["score_anti"].to_numpy()
         return scored

@@ -79,8 +79,12 @@ def crows_score(args: argparse.Namespace) -> None:
         # them, scoring.json (a DVC output) does not, so a rerun from the cache writes the same bytes
         run_facts = {"seconds": elapsed, "sentences_per_second": 2 * len(scored) / max(elapsed, 1e-9),
                      "cache_hits": hits, "cache_misses": misses}
+        # under model.verify: how many pairs carry float32 scores (absent otherwise: a float32 run writes what it did)
+        verified = {k: v for k, v in scored.attrs.items() if k.startswith("precision")}
         write_json(scoring_path, {"model": model, "identity": identity, "metric": metric_cfg["name"], "route": route,
-                                  "skipped": skip_reason, "pairs": len(scored)})
+                                  "skipped": skip_reason, "pairs": len(scored), **verified})
+        if verified:
+            run.set_tags({"precision.pairs_fp32": verified["precision"]["groups_fp32"]})
         run.log_metrics({"pairs": len(scored), **run_facts})
         run.set_tags({"skipped": skip_reason})
         run.log_artifact(scores_path)
@@ -114,9 +118,12 @@ def crows_report(args: argparse.Namespace) -> None:
     resamples = int(study["bootstrap_resamples"])
     table, legend = bias_by_type(scores, reference_resamples=resamples)
     length = length_control(scores, reference_resamples=resamples)
-    skipped = json.loads(scoring_path.read_text(encoding="utf-8")).get("skipped") if scoring_path.exists() else None
+    scoring = json.loads(scoring_path.read_text(encoding="utf-8")) if scoring_path.exists() else {}
+    skipped = scoring.get("skipped")
     summary = crows_summary(table, legend, length, model=model, metric=metric, dataset=study["dataset"],
                             skipped=skipped)
+    if "precision" in scoring:  # model.verify: how many pairs carry float32 scores
+        summary["precision"] = scoring["precision"]
     lengths = length_table(length, table.iloc[0].to_dict())
     robustness = robustness_rows(scores, table.iloc[0].to_dict(), length, metric=metric, reference_resamples=resamples)
     summary["robustness"] = robustness_block(robustness)

@@ -11,6 +11,8 @@ import pandas as pd
 
 from stereolens.errors import ConfigError
 from stereolens.io import read_csv_checked
+from stereolens.scoring.verified import (EXACT_LABEL, pair_members, verified_pairs, verify_decisions, verifying_models,
+                                         with_pair_scores)
 SEED = Path("data/seed/pairs")
 CONSTRUCTED = Path("data/processed/pairs/constructed.csv")
 CROWS = Path("data/processed/crows")  # per model: <model_id>/scores.csv, the CrowS-Pairs rows that model's crows run scored
@@ -98,20 +100,53 @@ def score_set(lm, part: pd.DataFrame, metric: str, *, batch_tokens: int, truncat
 
     # the backend itself (not its network): an executor-backed model shards the pairs
     options = dict(batch_tokens=batch_tokens, truncate=truncate, cache=lm.cache, identity=lm.identity)
-    scored = score_pairs(lm, None, part, metric, progress=True, **options)
+    verifying = verifying_models(lm) is not None
+    scored = _verified_set(lm, part, metric, options) if verifying else score_pairs(lm, None, part, metric, progress=True,
+                                                                                  **options)
     for other in alternatives:
-        again = score_pairs(lm, None, part, other, progress=True, **options)
+        if verifying:
+            again, _ = verified_pairs(lm, part, other, progress=True, **options)
+            scored[f"precision_{other}"] = again["precision"].to_numpy()
+        else:
+            again = score_pairs(lm, None, part, other, progress=True, **options)
         stereo_col, anti_col = alternative_columns(other)
         scored[stereo_col], scored[anti_col] = again["score_stereo"].to_numpy(), again["score_anti"].to_numpy()
-    has_control = scored["sent_control"].notna()
-    scored["score_control"] = float("nan")
-    if has_control.any():
-        controls = score_sentences(lm, None, list(scored.loc[has_control, "sent_control"]), metric, **options)
-        scored.loc[has_control, "score_control"] = [s.logprob for s in controls]
+    if not verifying:  # under model.verify the controls were scored with their pairs
+        has_control = scored["sent_control"].notna()
+        scored["score_control"] = float("nan")
+        if has_control.any():
+            controls = score_sentences(lm, None, list(scored.loc[has_control, "sent_control"]), metric, **options)
+            scored.loc[has_control, "score_control"] = [s.logprob for s in controls]
     if metric == "causal":
         # the per-token mean the paper mentions for decoders; the bias score uses the sum (Eq. 1 has no normalisation)
         scored["score_stereo_mean"] = scored["score_stereo"] / scored["n_tokens_stereo"]
         scored["score_anti_mean"] = scored["score_anti"] / scored["n_tokens_anti"]
+    return scored
+
+
+def _verified_set(lm, part: pd.DataFrame, metric: str, options: dict) -> pd.DataFrame:
+    """:func:`score_set`'s pairs and controls under ``model.verify``: a pair with its control is one group (the
+    bias score compares stereo with anti, the LMS stereo with control), rescored in float32 as a whole where
+    any two of its scores are within the error bound; ``precision`` says which pairs carry float32 scores."""
+    from stereolens.scoring import score_pairs, score_sentences
+    from stereolens.scoring.types import SentenceScore
+
+    fast, exact, label = verifying_models(lm)
+    has_control = part["sent_control"].notna().to_numpy()
+
+    def score(model, groups: list[int]) -> list[list[SentenceScore]]:
+        sub = part.iloc[groups]
+        pairs = score_pairs(model, None, sub, metric, progress=True, **options)
+        with_control = [k for k, g in enumerate(groups) if has_control[g]]
+        controls = iter(score_sentences(model, None, list(sub["sent_control"].iloc[with_control]), metric, **options)
+                        if with_control else [])
+        controlled = set(with_control)
+        return [group + [next(controls)] if k in controlled else group
+                for k, group in enumerate(pair_members(pairs))]
+
+    verified = verify_decisions(score, fast, exact, len(part), fast_label=label)
+    scored = with_pair_scores(part, verified)
+    scored["score_control"] = [g[2].logprob if len(g) > 2 else float("nan") for g in verified.scores]
     return scored
 
 
@@ -128,6 +163,8 @@ def score_sets(lm, table: pd.DataFrame, metric: str, *, model: str, batch_tokens
                                 alternatives=alternatives))
         stats[name] = {"pairs": int(len(part)), "cache_hits": cache.hits - before[0],
                        "cache_misses": cache.misses - before[1]}
+        if "precision" in frames[-1].columns:  # model.verify: the pairs whose scores are float32's
+            stats[name]["pairs_fp32"] = int((frames[-1]["precision"] == EXACT_LABEL).sum())
     return pd.concat(frames, ignore_index=True).assign(model=model, metric=metric), stats
 
 

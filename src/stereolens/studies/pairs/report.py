@@ -238,7 +238,11 @@ def study_summary(reports: Mapping[str, SetReport], scores: pd.DataFrame, *, mod
     sets.update(empty_sets(reports, annotation_source))
     statuses = scores["translation_status"].dropna().astype(str).value_counts() if "translation_status" in scores else []
     present = set(scores["set"])
-    return {"model": model, "metric": scoring["metric"], "bias_score_uses": scoring["bias_score_uses"], "sets": sets,
+    # model.verify: how many pairs carry float32 scores (each set calibrated and verified on its own)
+    verified = ({"precision": {"pairs": int(len(scores)), "pairs_fp32": int((scores["precision"] == "fp32").sum()),
+                               "pairs_half_precision": int((scores["precision"] != "fp32").sum())}}
+                if "precision" in scores.columns else {})
+    return {**verified, "model": model, "metric": scoring["metric"], "bias_score_uses": scoring["bias_score_uses"], "sets": sets,
             "headline": pairs_headline({name: sets[name] for name in EVALUATION_SETS}),
             "provenance": {
                 "annotation_source": annotation_source, "machine_generated": "constructed" in present,
@@ -273,6 +277,12 @@ def model_report_markdown(summary: Mapping[str, Any], robustness: pd.DataFrame |
                            for r in runs) or "no pairs"
         lines.append(f"- [{name}]({name}/report.md): {scores}")
     lines.append("")
+    if summary.get("precision"):
+        p = summary["precision"]
+        lines += [f"Precision (our choice: `model.verify`): scored in half precision; {p['pairs_fp32']} of {p['pairs']} "
+                  "pairs (with their controls) were rescored in float32, where the measured half-precision error "
+                  "could have changed a comparison; the `precision` column of the scores says which "
+                  "(docs/methods.md, \"Decision-exact reduced precision\").", ""]
     block = summary.get("robustness") or {}
     if robustness is not None:
         lines += ["## Robustness of the overall verdicts", "",

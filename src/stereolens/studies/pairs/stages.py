@@ -272,7 +272,8 @@ def evaluate(args: argparse.Namespace) -> None:
     # time and cache use say how the run went, not what was scored: MLflow and the printed line keep them,
     # scoring.json (a DVC output) keeps only each set's pair count, so a rerun from the cache writes the same bytes
     write_json(processed / "scoring.json", {"model": model, "identity": lm.identity, "metric": metric,
-                                           "sets": {name: {"pairs": counts["pairs"]} for name, counts in stats.items()},
+                                           "sets": {name: {k: counts[k] for k in ("pairs", "pairs_fp32") if k in counts}
+                                                    for name, counts in stats.items()},
                                            "bias_score_uses": "summed log-likelihood" if metric == "causal"
                                            else "PLL-word-l2r summed over all words (AmchiBias Eq. 1)"})
     with stage_run(p["tracking"], EVALUATE_RUN, model=model, axes={"set": EVALUATION_SETS}, scoring_model=model_cfg,

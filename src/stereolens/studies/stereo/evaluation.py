@@ -37,7 +37,8 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, stereoset_table
+from stereolens.scoring.verified import verify_decisions, verifying_models
+from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, aggregate_logprob, stereoset_table
 from stereolens.studies.stereo.inference import country_tests, test_entry, with_country_tests
 # the scores file's checks live apart so that reading scores does not import the scorer (stereo-paired)
 from stereolens.studies.stereo.scores import SCORE_INPUT_COLUMNS, check_scores, refuse_duplicate_ids  # noqa: F401
@@ -79,6 +80,10 @@ def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: st
 
     check_candidate_score(kind, score)
     out = instances.copy()
+    if score != "stereoset_generative" and verifying_models(model) is not None:
+        return _verified_instances(model, kind, out, score=score, cache=cache, progress=progress)
+    if score == "stereoset_generative" and verifying_models(model) is not None:
+        model = verifying_models(model)[1]  # the reference's own ratio of means: scored in float32 throughout
     for name, col in CANDIDATES:
         contexts, conts, ids = out["context"].tolist(), out[col].tolist(), out["id"].tolist()
         if score == "stereoset_generative":
@@ -87,6 +92,32 @@ def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: st
             continue
         scored = score_candidates(model, None, kind, contexts, conts, score=score, ids=ids, cache=cache, progress=progress)
         out[f"n_tokens_{name}"], out[f"score_{name}"] = scored.n_tokens, scored.values
+    return out
+
+
+def _verified_instances(model: Any, kind: str, out: pd.DataFrame, *, score: str, cache: Any, progress: bool
+                        ) -> pd.DataFrame:
+    """:func:`score_instances` under ``model.verify``: an instance's three candidates are one group, rescored
+    in float32 where any two of them are within the error bound (their order decides ss and lms);
+    ``precision`` says which instances carry float32 scores."""
+    from stereolens.scoring.candidates import score_candidates
+    from stereolens.scoring.types import SentenceScore
+
+    fast, exact, label = verifying_models(model)
+
+    def scorer(lm: Any, groups: list[int]) -> list[list[SentenceScore]]:
+        sub = out.iloc[groups]
+        # summed log-probabilities: the decision views (sums and per-token means) are taken from them
+        parts = [score_candidates(lm, None, kind, sub["context"].tolist(), sub[col].tolist(), score="sum",
+                                  ids=sub["id"].tolist(), cache=cache, progress=progress) for _, col in CANDIDATES]
+        return [[SentenceScore(float(p.values[k]), int(p.n_tokens[k]), False) for p in parts] for k in range(len(sub))]
+
+    verified = verify_decisions(scorer, fast, exact, len(out), fast_label=label)
+    for k, (name, _) in enumerate(CANDIDATES):
+        out[f"n_tokens_{name}"] = [g[k].n_tokens for g in verified.scores]
+        out[f"score_{name}"] = [aggregate_logprob(g[k].logprob, g[k].n_tokens, score) for g in verified.scores]
+    out["precision"] = verified.precision
+    out.attrs["precision"] = verified.summary()
     return out
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from stereolens.io import write_text
 from stereolens.report.markdown import format_cell, format_estimate, format_value, markdown_table
+from stereolens.scoring.verified import precision_lines
 from stereolens.stats.robustness import TABLE_FILE
 from stereolens.studies.stereo.inference import country_legend, undetected_country_lines
 
@@ -214,6 +215,7 @@ def _evaluation_section(reports: Path, ev: dict[str, Any]) -> list[str]:
         bs = folder / "by_source.csv"
         if bs.exists():
             lines += ["By instance source:\n", markdown_table(pd.read_csv(bs)[["source", "ss", "lms", "icat", "n"]])]
+        lines += precision_lines(s.get("precision"), "instances")
         lines += _robustness_lines(folder / TABLE_FILE, s.get("robustness") or {})
         lines += _paired_lines(s.get("paired") or (ev.get("paired") if label == ev.get("model") else None) or {})
     return lines

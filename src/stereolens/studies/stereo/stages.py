@@ -500,6 +500,8 @@ def evaluate(args: argparse.Namespace) -> None:
         s = ev.model_summary(t, kind=mcfg["kind"], score=score, instances=instances, confidence=confidence,
                              bootstrap=int(ecfg.get("bootstrap", 1000)))
         s["robustness"] = robustness_block(robustness[label], table_file=f"evaluation/{label}/{TABLE_FILE}")
+        if "precision" in scores.attrs:  # model.verify: how many instances carry float32 scores
+            s["precision"] = scores.attrs["precision"]
         summaries[label] = s
         all_scores.append(scores)
         with _run(p, "evaluate", model=label, scoring_model=mcfg,
