@@ -207,7 +207,7 @@ def test_the_fast_pass_is_half_precision_throughout_and_cached_apart(backends, t
 
 
 def test_the_crows_slice_labels_each_pair_and_its_report_says_how_many_were_rescored(backends):
-    from stereolens.scoring.verified import precision_lines
+    from stereolens.report.words import precision_lines
     from stereolens.studies.crows.scoring import score_crows
 
     half, full = backends["causal"]

@@ -26,6 +26,10 @@ REDUCED_PRECISION_POLICIES = ("fall_back", "refuse", "emulate")
 # ``model.verify``: the precision that rescores the near-boundary decisions of a half-precision model
 # (scoring/verified.py); null scores everything in ``model.dtype``
 VERIFY_PRECISIONS = ("fp32",)
+# set (True) on a half-precision model whose vocabulary normaliser stays in its own dtype: the fast pass of
+# model.verify (stereolens.scoring.verified), where speed matters and every close decision is rescored in float32;
+# here, not in scoring/, so that loading a model does not import the scoring engine
+HALF_NORMALISER_ATTR = "_stereolens_half_normaliser"
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ class HFModel(LanguageModel):
             raise ModelLoadError(f"cannot move model {spec.name!r} to device {spec.device!r}: {first_line(exc)}") from exc
         self.model.eval()
         if spec.verify and spec.dtype in ("bfloat16", "float16"):
-            from stereolens.scoring.access import HALF_NORMALISER_ATTR
+            from stereolens.models.base import HALF_NORMALISER_ATTR
 
             # model.verify: this model is the fast pass, half precision throughout (normaliser included);
             # every decision its error could change is rescored by float32_reference

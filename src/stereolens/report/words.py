@@ -112,3 +112,21 @@ def panel_gate_words(name: Any, gate: Mapping[str, Any]) -> str:
     check = measure_name(name) + (f" at least {format_cell(threshold)}" if threshold is not None else "")
     observed = gate.get("observed")
     return check + (f" (observed {format_cell(observed)})" if "observed" in gate else "")
+
+
+# the report paragraph of a study scored under model.verify (scoring/verified.py writes the block): here, so a
+# report stage does not import the scoring engine to word it
+def precision_lines(block: dict[str, Any] | None, what: str) -> list[str]:
+    """The report paragraph of a study scored under ``model.verify`` (``block``: :meth:`Verified.summary`),
+    ``what`` naming its groups ("pairs", "instances"); nothing for a run in one precision."""
+    if not block:
+        return []
+    return [
+        f"Precision ({block['mode']}, our choice: `model.verify`): every {what[:-1]} was scored in "
+        f"{block['mode'].split(',')[0]}; {block['groups_fp32']} of {block['groups']} {what} carry float32 scores "
+        f"({block['calibration_groups']} measured the {block['mode'].split(',')[0]} error, "
+        f"{block['groups_rescored_near_boundary']} were within its bound of a decision: "
+        f"{block['safety_factor']:g} x {block['error_rate_per_token']:.3g} nats per token), the rest are labelled "
+        f"{block['mode'].split(',')[0]} in the `precision` column. Every decision is float32's wherever no margin "
+        "errs by more than the safety factor times the sample's largest error "
+        "(docs/methods.md, \"Decision-exact reduced precision\").", ""]

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 
 from stereolens.errors import ConfigError
+# set by the model loader on the fast pass of model.verify (its vocabulary normaliser stays half precision)
+from stereolens.models.base import HALF_NORMALISER_ATTR
 from stereolens.scoring.batching import target_logprobs
 from stereolens.scoring.projection import VocabProjection, float32_normaliser
 
@@ -108,11 +110,6 @@ def _causal_head(model: torch.nn.Module) -> HeadFn | None:
     if cap is None:
         return out
     return lambda h: torch.tanh(out(h) / cap) * cap
-
-
-# set (True) on a half-precision model whose vocabulary normaliser stays in its own dtype: the fast pass of
-# model.verify (stereolens.scoring.verified), where speed matters and every close decision is rescored in float32
-HALF_NORMALISER_ATTR = "_stereolens_half_normaliser"
 
 
 def _vocab_projection(model: torch.nn.Module, kind: str, head: HeadFn | None) -> VocabProjection | None:

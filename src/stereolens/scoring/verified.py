@@ -240,19 +240,3 @@ def verified_pairs(lm: Any, pairs: Any, metric: str, **options: Any) -> tuple[An
                                                                                **options)),
                                 fast, exact, len(pairs), fast_label=label)
     return with_pair_scores(pairs, verified), verified
-
-
-def precision_lines(block: dict[str, Any] | None, what: str) -> list[str]:
-    """The report paragraph of a study scored under ``model.verify`` (``block``: :meth:`Verified.summary`),
-    ``what`` naming its groups ("pairs", "instances"); nothing for a run in one precision."""
-    if not block:
-        return []
-    return [
-        f"Precision ({block['mode']}, our choice: `model.verify`): every {what[:-1]} was scored in "
-        f"{block['mode'].split(',')[0]}; {block['groups_fp32']} of {block['groups']} {what} carry float32 scores "
-        f"({block['calibration_groups']} measured the {block['mode'].split(',')[0]} error, "
-        f"{block['groups_rescored_near_boundary']} were within its bound of a decision: "
-        f"{block['safety_factor']:g} x {block['error_rate_per_token']:.3g} nats per token), the rest are labelled "
-        f"{block['mode'].split(',')[0]} in the `precision` column. Every decision is float32's wherever no margin "
-        "errs by more than the safety factor times the sample's largest error "
-        "(docs/methods.md, \"Decision-exact reduced precision\").", ""]

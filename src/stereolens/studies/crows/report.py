@@ -11,7 +11,7 @@ import pandas as pd
 
 from stereolens.report.markdown import format_cell, format_estimate, markdown_table, significance_mark
 from stereolens.stats.power import undetected_lines
-from stereolens.scoring.verified import precision_lines
+from stereolens.report.words import precision_lines
 from stereolens.studies.crows.analysis import LENGTH_COLUMNS, REFERENCE_SCRIPT_DECIMALS, ROUNDED_SCORE
 
 # the bias-by-type columns the page shows (the CSV beside it has every column)

@@ -37,7 +37,6 @@ import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
 from stereolens.io import read_csv_checked, write_csv, write_json
-from stereolens.scoring.verified import verify_decisions, verifying_models
 from stereolens.stats.stereoset import CANDIDATE_SCORES, DEFAULT_CANDIDATE_SCORE, aggregate_logprob, stereoset_table
 from stereolens.studies.stereo.inference import country_tests, test_entry, with_country_tests
 # the scores file's checks live apart so that reading scores does not import the scorer (stereo-paired)
@@ -78,6 +77,9 @@ def score_instances(model: Any, kind: str, instances: pd.DataFrame, *, score: st
     """``instances`` plus ``score_*`` and ``n_tokens_*`` for the three candidates, scored in one batch each."""
     from stereolens.scoring.candidates import score_candidates
 
+    # here, not at the top: the evaluation's tables are read by stages that never score (heads report, paired)
+    from stereolens.scoring.verified import verifying_models
+
     check_candidate_score(kind, score)
     out = instances.copy()
     if score != "stereoset_generative" and verifying_models(model) is not None:
@@ -102,6 +104,7 @@ def _verified_instances(model: Any, kind: str, out: pd.DataFrame, *, score: str,
     ``precision`` says which instances carry float32 scores."""
     from stereolens.scoring.candidates import score_candidates
     from stereolens.scoring.types import SentenceScore
+    from stereolens.scoring.verified import verify_decisions, verifying_models
 
     fast, exact, label = verifying_models(model)
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from stereolens.io import write_text
 from stereolens.report.markdown import format_cell, format_estimate, format_value, markdown_table
-from stereolens.scoring.verified import precision_lines
+from stereolens.report.words import precision_lines
 from stereolens.stats.robustness import TABLE_FILE
 from stereolens.studies.stereo.inference import country_legend, undetected_country_lines
 
