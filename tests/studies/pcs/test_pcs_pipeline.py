@@ -143,7 +143,7 @@ def test_stages_end_to_end_on_tiny_model(tmp_path, monkeypatch, tiny_causal_lm_d
 def test_pcs_analyze_cli(tmp_path, capsys):
     rows = []
     for lang, shift in (("hi", 0.0), ("ur", 0.2)):
-        for i in range(4):
+        for i in range(5):  # 5 scenarios: the fewest that give a scenario interval (stats.cluster.MIN_CLUSTERS)
             for feat, dim in (("deference", "PDI"), ("agency_attribution", "IDV")):
                 for cond, v in (("A", 4.0), ("B", 6.0), ("C", 4.5)):
                     for judge in ("j1", "j2"):
