@@ -7,7 +7,7 @@ states), the vocabulary projection (target logits and the blockwise logsumexp), 
 (Python overhead of the engine, result handling), then the main thread's 15 most expensive functions; writes ``benchmarks/out/profile.json``
 (``--record``: the tracked ``benchmarks/results/profile.json``).  It compares nothing: one method, timed.
 
-    python benchmarks/profile_scoring.py --model /work/coldrun/models/gemma3-270m --metric causal --pairs 100
+    python benchmarks/profile_scoring.py --model models/gemma3-270m --metric causal --pairs 100
     python benchmarks/profile_scoring.py --model /tmp/stereolens-bench-pll/bert-base-random-119547 \
         --kind masked --metric pll_word_l2r --pairs 30
 """
