@@ -1040,7 +1040,9 @@ def test_stopping_dvc_repro_stops_its_stage_and_the_guard_puts_the_outputs_back(
             continue  # this time the earlier outputs are a real run's, recorded in dvc.lock
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
-    env = _stage_env(tmp_path)
+    # DVC runs the stage through `$SHELL -c`: /bin/sh (dash on Debian) as on a machine without $SHELL (CI), the
+    # shell that stays alive between DVC and the stage (tests/stages/test_signals.py has bash and no shell)
+    env = {**_stage_env(tmp_path), "SHELL": "/bin/sh"}
     for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"],
                     [sys.executable, "-m", "dvc", "repro", "-q"]):
         subprocess.run(command, cwd=tmp_path, env=env, check=True, capture_output=True)
