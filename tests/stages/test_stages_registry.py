@@ -43,6 +43,23 @@ def test_every_dvc_command_resolves_to_its_registered_stage_function(dvc_stage, 
     assert args.params == "params.yaml"
     # the parsed command calls exactly the registered function, under its name (its default arguments)
     assert args.func.__defaults__ == (STAGES[argv[2]].func, argv[2])
+    # what `stereolens stage` parses with (the stage commands only) reads the same arguments the same way
+    stage_only = vars(build_parser("stage").parse_args(argv[1:]))
+    assert stage_only.pop("func").__defaults__ == args.func.__defaults__
+    assert stage_only == {k: v for k, v in vars(args).items() if k != "func"}
+
+
+def test_a_stage_start_parses_without_importing_the_other_commands():
+    """DVC starts `stereolens stage NAME` for every stage: its parser leaves scipy.stats (1.2 s) and the other
+    commands' modules to the stages that use them."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from stereolens.cli import build_parser; build_parser('stage'); "
+             "print(sorted(m for m in ('scipy.stats', 'stereolens.stats.cli', 'stereolens.lineage.cli') "
+             "if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]"
 
 
 def test_every_registered_stage_is_run_by_dvc_and_lives_in_a_stage_module():
