@@ -111,6 +111,8 @@ def classify(command: str, root: Path, studies: set[str] | None) -> tuple[list[s
     study = _study_of(words)
     if study and studies is not None and study not in studies:
         return None, f"{REASONS[1]} the {study} study's runs"
+    if words[:2] == ["stereolens", "reproduce"] and "--stage" not in words and studies is not None:
+        return None, f"{REASONS[1]} every stage's run (it checks them all)"
     return words, ""
 
 
