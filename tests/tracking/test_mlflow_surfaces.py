@@ -149,8 +149,9 @@ def test_the_ui_opens_the_experiment_on_its_runs_table_with_both_models(tmp_path
         assert all(name in text for name in names), text[-2000:]
         assert "Run Name" in text and _matching(text) == 2
         assert "Token Usage" not in text  # the GenAI overview's panel
+        # the count under the table can show before the filtered table's rows do (CI, 2026-11-28): wait for the rows
         one = browser.text_when(experiment_url(url, experiment.experiment_id, f"params.model_id = '{MODELS[1]}'"),
-                                lambda t: _matching(t) == 1, timeout=60)
+                                lambda t: _matching(t) == 1 and names[1] in t and names[0] not in t, timeout=60)
         assert _matching(one) == 1 and names[1] in one and names[0] not in one, one[-2000:]
 
 
