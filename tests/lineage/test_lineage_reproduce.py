@@ -209,3 +209,20 @@ def test_numbers_in_text_agree_to_their_last_written_digit():
     assert (found.where, found.committed, found.rerun) == ("line 1", "57.6", "57.8")
     assert compare_text("p.md", "over 40 pairs\n", "over 41 pairs\n", TOL).rule == "integers are exact"
     assert compare_text("p.md", "a bias\n", "no bias\n", TOL).rule == "text is exact"
+
+
+def test_a_pages_identity_line_is_not_compared_and_everything_around_it_is():
+    """A rerun's report pages name another build time, commit and lock (the default run against its committed
+    run, 2026-11-28: the only difference of 69 stages); that line is set aside, the numbers beside it are not."""
+    from stereolens.report.identity import IDENTITY_WORDS, RunIdentity
+
+    first = RunIdentity(built="2026-11-28 05:27:16 UTC", commit="e1fcf7e37995aa", changed=False, lock_sha256="3dab7b6ec2fb11")
+    second = RunIdentity(built="2026-11-28 06:56:31 UTC", commit="18749657a5dfbb", changed=True, lock_sha256=None)
+    for identity in (first, second, RunIdentity(built="2026-11-28 06:56:31 UTC", commit=None, changed=None,
+                                                lock_sha256="45c2502318fd")):
+        assert IDENTITY_WORDS.fullmatch(identity.words()), identity.words()
+    page = "<p>bias 59.0% over 500 pairs</p><p class=n>{}</p>\n"
+    assert compare_text("index.html", page.format(first.words()), page.format(second.words()), TOL) is None
+    moved = "<p>bias 59.0% over 501 pairs</p><p class=n>{}</p>\n"
+    found = compare_text("index.html", page.format(first.words()), moved.format(second.words()), TOL)
+    assert (found.committed, found.rerun, found.rule) == ("500", "501", "integers are exact")

@@ -237,6 +237,11 @@ def compare_json(path: str, committed: Any, rerun: Any, tol: Tolerance, where: s
 
 
 def compare_text(path: str, committed: str, rerun: str, tol: Tolerance) -> Disagreement | None:
+    """The first line that disagrees; a report page's identity line (when and from which commit and lock it was
+    built) is not compared."""
+    from stereolens.report.identity import IDENTITY_WORDS
+
+    committed, rerun = (IDENTITY_WORDS.sub("report built (the run's identity)", text) for text in (committed, rerun))
     lines_a, lines_b = committed.splitlines(), rerun.splitlines()
     for number, (a, b) in enumerate(zip(lines_a, lines_b), start=1):
         found = _compare_text(a, b, tol)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -45,6 +46,13 @@ class RunIdentity:
     def words(self) -> str:
         """One line: ``report built 2025-01-02 03:04:05 UTC, commit 1a2b3c4d5e6f, dvc.lock 0a1b2c3d4e5f``."""
         return f"report built {self.built}, {self.source_words()}"
+
+
+# what RunIdentity.words() writes, as a pattern: it says when and from what a page was built, not a result, so
+# `stereolens reproduce` sets it aside (a rerun's pages always differ there)
+IDENTITY_WORDS = re.compile(r"report built \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, "
+                            r"(?:commit [0-9a-f]+(?: with uncommitted changes to its code or configuration)?"
+                            r"|no git commit), (?:dvc\.lock [0-9a-f]+|no dvc\.lock)")
 
 
 def lock_digest(lock: str | Path) -> str | None:
