@@ -7,7 +7,9 @@ are the ones ``dvc.lock`` holds for the last run, not recomputed here.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +48,10 @@ def contains(parent: str, child: str) -> bool:
     return child == parent or child.startswith(parent.rstrip("/") + "/")
 
 
-def load_stages(root: str | os.PathLike = ".") -> list[StageRecord]:
-    """Every stage of ``root``'s ``dvc.yaml`` with the lock's md5s and params values."""
+@contextlib.contextmanager
+def _open_repo(root: str | os.PathLike) -> Iterator[tuple[Path, Any]]:
+    """(the resolved root, DVC's ``Repo`` of it), closed afterwards; a missing dvc.yaml or a folder DVC cannot
+    open is a :class:`ConfigError`."""
     from dvc.exceptions import DvcException
     from dvc.repo import Repo
 
@@ -58,8 +62,16 @@ def load_stages(root: str | os.PathLike = ".") -> list[StageRecord]:
         repo = Repo(str(root))
     except DvcException as exc:
         raise ConfigError(f"{root}: not a DVC repository ({exc})") from exc
-    records = []
     try:
+        yield root, repo
+    finally:
+        repo.close()
+
+
+def load_stages(root: str | os.PathLike = ".") -> list[StageRecord]:
+    """Every stage of ``root``'s ``dvc.yaml`` with the lock's md5s and params values."""
+    records = []
+    with _open_repo(root) as (_, repo):
         for dvc_stage in repo.index.stages:
             if not getattr(dvc_stage, "cmd", None):
                 continue  # a `.dvc` file tracking data, not a pipeline stage
@@ -74,8 +86,6 @@ def load_stages(root: str | os.PathLike = ".") -> list[StageRecord]:
             for out in dvc_stage.outs:
                 record.outs.append(FileRecord(_norm(str(out.def_path)), _md5(out)))
             records.append(record)
-    finally:
-        repo.close()
     return records
 
 
@@ -84,20 +94,9 @@ def declared_stages(root: str | os.PathLike = ".") -> list[tuple[str, str, list[
     DVC's own resolver.  Without the lock: parsing a 300 kB ``dvc.lock`` took 2 s of every stage's start, and a
     stage that only asks what it reads needs no md5 (:func:`load_stages` gives those)."""
     from dvc.dvcfile import ProjectFile
-    from dvc.exceptions import DvcException
-    from dvc.repo import Repo
 
-    root = Path(root).resolve()
-    if not (root / "dvc.yaml").exists():
-        raise ConfigError(f"{root / 'dvc.yaml'} not found: run lineage from the repository root")
-    try:
-        repo = Repo(str(root))
-    except DvcException as exc:
-        raise ConfigError(f"{root}: not a DVC repository ({exc})") from exc
-    try:
+    with _open_repo(root) as (root, repo):
         resolved = ProjectFile(repo, str(root / "dvc.yaml")).resolver.resolve().get("stages", {})
-    finally:
-        repo.close()
     # a dep is a path, or a one-key mapping of the path to its options
     return [(name, stage["cmd"], [_norm(next(iter(dep)) if isinstance(dep, dict) else dep)
                                   for dep in stage.get("deps") or []])
