@@ -10,6 +10,7 @@ right.
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
@@ -78,6 +79,82 @@ def test_deferred_rows_wait_for_a_group_and_come_back_in_order():
     assert [t for t, _ in seen] == ["a", "b", "c", "d"]
     for (_, lp), x, t in zip(seen, batches, targets):
         assert torch.allclose(torch.tensor(lp), proj.target_logprobs(x, t), atol=1e-5)
+
+
+def _plan_group_logprobs(proj, batches, targets, groups):
+    """Known answer: each pass's log-probabilities when its rows are normalised beside exactly its plan group's."""
+    out = []
+    for group in groups:
+        x = torch.cat([proj.prepare(batches[i]) for i in group])
+        lse = proj.logsumexp(x)
+        r = 0
+        for i in group:
+            n = batches[i].shape[0]
+            out.append((proj.target_logits(proj.prepare(batches[i]), targets[i]) - lse[r : r + n]).tolist())
+            r += n
+    return out
+
+
+def test_passes_added_out_of_order_are_grouped_and_delivered_in_plan_order():
+    proj, g = _projection()
+    batches = [torch.randn(n, 16, generator=g) for n in (4, 4, 4, 3, 5, 2, 1)]
+    targets = [torch.randint(0, 1000, (x.shape[0],), generator=g) for x in batches]
+    # group_rows 10 cuts the plan after pass 2 (12 rows) and after pass 5 (10 rows); pass 6 waits for flush
+    expected = _plan_group_logprobs(proj, batches, targets, [[0, 1, 2], [3, 4, 5], [6]])
+    seen = []
+    deferred = DeferredLogprobs(proj, lambda tag, lp: seen.append((tag, lp)), group_rows=10)
+    for i in (5, 3, 4, 6, 2, 0):
+        deferred.add(i, batches[i], targets[i], index=i)
+    assert seen == []  # pass 1 is missing: nothing after it can be grouped
+    deferred.add(1, batches[1], targets[1], index=1)
+    assert [t for t, _ in seen] == [0, 1, 2, 3, 4, 5]
+    deferred.flush()
+    assert [t for t, _ in seen] == list(range(7))
+    assert [lp for _, lp in seen] == expected  # bit for bit
+
+
+def test_passes_from_threads_give_the_plan_groups_bits_whatever_the_timing():
+    import random
+    import threading
+
+    proj, g = _projection(n_vocab=3000, hidden=48)
+    batches = [torch.randn(n, 48, generator=g) for n in (7, 1, 5, 3, 9, 2, 6, 4, 8, 3, 1, 5)]
+    targets = [torch.randint(0, 3000, (x.shape[0],), generator=g) for x in batches]
+    groups = [[0, 1, 2, 3], [4, 5, 6], [7, 8], [9, 10, 11]]  # cut at 16 rows or more
+    expected = _plan_group_logprobs(proj, batches, targets, groups)
+    for seed in range(5):
+        rng = random.Random(seed)
+        delays = [rng.random() * 0.003 for _ in batches]
+        seen = []
+        deferred = DeferredLogprobs(proj, lambda tag, lp: seen.append((tag, lp)), group_rows=16)
+        queue = iter(range(len(batches)))
+        lock = threading.Lock()
+
+        def worker():
+            while True:
+                with lock:
+                    i = next(queue, None)
+                if i is None:
+                    return
+                time.sleep(delays[i])
+                deferred.add(i, batches[i], targets[i], index=i)
+
+        threads = [threading.Thread(target=worker) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        deferred.flush()
+        assert [t for t, _ in seen] == list(range(len(batches)))
+        assert [lp for _, lp in seen] == expected
+
+
+def test_flush_refuses_a_plan_with_a_pass_missing():
+    proj, g = _projection()
+    deferred = DeferredLogprobs(proj, lambda tag, lp: None)
+    deferred.add("b", torch.randn(2, 16, generator=g), torch.tensor([1, 2]), index=1)
+    with pytest.raises(RuntimeError, match="pass 0 never was"):
+        deferred.flush()
 
 
 def test_rows_with_one_key_share_the_first_rows_normaliser():

@@ -86,23 +86,22 @@ def run_causal(
         nodes, n_prefixes = prefix_nodes(items)
         deferred = DeferredLogprobs(bh.projection, finished.ready, n_keys=n_prefixes)
 
-    def work(my_batches: Iterator[list[Segment]]) -> None:
+    def work(my_batches: Iterator[tuple[int, list[Segment]]]) -> None:
         with torch.inference_mode():  # per thread: grad mode is thread-local
-            for batch in my_batches:
+            for index, batch in my_batches:
                 members = [s.item for s in batch]
                 tag, rows, target_ids = _scored_rows(bh, items, members, lengths, pad_token_id, device)
                 if deferred is None:
                     lps = target_logprobs(bh.head, rows, target_ids, vocab_size).tolist()
                     with lock:
                         finished.ready(tag, lps)
-                else:
-                    with lock:
-                        deferred.add(tag, rows, target_ids, [node for i in members for node in nodes[i]])
+                else:  # the deferred object keeps its own lock and calls finished.ready under it
+                    deferred.add(tag, rows, target_ids, [node for i in members for node in nodes[i]], index=index)
 
     try:
-        run_in_workers(batches, work, workers)
+        run_in_workers(list(enumerate(batches)), work, workers)
         if deferred is not None:
-            with torch.inference_mode(), lock:
+            with torch.inference_mode():
                 deferred.flush()
     finally:
         finished.close()
@@ -111,8 +110,8 @@ def run_causal(
 
 class _FinishedItems:
     """Where an item's log-probabilities go once all its positions are scored: the results, the
-    caller's ``on_item`` (the response cache) and the progress bar.  ``ready`` is called with the
-    scoring lock held."""
+    caller's ``on_item`` (the response cache) and the progress bar.  ``ready`` is called with a
+    lock held (the scoring lock, or the deferred normalisers' own), so calls never overlap."""
 
     def __init__(self, n_items: int, on_item: Callable[[int, list[float]], None] | None, progress: bool) -> None:
         self.results: list[list[float]] = [[] for _ in range(n_items)]

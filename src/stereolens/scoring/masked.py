@@ -139,10 +139,12 @@ def run_masked(
                 if bar is not None:
                     bar.update(stop - start)
 
-    def work(my_batches: Iterator[list[Segment]]) -> None:
-        deferred = DeferredLogprobs(bh.projection, ready) if bh.projection is not None else None
+    # one for all workers: rows are grouped by their pass's place in the plan, so timing never moves a bit
+    deferred = DeferredLogprobs(bh.projection, ready) if bh.projection is not None else None
+
+    def work(my_batches: Iterator[tuple[int, list[Segment]]]) -> None:
         with torch.inference_mode():  # per thread: grad mode is thread-local
-            for batch in my_batches:
+            for index, batch in my_batches:
                 inputs, attention, positions, targets = _copies(items, batch, lengths, id_rows, mask_token_id, pad_token_id)
                 inputs, positions, targets = inputs.to(device), positions.to(device), targets.to(device)
                 if attention is not None:
@@ -152,12 +154,13 @@ def run_masked(
                 if deferred is None:
                     ready(tag, target_logprobs(bh.head, rows, targets, vocab_size).tolist())
                 else:
-                    deferred.add(tag, rows, targets)
-            if deferred is not None:
-                deferred.flush()
+                    deferred.add(tag, rows, targets, index=index)
 
     try:
-        run_in_workers(batches, work, workers)
+        run_in_workers(list(enumerate(batches)), work, workers)
+        if deferred is not None:
+            with torch.inference_mode():
+                deferred.flush()
     finally:
         if bar is not None:
             bar.close()

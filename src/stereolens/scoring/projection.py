@@ -30,6 +30,8 @@ the plain path.
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -149,7 +151,16 @@ class DeferredLogprobs:
     them can share one pass over the vocabulary.  Rows added with the same
     ``key`` have the same hidden state by the caller's word (a causal prefix
     shared by several sentences) and share one normaliser.  ``on_ready(tag,
-    logprobs)`` receives each :meth:`add`'s results, in order, once they are known.
+    logprobs)`` receives each :meth:`add`'s results, in pass order, once they are
+    known; it is called with this object's lock held, so calls never overlap.
+
+    Passes that run side by side on worker threads finish in an order that
+    depends on timing.  A row's normaliser can move in its last bits with the
+    other rows it is projected beside (a matrix multiply of other height may
+    take other kernels), so the groups are cut in the order of the passes'
+    ``index`` (their place in the plan), never in the order they finish: the
+    same plan gives the same bits however the threads ran.  Once cut, a group's
+    projection runs outside the lock, beside the other workers' passes.
     """
 
     def __init__(
@@ -163,40 +174,93 @@ class DeferredLogprobs:
         self.projection = projection
         self.group_rows = group_rows
         self.on_ready = on_ready
+        self.lock = threading.Lock()
         self.values = torch.empty(0)
+        self.known = torch.zeros(0, dtype=torch.bool)
         self.requested = bytearray(n_keys)
+        # passes finished ahead of an earlier one, by index, and the next index to take
+        self.early: dict[int, tuple[object, torch.Tensor, torch.Tensor, list[int] | None]] = {}
+        self.next_index = 0
+        self.added = 0
+        # the group being filled: its rows and their keys
         self.rows: list[torch.Tensor] = []
         self.keys: list[int] = []
-        self.waiting: list[tuple[object, torch.Tensor, torch.Tensor]] = []
+        # taken passes whose results are not yet delivered, in pass order
+        self.waiting: deque[tuple[object, torch.Tensor, torch.Tensor]] = deque()
 
-    def add(self, tag: object, rows: torch.Tensor, targets: torch.Tensor, keys: list[int] | None = None) -> None:
-        """Rows as :meth:`BodyHead.rows` gives them, their targets, and optionally their shared-state keys."""
+    def add(
+        self, tag: object, rows: torch.Tensor, targets: torch.Tensor, keys: list[int] | None = None, *, index: int | None = None
+    ) -> None:
+        """Rows as :meth:`BodyHead.rows` gives them, their targets, optionally their shared-state keys, and the
+        pass's place in the plan (default: the number of passes added before it, for a single caller)."""
         x = self.projection.prepare(rows)
-        if keys is None:
-            first = len(self.requested)
-            keys = list(range(first, first + x.shape[0]))
-            self.requested.extend(b"\x00" * x.shape[0])
-        new = []
-        for r, key in enumerate(keys):
-            if not self.requested[key]:
-                self.requested[key] = 1
-                new.append(r)
-                self.keys.append(key)
-        if new:
-            self.rows.append(x if len(new) == x.shape[0] else x[torch.tensor(new, device=x.device)])
-        self.waiting.append((tag, torch.tensor(keys, device=x.device), self.projection.target_logits(x, targets)))
-        if len(self.keys) >= self.group_rows:
-            self.flush()
+        target_logits = self.projection.target_logits(x, targets)
+        with self.lock:
+            if index is None:
+                index = self.added
+            self.added += 1
+            self.early[index] = (tag, x, target_logits, keys)
+            groups = self._take_in_order()
+        for group in groups:
+            self._normalise(group)
 
     def flush(self) -> None:
-        if self.keys:
-            lse = self.projection.logsumexp(torch.cat(self.rows))
-            if self.values.shape[0] < len(self.requested):
-                grown = torch.full((len(self.requested),), float("nan"), device=lse.device)
-                grown[: self.values.shape[0]] = self.values.to(lse.device)
-                self.values = grown
-            self.values[torch.tensor(self.keys, device=lse.device)] = lse
-            self.rows, self.keys = [], []
-        waiting, self.waiting = self.waiting, []
-        for tag, keys, target_logits in waiting:
-            self.on_ready(tag, (target_logits - self.values[keys]).tolist())
+        """Normalise the rows still waiting; every pass of the plan must have been added."""
+        with self.lock:
+            if self.early:
+                raise RuntimeError(f"passes {sorted(self.early)} were added but pass {self.next_index} never was")
+            group = self._cut()
+        self._normalise(group)
+
+    def _take_in_order(self) -> list[tuple[torch.Tensor, list[int]]]:
+        """Take the passes that are next in order; return the groups they fill (lock held)."""
+        groups = []
+        while self.next_index in self.early:
+            tag, x, target_logits, keys = self.early.pop(self.next_index)
+            self.next_index += 1
+            if keys is None:
+                first = len(self.requested)
+                keys = list(range(first, first + x.shape[0]))
+                self.requested.extend(b"\x00" * x.shape[0])
+            new = []
+            for r, key in enumerate(keys):
+                if not self.requested[key]:
+                    self.requested[key] = 1
+                    new.append(r)
+                    self.keys.append(key)
+            if new:
+                self.rows.append(x if len(new) == x.shape[0] else x[torch.tensor(new, device=x.device)])
+            self.waiting.append((tag, torch.tensor(keys, dtype=torch.long, device=x.device), target_logits))
+            if len(self.keys) >= self.group_rows:
+                groups.append(self._cut())
+        return groups
+
+    def _cut(self) -> tuple[torch.Tensor, list[int]]:
+        group = (torch.cat(self.rows) if self.rows else torch.empty(0), self.keys)
+        self.rows, self.keys = [], []
+        return group
+
+    def _normalise(self, group: tuple[torch.Tensor, list[int]]) -> None:
+        """Project one group (no lock held), then deliver every waiting pass whose normalisers are all known."""
+        x, keys = group
+        lse = self.projection.logsumexp(x) if keys else None
+        with self.lock:
+            if lse is not None:
+                if self.values.shape[0] < len(self.requested):
+                    grown = torch.full((len(self.requested),), float("nan"), device=lse.device)
+                    grown[: self.values.shape[0]] = self.values.to(lse.device)
+                    known = torch.zeros(len(self.requested), dtype=torch.bool, device=lse.device)
+                    known[: self.known.shape[0]] = self.known.to(lse.device)
+                    self.values, self.known = grown, known
+                at = torch.tensor(keys, device=lse.device)
+                self.values[at] = lse
+                self.known[at] = True
+            # a pass can wait on a key of an earlier group another thread is still projecting
+            while self.waiting and self._all_known(self.waiting[0][1]):
+                tag, keys_of, target_logits = self.waiting.popleft()
+                self.on_ready(tag, (target_logits - self.values[keys_of]).tolist())
+
+    def _all_known(self, keys: torch.Tensor) -> bool:
+        if keys.numel() == 0:
+            return True
+        return bool(int(keys.max()) < self.known.shape[0] and self.known[keys].all())
