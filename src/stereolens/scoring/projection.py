@@ -181,7 +181,6 @@ class DeferredLogprobs:
         # passes finished ahead of an earlier one, by index, and the next index to take
         self.early: dict[int, tuple[object, torch.Tensor, torch.Tensor, list[int] | None]] = {}
         self.next_index = 0
-        self.added = 0
         # the group being filled: its rows and their keys
         self.rows: list[torch.Tensor] = []
         self.keys: list[int] = []
@@ -196,9 +195,8 @@ class DeferredLogprobs:
         x = self.projection.prepare(rows)
         target_logits = self.projection.target_logits(x, targets)
         with self.lock:
-            if index is None:
-                index = self.added
-            self.added += 1
+            if index is None:  # a single caller: the pass after every one added so far
+                index = self.next_index + len(self.early)
             self.early[index] = (tag, x, target_logits, keys)
             groups = self._take_in_order()
         for group in groups:
