@@ -8,9 +8,12 @@ twice, in float32 (the default) and in bfloat16, three ways:
 - ``bf16_fp32_normaliser``: the model in bfloat16, the normaliser widened to float32
   (:func:`stereolens.scoring.projection.float32_normaliser`), what ``dtype: bfloat16``
   runs;
+- ``bf16_fp32_prefix``: ``bf16``, but the targets predicted from at most
+  ``VERIFY_FLOAT32_PREFIX`` tokens scored by the float32 model (causal only): the fast pass
+  of the verify mode;
 - ``bf16_verify_fp32``: what ``dtype: bfloat16`` with ``verify: fp32`` runs
-  (:func:`stereolens.scoring.verified.verify_decisions`): everything in bfloat16 throughout,
-  a calibration sample and every pair within the error bound of a tie rescored with the
+  (:func:`stereolens.scoring.verified.verify_decisions`): that fast pass, then a
+  calibration sample and every pair within the error bound of a tie rescored with the
   float32 model (loaded once beside it, as the mode keeps it).  Its decisions must all be
   float32's; the share rescored and the error model (the sample's per-token rate against the
   whole set's, the margin the safety factor leaves) are reported.
@@ -41,7 +44,7 @@ from _common import (REPO, add_output_arguments, crows_pairs, describe, machine,
                      take_turns)
 
 
-METHODS = ("float32", "bf16", "bf16_fp32_normaliser", "bf16_verify_fp32")
+METHODS = ("float32", "bf16", "bf16_fp32_normaliser", "bf16_fp32_prefix", "bf16_verify_fp32")
 
 
 def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]], rounds: int,
@@ -49,6 +52,7 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
+    from stereolens.models.base import FLOAT32_PREFIX_ATTR, VERIFY_FLOAT32_PREFIX
     from stereolens.scoring import score_sentences
     from stereolens.scoring.access import split_head
     from stereolens.scoring.projection import float32_normaliser
@@ -64,7 +68,10 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
     bh = split_head(half, kind, probe)
     # split_head gives a half-precision model the float32 normaliser; "bf16" turns the widening off
     projections = {"bf16": replace(bh.projection, widen=False), "bf16_fp32_normaliser": float32_normaliser(bh.projection),
+                   "bf16_fp32_prefix": replace(bh.projection, widen=False),
                    "bf16_verify_fp32": replace(bh.projection, widen=False)}
+    # the verify mode's fast pass (models/hf.py sets this on a model loaded with model.verify)
+    float32_prefix = (VERIFY_FLOAT32_PREFIX, lambda: full)
     scores: dict[str, list[float]] = {}
     n_tokens: dict[str, list[int]] = {}
     verified: dict[str, object] = {}
@@ -79,12 +86,18 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
         def run() -> list[bool]:
             if name != "float32":
                 bh.projection = projections[name]
-            if name == "bf16_verify_fp32":
-                result = verify_decisions(score_groups, half, full, len(pairs))
-                verified[name] = result
-                got = [s for g in result.scores for s in g]
-            else:
-                got = score_sentences(model, tok, sents, metric, batch_tokens=batch_tokens)
+            if name in ("bf16_fp32_prefix", "bf16_verify_fp32"):
+                setattr(half, FLOAT32_PREFIX_ATTR, float32_prefix)
+            try:
+                if name == "bf16_verify_fp32":
+                    result = verify_decisions(score_groups, half, full, len(pairs))
+                    verified[name] = result
+                    got = [s for g in result.scores for s in g]
+                else:
+                    got = score_sentences(model, tok, sents, metric, batch_tokens=batch_tokens)
+            finally:
+                if hasattr(half, FLOAT32_PREFIX_ATTR):
+                    delattr(half, FLOAT32_PREFIX_ATTR)
             scores[name], n_tokens[name] = [s.logprob for s in got], [s.n_tokens for s in got]
             return [scores[name][2 * i] > scores[name][2 * i + 1] for i in range(len(pairs))]
         return run
@@ -113,10 +126,12 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
                 "rescored_near_boundary": len(v.rescored), "calibration_pairs": len(v.calibration),
                 "error_rate_per_token": v.error_model.rate, "safety_factor": v.error_model.safety,
                 "last_call_seconds": dict(zip(("bf16_pass", "fp32_calibration", "fp32_rescoring"), v.seconds))})
-    if "bf16" in scores:
+    for fast in ("bf16", "bf16_fp32_prefix"):
+        if fast not in scores:
+            continue
         # the error model checked on the whole set: the calibration sample's largest per-token error against the
         # set's; the safety factor must exceed their ratio for no score to leave its bound
-        full_set = [SentenceScore(a, n, False) for a, n in zip(scores["bf16"], n_tokens["float32"])]
+        full_set = [SentenceScore(a, n, False) for a, n in zip(scores[fast], n_tokens["float32"])]
         exact = [SentenceScore(a, n, False) for a, n in zip(scores["float32"], n_tokens["float32"])]
         sample = [i for g in calibration_sample(len(pairs)) for i in (2 * g, 2 * g + 1)]
         set_rate, sample_rate = error_rate(full_set, exact), error_rate([full_set[i] for i in sample], [exact[i] for i in sample])
@@ -126,25 +141,26 @@ def compare(model_dir: str, kind: str, metric: str, pairs: list[tuple[str, str]]
         drawn = calibration_sample(len(pairs))
         set_margin = margin_error_rate(half_groups, exact_groups)
         sample_margin = margin_error_rate([half_groups[g] for g in drawn], [exact_groups[g] for g in drawn])
-        per_variant["error_model"] = {
+        # "error_model": of bf16 throughout (the key recorded before the float32 prefix existed)
+        per_variant["error_model" if fast == "bf16" else f"error_model_{fast}"] = {
             "set_margin_rate_per_token": set_margin, "sample_margin_rate_per_token": sample_margin,
             "set_over_sample_margin": set_margin / sample_margin if sample_margin else None,
             "set_rate_per_token": set_rate, "sample_rate_per_token": sample_rate,
             "set_over_sample": set_rate / sample_rate if sample_rate else None,
-            # the smallest factor on the sample's margin rate under which every flipped bf16 pair would have been rescored
-            "factor_needed_for_bf16_flips": max(
-                [abs(scores["bf16"][2 * i] - scores["bf16"][2 * i + 1]) / (sample_margin * (
+            # the smallest factor on the sample's margin rate under which every flipped pair would have been rescored
+            "factor_needed_for_flips": max(
+                [abs(scores[fast][2 * i] - scores[fast][2 * i + 1]) / (sample_margin * (
                     n_tokens["float32"][2 * i] + n_tokens["float32"][2 * i + 1])) for i in range(len(pairs))
-                 if decisions["bf16"][i] != decisions["float32"][i]] or [0.0]) if sample_margin else None}
+                 if decisions[fast][i] != decisions["float32"][i]] or [0.0]) if sample_margin else None}
     print(f"{kind} ({metric}): {describe(timed, 'float32')}")
     for name, v in per_variant.items():
-        if name == "error_model":
-            print(f"  margin error per token: sample {v['sample_margin_rate_per_token']:.3g}, whole set "
+        if name.startswith("error_model"):
+            print(f"  {name.removeprefix('error_model').removeprefix('_') or 'bf16'} margin error per token: sample {v['sample_margin_rate_per_token']:.3g}, whole set "
                   f"{v['set_margin_rate_per_token']:.3g} (ratio {v['set_over_sample_margin'] or float('nan'):.2f}: "
                   f"the safety factor must exceed it)")
             print(f"  error model: sample rate {v['sample_rate_per_token']:.3g}, whole set {v['set_rate_per_token']:.3g} "
-                  f"nats/token (ratio {v['set_over_sample'] or float('nan'):.2f}); factor needed for bf16's flips "
-                  f"{v['factor_needed_for_bf16_flips'] or 0:.2f}")
+                  f"nats/token (ratio {v['set_over_sample'] or float('nan'):.2f}); factor needed for its flips "
+                  f"{v['factor_needed_for_flips'] or 0:.2f}")
             continue
         if "share_rescored" in v:
             print(f"  {name}: {v['share_rescored']:.1%} of pairs in float32 (rate {v['error_rate_per_token']:.3g} x "

@@ -192,7 +192,7 @@ def test_stereoset_triples_keep_float32_candidate_order(backends, score):
     assert (got[cols].to_numpy().argsort(axis=1) == want[cols].to_numpy().argsort(axis=1)).all()
 
 
-def test_the_fast_pass_is_half_precision_throughout_and_cached_apart(backends, tiny_causal_lm_dir):
+def test_the_fast_pass_normaliser_is_half_precision_and_cached_apart(backends, tiny_causal_lm_dir):
     from stereolens.scoring.access import split_head
     from stereolens.scoring.engine import _base_payload
 
@@ -220,4 +220,47 @@ def test_the_crows_slice_labels_each_pair_and_its_report_says_how_many_were_resc
     assert (got["score_stereo"] > got["score_anti"]).tolist() == (want["score_stereo"] > want["score_anti"]).tolist()
     text = " ".join(precision_lines(block, "pairs"))
     assert f"{block['groups_fp32']} of {len(pairs)} pairs carry float32 scores" in text
+    assert "by a causal model, its first 4 tokens in float32" in text and block["float32_prefix_targets"] == 4
     assert precision_lines(None, "pairs") == []
+
+
+def test_the_fast_pass_scores_the_first_targets_in_float32_and_the_rest_in_bfloat16(backends, tmp_path):
+    from stereolens.models.base import FLOAT32_PREFIX_ATTR, VERIFY_FLOAT32_PREFIX
+    from stereolens.scoring import score_continuations, score_sentences
+
+    half, _ = backends["causal"]
+    fast, exact, _ = verifying_models(half)
+    k = VERIFY_FLOAT32_PREFIX
+    sentences = [f"{s.capitalize()} are {t}." for s in SUBJECTS for t in TRAITS[:2]] + EXTRA[:4] + ["Women"]
+    cache = ResponseCache(tmp_path / "cache")
+
+    def scored(model, **kw):
+        return score_sentences(model.model, model.tokenizer, sentences, "causal", per_token=True, **kw)
+
+    mixed, want_exact = scored(fast, cache=cache), scored(exact)
+    # the same model without its float32 beginning: bfloat16 throughout
+    prefix = getattr(fast.model, FLOAT32_PREFIX_ATTR)
+    delattr(fast.model, FLOAT32_PREFIX_ATTR)
+    try:
+        # a second call with the same cache: the mixed scores are cached apart, so these are computed anew
+        plain = scored(fast, cache=cache)
+    finally:
+        setattr(fast.model, FLOAT32_PREFIX_ATTR, prefix)
+    for m, e, p in zip(mixed, want_exact, plain, strict=True):
+        # targets 1..k (predicted from BOS and at most k - 1 tokens after it) are float32's, to float32 rounding
+        assert m.token_logprobs[:k] == pytest.approx(e.token_logprobs[:k], rel=1e-5, abs=1e-5)
+        assert m.token_logprobs[k:] == p.token_logprobs[k:]  # the rest bfloat16's, bit for bit
+        assert m.logprob == pytest.approx(sum(m.token_logprobs))
+    assert any(abs(a - b) > 1e-3 for m, p in zip(mixed, plain) for a, b in zip(m.token_logprobs[:k], p.token_logprobs[:k]))
+    # a one-token sentence: its single target is float32's
+    assert len(mixed[-1].token_logprobs) == 1 and mixed[-1].token_logprobs == pytest.approx(want_exact[-1].token_logprobs, rel=1e-5)
+    # a continuation after a context of k tokens or more starts later: nothing of it is predicted from the beginning
+    ctx = ["The nurses said that"] * 2
+    cont = [" they are kind.", " they are cruel."]
+    got = score_continuations(fast.model, fast.tokenizer, ctx, cont, per_token=True)
+    delattr(fast.model, FLOAT32_PREFIX_ATTR)
+    try:
+        bf16 = score_continuations(fast.model, fast.tokenizer, ctx, cont, per_token=True)
+    finally:
+        setattr(fast.model, FLOAT32_PREFIX_ATTR, prefix)
+    assert [g.token_logprobs for g in got] == [b.token_logprobs for b in bf16]

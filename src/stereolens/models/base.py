@@ -30,6 +30,14 @@ VERIFY_PRECISIONS = ("fp32",)
 # model.verify (stereolens.scoring.verified), where speed matters and every close decision is rescored in float32;
 # here, not in scoring/, so that loading a model does not import the scoring engine
 HALF_NORMALISER_ATTR = "_stereolens_half_normaliser"
+# set on that fast model to ``(positions, load)``: in causal scoring, every target predicted from at most
+# ``positions`` tokens (the first ones after BOS) is scored by the float32 model ``load()`` returns, the rest in
+# half precision.  Half precision is ill-conditioned there: a small model's first positions can turn into
+# attention sinks, and a rounding decides whether they do (SmolLM2-135M: log P(" people" | BOS "Hispanic") is
+# -6.58 in float32, -18.27 in bfloat16); docs/methods.md, "Decision-exact reduced precision"
+FLOAT32_PREFIX_ATTR = "_stereolens_float32_prefix"
+# how many: measured on all 1,508 CrowS-Pairs pairs with both embedded models (benchmarks/precision.py)
+VERIFY_FLOAT32_PREFIX = 4
 
 
 @dataclass(frozen=True)

@@ -179,11 +179,13 @@ class HFModel(LanguageModel):
             raise ModelLoadError(f"cannot move model {spec.name!r} to device {spec.device!r}: {first_line(exc)}") from exc
         self.model.eval()
         if spec.verify and spec.dtype in ("bfloat16", "float16"):
-            from stereolens.models.base import HALF_NORMALISER_ATTR
+            from stereolens.models.base import FLOAT32_PREFIX_ATTR, HALF_NORMALISER_ATTR, VERIFY_FLOAT32_PREFIX
 
-            # model.verify: this model is the fast pass, half precision throughout (normaliser included);
+            # model.verify: this model is the fast pass, half precision throughout (normaliser included) but for
+            # the first positions of a causal sequence, which float32_reference scores (loaded when first needed);
             # every decision its error could change is rescored by float32_reference
             setattr(self.model, HALF_NORMALISER_ATTR, True)
+            setattr(self.model, FLOAT32_PREFIX_ATTR, (VERIFY_FLOAT32_PREFIX, lambda: self.float32_reference().model))
         self._identity: str | None = None
 
     @classmethod

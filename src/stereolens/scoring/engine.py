@@ -19,11 +19,12 @@ from typing import Any
 import pandas as pd
 
 from stereolens.errors import ConfigError, DataError
+from stereolens.models.base import FLOAT32_PREFIX_ATTR
 from stereolens.scoring import causal as _causal
 from stereolens.scoring import masked as _masked
 from stereolens.scoring import seq2seq as _seq2seq
 from stereolens.scoring.access import HALF_NORMALISER_ATTR, max_length, model_identity, split_head, split_seq2seq, unwrap
-from stereolens.scoring.encoding import adds_bos, check_text, encode_causal, encode_masked, item_error, too_long
+from stereolens.scoring.encoding import CausalEncoding, adds_bos, check_text, encode_causal, encode_masked, item_error, too_long
 from stereolens.scoring.types import METRICS, SentenceScore
 
 CACHE_NAMESPACE = "stereolens.scoring/1"
@@ -225,20 +226,43 @@ def _causal_scores(
     for i, u in enumerate(index):
         first_of.setdefault(u, i)
     unique = [encs[first_of[u]] for u in range(len(keys))]
+    float32_prefix = getattr(model, FLOAT32_PREFIX_ATTR, None)  # the fast pass of model.verify
+    if float32_prefix is not None:
+        params = {**params, "float32_prefix": float32_prefix[0]}
     resolver = _Resolver(cache, _base_payload(cache, model, identity, "causal", params, tokenizer))
 
     def compute(missing: list[int], done: Callable[[int, list[float]], None]) -> None:
-        bh = split_head(model, "causal", list(unique[missing[0]].ids[:-1]) or list(unique[missing[0]].ids))
-        _causal.run_causal(
-            bh, [unique[u] for u in missing], pad_token_id=_pad_id(tokenizer), vocab_size=_vocab_size(model),
-            batch_tokens=batch_tokens, on_item=done, progress=progress,
-        )
+        todo = [unique[u] for u in missing]
+        opts = dict(pad_token_id=_pad_id(tokenizer), vocab_size=_vocab_size(model), batch_tokens=batch_tokens)
+        on_item = done
+        if float32_prefix is not None:
+            first = _float32_first_targets(*float32_prefix, todo, **opts)
+            on_item = lambda j, lps: done(j, first[j] + lps[len(first[j]):])  # noqa: E731
+        bh = split_head(model, "causal", list(todo[0].ids[:-1]) or list(todo[0].ids))
+        _causal.run_causal(bh, todo, on_item=on_item, progress=progress, **opts)
 
     lps = resolver.resolve([payload_of(first_of[u]) for u in range(len(unique))], compute)
     return [
         _make_score(lps[u], encs[i].ids, range(encs[i].start, len(encs[i].ids)), encs[i].truncated, tokenizer, per_token)
         for i, u in enumerate(index)
     ]
+
+
+def _float32_first_targets(positions: int, load: Callable[[], Any], items: Sequence[CausalEncoding], **opts: Any
+                           ) -> list[list[float]]:
+    """Each item's log-probabilities of the targets predicted from at most ``positions`` tokens (none when its
+    first target comes later), by the float32 model ``load()`` returns: the model's FLOAT32_PREFIX_ATTR.
+    Each distinct beginning is scored once; sequences open alike (the two sentences of a pair mostly do)."""
+    heads: dict[tuple[tuple[int, ...], int], int] = {}
+    index = [heads.setdefault((it.ids[: positions + 1], it.start), len(heads)) if it.start <= positions else None
+             for it in items]
+    if not heads:
+        return [[] for _ in items]
+    unique = [CausalEncoding(ids, start, False) for ids, start in heads]
+    exact = load()
+    bh = split_head(exact, "causal", list(unique[0].ids[:-1]) or list(unique[0].ids))
+    scored = _causal.run_causal(bh, unique, **opts)
+    return [[] if u is None else scored[u] for u in index]
 
 
 # ---------------------------------------------------------------- public API

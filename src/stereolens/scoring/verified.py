@@ -5,7 +5,11 @@ anti-stereotypical sentence), a minimal pair with its control, a StereoSet tripl
 three candidates).  A half-precision model moves each score by a rounding error; a decision changes
 only where the margin between two scores of a group moves across zero.  So (:func:`verify_decisions`):
 
-1. every group is scored with the half-precision model;
+1. every group is scored with the half-precision model, except that a causal model's first
+   :data:`~stereolens.models.base.VERIFY_FLOAT32_PREFIX` targets of a sequence (those predicted from BOS and
+   at most three tokens after it) are float32's: there the half-precision error is heavy-tailed (a
+   small model's first positions can become attention sinks, and a rounding decides whether they do), so a
+   sample cannot bound it (engine ``FLOAT32_PREFIX_ATTR``; docs/methods.md);
 2. a fixed random sample of :data:`CALIBRATION_GROUPS` groups is scored again in float32; the largest
    margin error on it per scored token of the two compared items,
    ``rate = max |(half_i - half_j) - (float32_i - float32_j)| / (n_i + n_j)``, is the error model of
@@ -36,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from stereolens.errors import ConfigError
+from stereolens.models.base import VERIFY_FLOAT32_PREFIX
 from stereolens.scoring.types import SentenceScore
 
 # groups scored in both precisions at the start of a run, to measure the half-precision error
@@ -144,6 +149,8 @@ class Verified:
             "error_rate_per_token": self.error_model.rate,
             "error_of_mean_margins": self.error_model.mean_rate,
             "safety_factor": self.error_model.safety,
+            # causal scoring only: a masked model's positions each see the whole sentence
+            "float32_prefix_targets": VERIFY_FLOAT32_PREFIX,
         }
 
 
