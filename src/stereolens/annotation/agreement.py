@@ -179,6 +179,13 @@ def _result(
 # --------------------------------------------------------------------------- metrics
 
 
+def _agreeing_pair_share(counts: np.ndarray) -> np.ndarray:
+    """Per item of an items x categories count table (every item rated at least twice), the share of its
+    ordered pairs of ratings that agree: Fleiss' P_i, and the item's raw agreement."""
+    n_i = counts.sum(axis=1)
+    return ((counts**2).sum(axis=1) - n_i) / (n_i * (n_i - 1))
+
+
 def fleiss_kappa_from_counts(counts: np.ndarray) -> float:
     """Fleiss' kappa of an items x categories count table (items with < 2 ratings ignored)."""
     counts = np.asarray(counts, dtype=float)
@@ -186,7 +193,7 @@ def fleiss_kappa_from_counts(counts: np.ndarray) -> float:
     counts, n_i = counts[n_i >= 2], n_i[n_i >= 2]
     if counts.shape[0] == 0:
         return float("nan")
-    p_i = ((counts**2).sum(axis=1) - n_i) / (n_i * (n_i - 1))
+    p_i = _agreeing_pair_share(counts)
     p_j = counts.sum(axis=0) / n_i.sum()
     p_e = float((p_j**2).sum())
     if p_e >= 1.0:
@@ -417,8 +424,7 @@ def raw_agreement(
     r = _ratings(data, "nominal", item_col, annotator_col, label_col)
     counts = r.counts()
     counts = counts[counts.sum(axis=1) >= 2]
-    n_i = counts.sum(axis=1)
-    per_item = ((counts**2).sum(axis=1) - n_i) / (n_i * (n_i - 1))
+    per_item = _agreeing_pair_share(counts)
     return _result(
         "raw", "nominal", lambda idx: float(per_item[idx].mean()), len(counts),
         len(r.annotators), n_boot, confidence, seed, ci_method,

@@ -238,14 +238,19 @@ def _causal_scores(
         if float32_prefix is not None:
             first = _float32_first_targets(*float32_prefix, todo, **opts)
             on_item = lambda j, lps: done(j, first[j] + lps[len(first[j]):])  # noqa: E731
-        bh = split_head(model, "causal", list(todo[0].ids[:-1]) or list(todo[0].ids))
-        _causal.run_causal(bh, todo, on_item=on_item, progress=progress, **opts)
+        _causal.run_causal(_causal_head(model, todo[0]), todo, on_item=on_item, progress=progress, **opts)
 
     lps = resolver.resolve([payload_of(first_of[u]) for u in range(len(unique))], compute)
     return [
         _make_score(lps[u], encs[i].ids, range(encs[i].start, len(encs[i].ids)), encs[i].truncated, tokenizer, per_token)
         for i, u in enumerate(index)
     ]
+
+
+def _causal_head(model: Any, probe: CausalEncoding) -> Any:
+    """The model's verified body/head split, probed on the inputs of one sequence to be scored (its ids but
+    the last, which is only a target; a one-token sequence is its own input)."""
+    return split_head(model, "causal", list(probe.ids[:-1]) or list(probe.ids))
 
 
 def _float32_first_targets(positions: int, load: Callable[[], Any], items: Sequence[CausalEncoding], **opts: Any
@@ -259,9 +264,7 @@ def _float32_first_targets(positions: int, load: Callable[[], Any], items: Seque
     if not heads:
         return [[] for _ in items]
     unique = [CausalEncoding(ids, start, False) for ids, start in heads]
-    exact = load()
-    bh = split_head(exact, "causal", list(unique[0].ids[:-1]) or list(unique[0].ids))
-    scored = _causal.run_causal(bh, unique, **opts)
+    scored = _causal.run_causal(_causal_head(load(), unique[0]), unique, **opts)
     return [[] if u is None else scored[u] for u in index]
 
 
